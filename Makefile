@@ -1,0 +1,42 @@
+# Two commands do all set-up on a fresh machine:
+#   make demo   - set up, then run the main job on the bundled defaults
+#   make test   - set up, then run the whole test suite
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup demo test test-fast bench notebooks clean
+
+setup: $(STAMP)
+
+# On a machine without CUDA, torch==2.13.0 is installed first: an unpinned torch would pull
+# a multi-GB CUDA build. GPU machines keep (or get) their own CUDA build through the loose floor.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	@if command -v nvidia-smi >/dev/null 2>&1; then \
+		echo "CUDA machine: keeping pip's torch resolution"; \
+	else \
+		$(PY) -m pip install -q torch==2.13.0; \
+	fi
+	$(PY) -m pip install -q -e '.[dev,notebooks]'
+	touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/hexiseq info testbed-8 --model llama2-7b
+
+test: setup
+	$(PY) -m pytest -q -ra
+
+test-fast: setup
+	$(PY) -m pytest -q -ra -m "not slow"
+
+bench: setup
+	@for f in benchmarks/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+
+notebooks: setup
+	$(VENV)/bin/jupyter lab notebooks/
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

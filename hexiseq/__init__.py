@@ -1,0 +1,25 @@
+"""HexiSeq: plan and run long-context training on heterogeneous GPU clusters with
+asymmetric context parallelism (ring attention) x head parallelism (Ulysses)."""
+
+from .errors import HexiSeqError, InfeasibleError, PlanError, SpecError
+from .plan import Group, Plan, RankLayout, even_split, ring_plan, symmetric_plan, ulysses_plan
+from .specs import (
+    ClusterSpec,
+    Device,
+    GPUType,
+    ModelSpec,
+    Workload,
+    get_gpu,
+    get_model,
+    gpu_catalog,
+    load_cluster,
+    model_catalog,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ClusterSpec", "Device", "GPUType", "Group", "HexiSeqError", "InfeasibleError", "ModelSpec", "Plan",
+    "PlanError", "RankLayout", "SpecError", "Workload", "even_split", "get_gpu", "get_model", "gpu_catalog",
+    "load_cluster", "model_catalog", "ring_plan", "symmetric_plan", "ulysses_plan",
+]

@@ -1,0 +1,1 @@
+"""Subcommands of the `hexiseq` CLI, one module each (see hexiseq/cli.py)."""

@@ -1,0 +1,73 @@
+"""Helpers shared by the subcommands: common arguments, loading specs, printing tables."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, Sequence
+
+from ..specs import ClusterSpec, ModelSpec, Workload, apply_profile, get_model, load_cluster, load_profile, parse_tokens
+
+
+def add_cluster_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+    p.add_argument("--cluster", required=required, help="cluster YAML file, or the name of a bundled one (e.g. testbed-8)")
+    p.add_argument("--profile", help="YAML of measured efficiencies overriding the GPU catalog (data/profiles/)")
+
+
+def add_workload_args(p: argparse.ArgumentParser, seq_required: bool = True) -> None:
+    p.add_argument("--model", default="llama2-7b", help="model name from data/models.yaml or a HF config.json (default llama2-7b)")
+    p.add_argument("--seq-len", required=seq_required, help="tokens per sequence, e.g. 131072, 128K, 1M")
+    p.add_argument("--global-batch", type=int, default=1, help="sequences per iteration (gradient accumulation)")
+    p.add_argument("--recompute", action="store_true", help="activation checkpointing (recompute in backward)")
+    p.add_argument("--sharding", choices=["zero3", "replicated"], default="zero3", help="parameter/optimizer state sharding")
+    p.add_argument("--block-size", type=int, default=128, help="chunk alignment in tokens (default 128)")
+
+
+def load_cluster_arg(args: argparse.Namespace) -> ClusterSpec:
+    cluster = load_cluster(args.cluster)
+    if getattr(args, "profile", None):
+        cluster = cluster.with_profile(load_profile(args.profile))
+    return cluster
+
+
+def load_workload_args(args: argparse.Namespace) -> tuple[ModelSpec, Workload]:
+    model = get_model(args.model)
+    wl = Workload(
+        seq_len=parse_tokens(args.seq_len),
+        global_batch=args.global_batch,
+        activation_checkpointing=args.recompute,
+        param_sharding=args.sharding,
+        block_size=args.block_size,
+    )
+    return model, wl
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], indent: str = "") -> None:
+    """A plain aligned text table."""
+    cells = [[str(h) for h in headers]] + [[_fmt(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    for n, row in enumerate(cells):
+        print(indent + "  ".join(c.rjust(w) if n and _numeric(c) else c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        if n == 0:
+            print(indent + "  ".join("-" * w for w in widths))
+
+
+def _fmt(c: Any) -> str:
+    if isinstance(c, float):
+        return f"{c:.4g}" if abs(c) < 1e4 else f"{c:,.0f}"
+    return str(c)
+
+
+def _numeric(s: str) -> bool:
+    try:
+        float(s.replace(",", "").rstrip("%x"))
+        return True
+    except ValueError:
+        return False
+
+
+def dump_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, default=float))
+
+
+_ = apply_profile  # re-exported for commands that build catalogs

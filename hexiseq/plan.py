@@ -1,0 +1,387 @@
+"""The Plan: how one sequence and the attention heads are split over the devices.
+
+Vocabulary (see DESIGN.md, "The layout"):
+
+- The plan's **groups** are HP (Ulysses) groups in **ring order** g = 0..k-1. A group is a
+  list of cluster device indices; the plan's **ranks** are those devices numbered in order,
+  group by group (rank 0 = first device of group 0). Devices of the cluster that appear in no
+  group are left out of the run.
+- The sequence of S tokens is cut into 2k **zigzag chunks**: group g owns chunk g and chunk
+  2k-1-g, both of length L_g (`chunk_len`), a multiple of `block_size`. So the sequence reads
+  L_0, L_1, ..., L_{k-1}, L_{k-1}, ..., L_1, L_0 and Σ 2·L_g = S. A group's n_g = 2·L_g tokens,
+  in *group order*, are its front chunk followed by its back chunk.
+- **Token shards**: rank r of group g holds s_r consecutive tokens of the group order
+  (Σ s_r = n_g); a shard may straddle the front/back boundary, then it has two global ranges.
+- **Head ranges**: rank r holds the contiguous query heads [h_r, h_r + η_r) (Σ η_r = H) for
+  all n_g tokens of its group during attention. With GQA the KV heads it needs are those its
+  query heads map to (query head h uses KV head h // (H / H_kv)).
+
+Everything here is pure bookkeeping on integers; no torch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+from .errors import PlanError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .specs import ClusterSpec, ModelSpec, Workload
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Group:
+    """One HP group: its devices (in rank order), zigzag chunk length, token shards and head counts."""
+
+    devices: tuple[int, ...]
+    chunk_len: int
+    shards: tuple[int, ...]
+    heads: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        for key in ("devices", "shards", "heads"):
+            object.__setattr__(self, key, tuple(int(x) for x in getattr(self, key)))
+        object.__setattr__(self, "chunk_len", int(self.chunk_len))
+
+    @property
+    def size(self) -> int:
+        return len(self.devices)
+
+    @property
+    def tokens(self) -> int:
+        """n_g: the group's tokens (front + back chunk)."""
+        return 2 * self.chunk_len
+
+
+@dataclass(frozen=True)
+class RankLayout:
+    """What one rank holds. Ranges are half-open [start, end) in global coordinates."""
+
+    rank: int
+    device: int
+    group: int
+    index_in_group: int
+    token_ranges: tuple[tuple[int, int], ...]  # the rank's shard (1 or 2 ranges; empty if s_r = 0)
+    group_token_ranges: tuple[tuple[int, int], tuple[int, int]]  # the group's front and back chunk
+    shard_offset: int  # where the shard starts in the group order
+    head_range: tuple[int, int]
+    kv_head_range: tuple[int, int]  # KV heads its query heads touch (empty if no heads)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(b - a for a, b in self.token_ranges)
+
+    @property
+    def num_heads(self) -> int:
+        return self.head_range[1] - self.head_range[0]
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.kv_head_range[1] - self.kv_head_range[0]
+
+    def token_indices(self) -> list[int]:
+        return [t for a, b in self.token_ranges for t in range(a, b)]
+
+
+def even_split(total: int, parts: int) -> tuple[int, ...]:
+    """Split `total` into `parts` integers differing by at most one (larger ones first)."""
+    if parts <= 0:
+        raise PlanError(f"cannot split {total} into {parts} parts")
+    q, r = divmod(total, parts)
+    return tuple(q + 1 if i < r else q for i in range(parts))
+
+
+def _cumsum(xs: Sequence[int]) -> list[int]:
+    out, acc = [0], 0
+    for x in xs:
+        acc += x
+        out.append(acc)
+    return out
+
+
+@dataclass(frozen=True)
+class Plan:
+    """An asymmetric CP x HP layout. The one object every part of HexiSeq speaks."""
+
+    seq_len: int
+    num_heads: int
+    num_kv_heads: int
+    groups: tuple[Group, ...]
+    block_size: int = 128
+    name: str = "plan"
+    cluster: str = ""
+    model: str = ""
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "groups", tuple(g if isinstance(g, Group) else Group(**g) for g in self.groups))
+
+    # ------------------------------------------------------------------ shape
+    @property
+    def num_groups(self) -> int:
+        return len(self.groups)
+
+    @property
+    def world_size(self) -> int:
+        return sum(g.size for g in self.groups)
+
+    @property
+    def rank_devices(self) -> tuple[int, ...]:
+        """Cluster device index of each rank."""
+        return tuple(d for g in self.groups for d in g.devices)
+
+    @property
+    def group_of_rank(self) -> tuple[int, ...]:
+        return tuple(gi for gi, g in enumerate(self.groups) for _ in g.devices)
+
+    @property
+    def group_sizes(self) -> tuple[int, ...]:
+        return tuple(g.size for g in self.groups)
+
+    def group_ranks(self, g: int) -> tuple[int, ...]:
+        start = sum(x.size for x in self.groups[:g])
+        return tuple(range(start, start + self.groups[g].size))
+
+    @property
+    def shards(self) -> tuple[int, ...]:
+        """s_r for every rank."""
+        return tuple(s for g in self.groups for s in g.shards)
+
+    @property
+    def heads(self) -> tuple[int, ...]:
+        """η_r for every rank."""
+        return tuple(h for g in self.groups for h in g.heads)
+
+    def chunk_starts(self) -> list[tuple[int, int]]:
+        """Global start of (front, back) chunk of every group."""
+        lens = [g.chunk_len for g in self.groups]
+        front = _cumsum(lens)
+        out = []
+        for i, L in enumerate(lens):
+            back = self.seq_len - front[i + 1]
+            out.append((front[i], back))
+        return out
+
+    # ------------------------------------------------------------------ layout
+    def layout(self) -> list[RankLayout]:
+        """Every rank's token ranges and head ranges (index = rank)."""
+        starts = self.chunk_starts()
+        gq = self.num_heads // self.num_kv_heads if self.num_kv_heads else 1
+        out: list[RankLayout] = []
+        rank = 0
+        for gi, g in enumerate(self.groups):
+            L = g.chunk_len
+            f0, b0 = starts[gi]
+            group_ranges = ((f0, f0 + L), (b0, b0 + L))
+            soff = _cumsum(g.shards)
+            hoff = _cumsum(g.heads)
+            for i, dev in enumerate(g.devices):
+                a, b = soff[i], soff[i + 1]
+                ranges = []
+                if a < min(b, L):  # part in the front chunk
+                    ranges.append((f0 + a, f0 + min(b, L)))
+                if b > max(a, L):  # part in the back chunk
+                    ranges.append((b0 + max(a, L) - L, b0 + b - L))
+                h0, h1 = hoff[i], hoff[i + 1]
+                kv = (h0 // gq, -(-h1 // gq)) if h1 > h0 else (0, 0)
+                out.append(RankLayout(rank, dev, gi, i, tuple(ranges), group_ranges, a, (h0, h1), kv))
+                rank += 1
+        return out
+
+    def group_positions(self, g: int) -> list[int]:
+        """Global token positions of group g in group order (front chunk, then back chunk)."""
+        f0, b0 = self.chunk_starts()[g]
+        L = self.groups[g].chunk_len
+        return list(range(f0, f0 + L)) + list(range(b0, b0 + L))
+
+    # ------------------------------------------------------------------ checks
+    def validate(
+        self,
+        cluster: "ClusterSpec | None" = None,
+        model: "ModelSpec | None" = None,
+        workload: "Workload | None" = None,
+    ) -> list[str]:
+        """Every violation, each with a precise message; empty when the plan is consistent."""
+        v: list[str] = []
+        H, Hkv = self.num_heads, self.num_kv_heads
+        if self.seq_len <= 0:
+            v.append(f"seq_len must be positive, got {self.seq_len}")
+        if self.block_size <= 0:
+            v.append(f"block_size must be positive, got {self.block_size}")
+        if H <= 0 or Hkv <= 0:
+            v.append(f"num_heads ({H}) and num_kv_heads ({Hkv}) must be positive")
+        elif H % Hkv:
+            v.append(f"num_heads ({H}) is not divisible by num_kv_heads ({Hkv})")
+        if not self.groups:
+            v.append("the plan has no groups")
+        seen: dict[int, int] = {}
+        total = 0
+        for gi, g in enumerate(self.groups):
+            where = f"group {gi}"
+            if g.size == 0:
+                v.append(f"{where} has no devices")
+                continue
+            if len(g.shards) != g.size or len(g.heads) != g.size:
+                v.append(f"{where}: {g.size} devices but {len(g.shards)} shards and {len(g.heads)} head counts")
+                continue
+            if g.chunk_len <= 0:
+                v.append(f"{where}: chunk_len must be positive, got {g.chunk_len}")
+            elif self.block_size > 0 and g.chunk_len % self.block_size:
+                v.append(
+                    f"{where}: chunk_len {g.chunk_len} is not a multiple of block_size {self.block_size} "
+                    f"(remainder {g.chunk_len % self.block_size})"
+                )
+            total += 2 * g.chunk_len
+            for i, d in enumerate(g.devices):
+                if d in seen:
+                    v.append(f"{where}: device {d} already appears in group {seen[d]}")
+                seen[d] = gi
+                if g.shards[i] < 0:
+                    v.append(f"{where}, rank {self.group_ranks(gi)[i]} (device {d}): negative shard {g.shards[i]}")
+                if g.heads[i] < 0:
+                    v.append(f"{where}, rank {self.group_ranks(gi)[i]} (device {d}): negative head count {g.heads[i]}")
+                if g.shards[i] == 0 and g.heads[i] == 0:
+                    v.append(f"{where}, rank {self.group_ranks(gi)[i]} (device {d}) has no tokens and no heads: leave the device out")
+            if sum(g.shards) != g.tokens:
+                diff = sum(g.shards) - g.tokens
+                v.append(
+                    f"{where}: shards sum to {sum(g.shards)} but the group holds {g.tokens} tokens "
+                    f"(2 x chunk_len {g.chunk_len}); {'over' if diff > 0 else 'short'} by {abs(diff)}"
+                )
+            if sum(g.heads) != H:
+                diff = sum(g.heads) - H
+                v.append(f"{where}: head counts sum to {sum(g.heads)}, expected {H}; {'over' if diff > 0 else 'short'} by {abs(diff)}")
+        if self.groups and total != self.seq_len:
+            diff = total - self.seq_len
+            v.append(f"chunks cover {total} tokens (2 x sum of chunk_len) but seq_len is {self.seq_len}; {'over' if diff > 0 else 'short'} by {abs(diff)}")
+        if cluster is not None:
+            for d in seen:
+                if not 0 <= d < cluster.size:
+                    v.append(f"device {d} is not in cluster {cluster.name!r} (devices 0..{cluster.size - 1})")
+        if model is not None:
+            if model.heads != H:
+                v.append(f"plan has {H} heads but model {model.name!r} has {model.heads}")
+            if model.kv_heads != Hkv:
+                v.append(f"plan has {Hkv} KV heads but model {model.name!r} has {model.kv_heads}")
+        if workload is not None and workload.seq_len != self.seq_len:
+            v.append(f"plan is for seq_len {self.seq_len} but the workload has {workload.seq_len}")
+        return v
+
+    def check(self, cluster: "ClusterSpec | None" = None, model: "ModelSpec | None" = None, workload: "Workload | None" = None) -> "Plan":
+        """Raise PlanError listing every violation; return self when valid."""
+        violations = self.validate(cluster, model, workload)
+        if violations:
+            raise PlanError(f"plan {self.name!r} is invalid ({len(violations)} problem{'s' * (len(violations) > 1)}):", violations)
+        return self
+
+    # ------------------------------------------------------------------ JSON
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["groups"] = [
+            {"devices": list(g.devices), "chunk_len": g.chunk_len, "shards": list(g.shards), "heads": list(g.heads)} for g in self.groups
+        ]
+        return {"schema_version": SCHEMA_VERSION, **d}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Plan":
+        version = d.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise PlanError(f"plan has schema_version {version!r}; this HexiSeq reads schema_version {SCHEMA_VERSION}")
+        fields = {k: v for k, v in d.items() if k != "schema_version"}
+        missing = {"seq_len", "num_heads", "num_kv_heads", "groups"} - set(fields)
+        if missing:
+            raise PlanError(f"plan lacks {sorted(missing)}")
+        unknown = set(fields) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise PlanError(f"plan has unknown keys {sorted(unknown)}")
+        try:
+            groups = tuple(Group(**g) for g in fields.pop("groups"))
+        except TypeError as e:
+            raise PlanError(f"plan group malformed: {e}") from None
+        return cls(groups=groups, **fields)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Plan":
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise PlanError(f"plan is not valid JSON: {e}") from None
+        return cls.from_dict(d)
+
+    def save(self, path: Path | str) -> None:
+        Path(path).write_text(self.to_json() + "\n")
+
+    @classmethod
+    def load(cls, path: Path | str) -> "Plan":
+        p = Path(path)
+        if not p.exists():
+            raise PlanError(f"plan file not found: {p}")
+        return cls.from_json(p.read_text())
+
+    # ------------------------------------------------------------------ display
+    def describe(self) -> str:
+        """A compact multi-line text of the allocation."""
+        lines = [f"plan {self.name!r}: S={self.seq_len}, H={self.num_heads} (kv {self.num_kv_heads}), {self.num_groups} groups, {self.world_size} ranks"]
+        lay = self.layout()
+        for gi, g in enumerate(self.groups):
+            lines.append(f"  group {gi}: devices {list(g.devices)}, chunk_len {g.chunk_len} ({g.tokens} tokens)")
+            for r in self.group_ranks(gi):
+                rl = lay[r]
+                lines.append(f"    rank {r:>4} dev {rl.device:>4}: tokens {rl.num_tokens:>8} {list(rl.token_ranges)}  heads [{rl.head_range[0]},{rl.head_range[1]})")
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- symmetric layouts
+
+
+def symmetric_plan(
+    devices: Iterable[int],
+    seq_len: int,
+    num_heads: int,
+    num_kv_heads: int,
+    cp: int,
+    hp: int,
+    block_size: int = 128,
+    name: str | None = None,
+    cluster: str = "",
+    model: str = "",
+) -> Plan:
+    """A USP/2D grid: `cp` groups of `hp` consecutive devices, even chunks, even shards, even heads.
+
+    cp = N, hp = 1 is Ring attention (zigzag); cp = 1, hp = N is Ulysses.
+    Raises PlanError when the sizes do not divide as a symmetric layout needs.
+    """
+    devs = list(devices)
+    if cp <= 0 or hp <= 0 or cp * hp != len(devs):
+        raise PlanError(f"symmetric layout cp={cp} x hp={hp} needs {cp * hp} devices, got {len(devs)}")
+    if num_heads % hp:
+        raise PlanError(f"symmetric layout: {num_heads} heads do not split evenly over hp={hp}")
+    unit = 2 * cp * block_size
+    if seq_len % unit:
+        raise PlanError(f"symmetric layout: seq_len {seq_len} is not a multiple of 2 x cp x block_size = {unit}")
+    L = seq_len // (2 * cp)
+    groups = tuple(
+        Group(tuple(devs[i * hp : (i + 1) * hp]), L, even_split(2 * L, hp), even_split(num_heads, hp)) for i in range(cp)
+    )
+    label = name or ("ring" if hp == 1 else "ulysses" if cp == 1 else f"usp-{cp}x{hp}")
+    return Plan(seq_len, num_heads, num_kv_heads, groups, block_size, label, cluster, model)
+
+
+def ring_plan(devices: Iterable[int], seq_len: int, num_heads: int, num_kv_heads: int, block_size: int = 128, **kw: Any) -> Plan:
+    """Pure CP: every device its own group, even zigzag chunks."""
+    devs = list(devices)
+    return symmetric_plan(devs, seq_len, num_heads, num_kv_heads, cp=len(devs), hp=1, block_size=block_size, **kw)
+
+
+def ulysses_plan(devices: Iterable[int], seq_len: int, num_heads: int, num_kv_heads: int, block_size: int = 128, **kw: Any) -> Plan:
+    """Pure HP: one group of all devices, even heads and shards."""
+    devs = list(devices)
+    return symmetric_plan(devs, seq_len, num_heads, num_kv_heads, cp=1, hp=len(devs), block_size=block_size, **kw)
