@@ -2,7 +2,7 @@
 asymmetric context parallelism (ring attention) x head parallelism (Ulysses)."""
 
 from .errors import HexiSeqError, InfeasibleError, PlanError, SpecError
-from .plan import Group, Plan, RankLayout, even_split, ring_plan, symmetric_plan, ulysses_plan
+from .plan import Group, Plan, RankLayout, even_split, random_plan, ring_plan, symmetric_plan, ulysses_plan
 from .specs import (
     ClusterSpec,
     Device,
@@ -21,5 +21,5 @@ __version__ = "0.1.0"
 __all__ = [
     "ClusterSpec", "Device", "GPUType", "Group", "HexiSeqError", "InfeasibleError", "ModelSpec", "Plan",
     "PlanError", "RankLayout", "SpecError", "Workload", "even_split", "get_gpu", "get_model", "gpu_catalog",
-    "load_cluster", "model_catalog", "ring_plan", "symmetric_plan", "ulysses_plan",
+    "load_cluster", "model_catalog", "random_plan", "ring_plan", "symmetric_plan", "ulysses_plan",
 ]

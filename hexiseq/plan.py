@@ -385,3 +385,63 @@ def ulysses_plan(devices: Iterable[int], seq_len: int, num_heads: int, num_kv_he
     """Pure HP: one group of all devices, even heads and shards."""
     devs = list(devices)
     return symmetric_plan(devs, seq_len, num_heads, num_kv_heads, cp=1, hp=len(devs), block_size=block_size, **kw)
+
+
+def random_plan(
+    world_size: int,
+    seq_len: int,
+    num_heads: int,
+    num_kv_heads: int,
+    seed: int = 0,
+    block_size: int = 1,
+    whole_kv_heads: bool = False,
+    name: str | None = None,
+) -> Plan:
+    """A random valid uneven plan on devices 0..world_size-1 (for tests and `hexiseq verify`).
+
+    Random group sizes and ring order, random chunk lengths (multiples of `block_size`, at least one
+    block each), random token shards and head counts (some may be 0, never both for one rank).
+    With `whole_kv_heads`, head counts are multiples of num_heads // num_kv_heads.
+    """
+    import random
+
+    rng = random.Random(seed)
+    if world_size <= 0:
+        raise PlanError(f"world_size must be positive, got {world_size}")
+    devices = list(range(world_size))
+    rng.shuffle(devices)
+    sizes: list[int] = []
+    left = world_size
+    while left:
+        s = rng.randint(1, left)
+        sizes.append(s)
+        left -= s
+    k = len(sizes)
+    blocks = seq_len // (2 * block_size)
+    if seq_len % (2 * block_size) or blocks < k:
+        raise PlanError(f"seq_len {seq_len} cannot hold {k} groups of whole blocks of {block_size} (need a multiple of {2 * block_size}, >= {2 * k * block_size})")
+    cuts = sorted(rng.sample(range(1, blocks), k - 1))
+    chunk_blocks = [b - a for a, b in zip([0] + cuts, cuts + [blocks])]
+    unit = num_heads // num_kv_heads if whole_kv_heads else 1
+    if num_heads % unit:
+        raise PlanError(f"{num_heads} heads cannot be split in whole KV heads of {unit}")
+    groups = []
+    pos = 0
+    for size, cb in zip(sizes, chunk_blocks):
+        n = 2 * cb * block_size
+        for _ in range(100):
+            shards = _random_composition(rng, n, size)
+            heads = [h * unit for h in _random_composition(rng, num_heads // unit, size)]
+            if all(s or h for s, h in zip(shards, heads)):
+                break
+        else:  # fall back to even splits, always valid
+            shards, heads = list(even_split(n, size)), [h * unit for h in even_split(num_heads // unit, size)]
+        groups.append(Group(tuple(devices[pos : pos + size]), cb * block_size, tuple(shards), tuple(heads)))
+        pos += size
+    return Plan(seq_len, num_heads, num_kv_heads, tuple(groups), block_size, name or f"random-{seed}")
+
+
+def _random_composition(rng: "Any", total: int, parts: int) -> list[int]:
+    """`total` as an ordered sum of `parts` non-negative integers, uniformly-ish at random."""
+    cuts = sorted(rng.randint(0, total) for _ in range(parts - 1))
+    return [b - a for a, b in zip([0] + cuts, cuts + [total])]
