@@ -549,6 +549,13 @@ def load_model_catalog(path: Path | str | None = None) -> dict[str, ModelSpec]:
         unknown = set(fields) - _MODEL_KEYS
         if unknown:
             raise SpecError(f"model {name!r}: unknown fields {sorted(unknown)}; known: {sorted(_MODEL_KEYS)}")
+        # PyYAML reads "3.21e9" (no sign in the exponent) as a string: coerce the float fields.
+        for key in ("published_params", "rope_theta"):
+            if isinstance(fields.get(key), str):
+                try:
+                    fields[key] = float(fields[key])
+                except ValueError:
+                    raise SpecError(f"model {name!r}: {key} must be a number, got {fields[key]!r}") from None
         try:
             out[name] = ModelSpec(name=name, **fields)
         except TypeError as e:

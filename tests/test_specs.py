@@ -1,0 +1,176 @@
+"""Specs and catalogs: every bundled file loads, derived bandwidths, parameter counts, bad input."""
+
+import json
+
+import numpy as np
+import pytest
+
+from hexiseq import ClusterSpec, ModelSpec, SpecError, Workload, get_gpu, get_model, load_cluster, model_catalog
+from hexiseq.specs import (
+    LinkOverride,
+    bundled_clusters,
+    gpu_catalog,
+    load_gpu_catalog,
+    load_profile,
+    model_from_hf_config,
+    parse_tokens,
+)
+
+EXPECTED_CLUSTERS = {
+    "testbed-8": {"H100-SXM": 4, "A100-80GB": 4},
+    "testbed-16": {"H100-SXM": 8, "A100-80GB": 8},
+    "sim-32": {"H100-SXM": 8, "A100-80GB": 16, "L40S": 8},
+    "sim-64": {"H100-SXM": 16, "A100-80GB": 16, "A800": 16, "L40S": 16},
+    "sim-128": {"H100-SXM": 16, "A100-80GB": 48, "A800": 32, "L40S": 32},
+    "pair-a-mixed": {"H100-SXM": 48, "A100-80GB": 8},
+    "pair-a-a100": {"A100-80GB": 152},
+    "pair-b-mixed": {"H100-SXM": 52, "A100-80GB": 4, "A800": 8},
+    "pair-b-a100": {"A100-80GB": 168},
+    "scale-1024": {"H100-SXM": 256, "A100-80GB": 256, "A800": 256, "L40S": 256},
+}
+
+
+def test_gpu_catalog_has_required_types():
+    cat = gpu_catalog()
+    for name in ["H100-SXM", "H200", "A100-80GB", "A100-40GB", "A800", "L40S", "B200", "RTX-4090", "RTX-A6000"]:
+        assert name in cat
+    assert cat["H100-SXM"].peak_bf16_tflops == 989
+    assert cat["A100-80GB"].link_bandwidth_gbps == 300
+    assert cat["H100-SXM"].matmul_flops == pytest.approx(989e12 * cat["H100-SXM"].eff_matmul)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_CLUSTERS))
+def test_bundled_clusters_load_with_documented_composition(name):
+    c = load_cluster(name)
+    assert c.gpu_types == EXPECTED_CLUSTERS[name]
+    assert c.size == sum(EXPECTED_CLUSTERS[name].values())
+
+
+def test_every_bundled_cluster_file_is_covered():
+    assert set(bundled_clusters()) == set(EXPECTED_CLUSTERS)
+
+
+def test_derived_bandwidths_testbed():
+    c = load_cluster("testbed-8")
+    assert c.bandwidth_gbps(0, 1) == 450  # H100 NVLink inside node 0
+    assert c.bandwidth_gbps(4, 7) == 300  # A100 NVLink inside node 1
+    assert c.bandwidth_gbps(0, 4) == 25  # across nodes: the NIC
+    assert c.latency_s(0, 4) == pytest.approx(10e-6)
+    assert np.isinf(c.bandwidth_matrix_gbps[3, 3])
+    assert c.bandwidth_matrix_gbps.shape == (8, 8)
+    assert (c.bandwidth_matrix_gbps == c.bandwidth_matrix_gbps.T).all()
+
+
+def test_inter_node_is_the_slower_nic_and_overrides_win():
+    c = ClusterSpec.from_nodes(
+        "x", [("H100-SXM", 2, 50), ("L40S", 2, 12.5)], overrides=[LinkOverride(0, 1, 100.0, 5.0)]
+    )
+    assert c.bandwidth_gbps(0, 2) == 12.5
+    assert c.bandwidth_gbps(2, 3) == 32  # L40S over PCIe
+    assert c.bandwidth_gbps(0, 1) == 100.0 and c.bandwidth_gbps(1, 0) == 100.0
+    assert c.latency_s(0, 1) == pytest.approx(5e-6)
+
+
+def test_profile_overrides_efficiencies(tmp_path):
+    p = tmp_path / "prof.yaml"
+    p.write_text("gpus:\n  H100-SXM: {eff_matmul: 0.7, eff_attention: 0.55}\n")
+    c = load_cluster("testbed-8").with_profile(load_profile(p))
+    assert c.devices[0].gpu.eff_matmul == 0.7 and c.devices[4].gpu.eff_matmul == get_gpu("A100-80GB").eff_matmul
+
+
+@pytest.mark.parametrize("name", [n for n, m in model_catalog().items() if m.published_params])
+def test_param_counts_within_1pct_of_published(name):
+    m = get_model(name)
+    assert abs(m.param_count - m.published_params) / m.published_params < 0.01
+
+
+def test_required_model_names():
+    for name in ["llama3.2-3b", "llama2-7b", "llama3-8b", "llama2-13b", "codellama-34b", "llama2-70b",
+                 "llama3-70b", "gpt-3b", "gpt-7b", "gpt-13b", "gpt-70b", "tiny"]:
+        assert name in model_catalog()
+
+
+def test_llama2_7b_exact_param_count_and_flops():
+    m = get_model("llama2-7b")
+    assert m.param_count == 6_738_415_616
+    # Forward matmul FLOPs per token = 2 x (all matmul weights) = 2 x (params - embedding - norms).
+    norms = (2 * m.layers + 1) * m.hidden
+    assert m.linear_flops_per_token == 2 * (m.param_count - m.embedding_params - norms)
+    S = 4096
+    expected = 6 * (m.param_count - m.embedding_params - norms) * S + 3 * m.layers * m.heads * 4 * m.head_dim * S * (S + 1) / 2
+    assert m.training_flops(S) == pytest.approx(expected)
+
+
+def test_gqa_reduces_kv_params():
+    m = get_model("llama3-8b")
+    assert m.group_size == 4 and m.head_dim == 128
+    assert m.attn_params_per_layer == 4096 * 4096 * 2 + 2 * 4096 * 1024
+
+
+def test_hf_config_to_modelspec(tmp_path):
+    cfg = {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+           "intermediate_size": 14336, "vocab_size": 128256, "rope_theta": 500000.0, "tie_word_embeddings": False}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    m = model_from_hf_config(tmp_path / "config.json", name="x")
+    assert m.param_count == get_model("llama3-8b").param_count
+    assert get_model(str(tmp_path / "config.json")).kv_heads == 8
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_unknown_gpu_lists_known_ones():
+    with pytest.raises(SpecError, match=r"unknown GPU type 'H9000'.*known types: .*A100-80GB"):
+        get_gpu("H9000")
+
+
+def test_unknown_gpu_in_cluster_file_names_the_node(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("nodes:\n  - {gpu: H100-SXM, count: 2, nic_gbps: 25}\n  - {gpu: V100, count: 2, nic_gbps: 25}\n")
+    with pytest.raises(SpecError, match=r"nodes\[1\].*unknown GPU type 'V100'"):
+        load_cluster(f)
+
+
+def test_unknown_model():
+    with pytest.raises(SpecError, match=r"unknown model 'llama9'.*known models: .*llama2-7b"):
+        get_model("llama9")
+
+
+@pytest.mark.parametrize("bw", [0, -25])
+def test_non_positive_bandwidth_refused(tmp_path, bw):
+    f = tmp_path / "c.yaml"
+    f.write_text(f"nodes:\n  - {{gpu: H100-SXM, count: 2, nic_gbps: {bw}}}\n")
+    with pytest.raises(SpecError, match=r"nic_gbps must be a positive number, got " + str(bw)):
+        load_cluster(f)
+
+
+def test_non_positive_override_refused():
+    with pytest.raises(SpecError, match="bandwidth_gbps must be a positive number"):
+        ClusterSpec.from_nodes("x", [("H100-SXM", 2, 25)], overrides=[LinkOverride(0, 1, -1.0)])
+
+
+def test_heads_not_divisible_by_kv_heads():
+    with pytest.raises(SpecError, match=r"heads \(30\) must be divisible by kv_heads \(8\)"):
+        ModelSpec("bad", layers=2, hidden=960, heads=30, kv_heads=8, ffn=100, vocab=10)
+
+
+def test_missing_cluster_file_lists_bundled():
+    with pytest.raises(SpecError, match="bundled clusters: .*testbed-8"):
+        load_cluster("no-such-cluster")
+
+
+def test_bad_gpu_catalog_field(tmp_path):
+    f = tmp_path / "g.yaml"
+    f.write_text("X:\n  peak_bf16_tflops: 1\n  memory_gib: 1\n  hbm_bandwidth_gbps: 1\n  link_kind: pcie4\n  link_bandwidth_gbps: 1\n  speed: 3\n")
+    with pytest.raises(SpecError, match=r"unknown fields \['speed'\]"):
+        load_gpu_catalog(f)
+
+
+def test_workload_and_tokens():
+    assert parse_tokens("128K") == 131072 and parse_tokens("1M") == 1 << 20 and parse_tokens("4096") == 4096
+    with pytest.raises(SpecError, match="not a token count"):
+        parse_tokens("lots")
+    with pytest.raises(SpecError, match="seq_len must be a positive integer"):
+        Workload(seq_len=0)
+    with pytest.raises(SpecError, match="param_sharding"):
+        Workload(seq_len=8, param_sharding="zero9")
