@@ -1,0 +1,70 @@
+"""`hexiseq estimate` end to end (in process)."""
+
+import dataclasses
+import json
+
+import pytest
+
+from hexiseq.cli import main
+from hexiseq.commands.estimate import parse_layout
+from hexiseq.errors import SpecError
+from hexiseq.plan import random_plan
+
+
+def run_cli(capsys, *argv):
+    rc = main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_layout_json(capsys):
+    rc, out, _ = run_cli(capsys, "estimate", "--cluster", "testbed-8", "--seq-len", "64K", "--layout", "usp:2x4", "--recompute", "--json")
+    assert rc == 0
+    d = json.loads(out)
+    for key in ("iteration_time_s", "tokens_per_s", "model_flops", "bound_tokens_per_s", "efficiency_vs_bound", "fits", "ranks", "simulated_time_s"):
+        assert key in d
+    assert len(d["ranks"]) == 8
+    assert {"device", "time_s", "memory_gib", "capacity_gib"} <= set(d["ranks"][0])
+    assert d["fits"] is True
+    assert 0 < d["efficiency_vs_bound"] < 1
+    assert d["ranks"][d["critical_rank"]]["gpu"] == "A100-80GB"
+
+
+def test_plan_file_table(capsys, tmp_path):
+    plan = random_plan(8, 65536, 32, 32, seed=2, block_size=128)
+    plan = dataclasses.replace(plan, cluster="testbed-8", model="llama2-7b")
+    path = tmp_path / "plan.json"
+    plan.save(path)
+    rc, out, _ = run_cli(capsys, "estimate", "--plan", str(path), "--recompute")
+    assert rc == 0
+    assert "critical path: rank" in out and "simulated:" in out and "tokens/s" in out
+    assert out.count("H100-SXM") >= 4 and "mem/cap GiB" in out
+
+
+def test_oom_is_reported(capsys):
+    rc, out, _ = run_cli(capsys, "estimate", "--cluster", "testbed-8", "--seq-len", "512K", "--layout", "ring", "--no-simulate")
+    assert rc == 0
+    assert "short by" in out and "OOM" in out
+
+
+@pytest.mark.parametrize(
+    "argv, msg",
+    [
+        (["--cluster", "testbed-8", "--seq-len", "64K", "--layout", "usp:3x4"], "12 devices"),
+        (["--cluster", "testbed-8", "--seq-len", "64K", "--layout", "grid"], "ring, ulysses or usp"),
+        (["--cluster", "testbed-8", "--seq-len", "64K"], "exactly one of"),
+        (["--plan", "/nonexistent/plan.json"], "not found"),
+    ],
+)
+def test_errors_exit_2(capsys, argv, msg):
+    rc, _, err = run_cli(capsys, "estimate", *argv)
+    assert rc == 2
+    assert msg in err
+
+
+def test_parse_layout():
+    assert parse_layout("ring", 8) == (8, 1)
+    assert parse_layout("Ulysses", 8) == (1, 8)
+    assert parse_layout("usp:4x2", 8) == (4, 2)
+    with pytest.raises(SpecError):
+        parse_layout("usp:4x4", 8)
