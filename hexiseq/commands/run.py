@@ -1,0 +1,86 @@
+"""`hexiseq run --plan FILE --nproc N [--steps K] [--model tiny]`: a short real training run of a plan.
+
+On this machine the ranks are spawned processes (gloo on CPU; NCCL when there is a GPU per rank);
+under `torchrun` each process runs its own rank. The data is one synthetic sequence of the plan's
+length (seeded random token ids), trained on for K steps; rank 0 prints the loss and tokens/s of
+every step. Start from pretrained weights with `--init-from` (a Hugging Face checkpoint directory)
+and write the result with `--save`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+
+import torch
+
+from ..errors import PlanError
+from ..plan import Plan
+from ..specs import get_model
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="a short training run of a plan (spawned ranks or torchrun)", description=__doc__)
+    p.add_argument("--plan", required=True, help="plan JSON file")
+    p.add_argument("--nproc", type=int, help="ranks to spawn (default and only valid value: the plan's world size)")
+    p.add_argument("--steps", type=int, default=5, help="training steps (default 5)")
+    p.add_argument("--model", default="tiny", help="Llama-family model of data/models.yaml or a HF config.json (default tiny)")
+    p.add_argument("--init-from", help="Hugging Face checkpoint directory to start from (overrides --model)")
+    p.add_argument("--save", help="write the trained weights here in Hugging Face layout")
+    p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default 1e-3)")
+    p.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm (default 1.0; 0 disables)")
+    p.add_argument("--recompute", action="store_true", help="activation checkpointing")
+    p.add_argument("--fsdp", action="store_true", help="shard parameters with FSDP2 (for large models on GPUs)")
+    p.add_argument("--loss-chunk", type=int, default=4096, help="tokens per chunk of the LM head + loss (default 4096)")
+    p.add_argument("--seed", type=int, default=0, help="weights and data (default 0)")
+    p.add_argument("--strict-gpus", action="store_true", help="refuse (not just warn) when a rank's GPU model differs from the plan's device")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds before the world is killed / a collective times out")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..runtime.checkpoint import config_from_hf, model_spec_from_checkpoint, read_hf_config
+    from ..runtime.model import LlamaConfig
+    from ..runtime.parallel import ParallelOptions
+    from ..runtime.train import StepJob, TrainConfig, step_worker
+
+    if args.steps <= 0:
+        raise PlanError(f"--steps must be positive, got {args.steps}")
+    plan = Plan.load(args.plan)
+    if args.init_from:
+        spec, cfg = model_spec_from_checkpoint(args.init_from), config_from_hf(read_hf_config(args.init_from))
+    else:
+        spec = get_model(args.model)
+        cfg = LlamaConfig.from_spec(spec)
+    plan.check(model=spec)
+    torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    nproc = args.nproc if args.nproc is not None else plan.world_size
+    if not torchrun and nproc != plan.world_size:
+        raise PlanError(f"plan {plan.name!r} has {plan.world_size} ranks but --nproc is {nproc}")
+    job = StepJob(
+        plan=plan.to_dict(), model=cfg, steps=args.steps, seed=args.seed,
+        train=TrainConfig(lr=args.lr, grad_clip=args.grad_clip or None, timeout_s=args.timeout),
+        options=ParallelOptions(fsdp=args.fsdp, activation_checkpointing=args.recompute, loss_chunk=args.loss_chunk),
+        init_from=args.init_from, save_to=args.save, show=True, strict_gpus=args.strict_gpus,
+    )
+    if not torchrun or os.environ.get("RANK") == "0":
+        print(f"hexiseq run: plan {plan.name!r}, {plan.world_size} ranks, {plan.seq_len} tokens, model {spec.name}, {args.steps} steps")
+    if torchrun:  # this process is one rank; check_world (in step_worker) refuses a wrong world size
+        from ..runtime.launch import init_from_env
+
+        rank, world = init_from_env(timeout_s=args.timeout)
+        result = step_worker(rank, world, job)
+        if rank != 0:
+            return 0
+    else:
+        from ..runtime.launch import spawn_world
+
+        cuda = torch.cuda.is_available() and torch.cuda.device_count() >= nproc
+        result = spawn_world(step_worker, nproc, job, timeout_s=args.timeout, backend="nccl" if cuda else "gloo")[0]
+    steps = result["steps"]
+    steady = [s["tokens_per_s"] for s in steps[1:]] or [steps[0]["tokens_per_s"]]  # the first step warms up
+    print(f"done: loss {steps[0]['loss']:.4f} -> {steps[-1]['loss']:.4f}; {statistics.median(steady):,.0f} tokens/s (median after step 1)")
+    if args.save:
+        print(f"saved to {args.save}")
+    return 0

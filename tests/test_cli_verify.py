@@ -1,0 +1,71 @@
+"""`hexiseq verify`: random and file plans pass on 2-4 ranks; bad plans are refused with their reason."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hexiseq.cli import main
+from hexiseq.plan import Group, Plan, random_plan
+
+KEYS = {"loss_ref", "loss_dist", "max_rel_err_out", "max_rel_err_grad", "nproc"}
+
+
+def test_random_plan_two_ranks_json(capsys):
+    assert main(["verify", "--random-plan", "--nproc", "2", "--seed", "3", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert KEYS <= set(res) and res["nproc"] == 2 and res["passed"] and res["dtype"] == "fp32"
+    assert res["max_rel_err_out"] <= 1e-5 and res["max_rel_err_grad"] <= 1e-5
+    assert abs(res["loss_dist"] - res["loss_ref"]) <= 1e-5 * res["loss_ref"]
+    assert 5.5 < res["loss_ref"] < 7.0  # ~ln(512): a random tiny model on random tokens
+
+
+def test_random_plan_four_ranks_text(capsys):
+    assert main(["verify", "--random-plan", "--nproc", "4", "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "4 ranks" in out and "PASS" in out and "gradients max rel err" in out
+
+
+def test_plan_file_error_above_tolerance_exits_nonzero(tmp_path, capsys):
+    """A plan file; a tolerance below fp32 rounding makes the same comparison fail (exit 1)."""
+    path = tmp_path / "plan.json"
+    random_plan(2, 128, 8, 4, seed=9, block_size=8).save(path)
+    assert main(["verify", "--plan", str(path), "--tolerance", "1e-12", "--json"]) == 1
+    res = json.loads(capsys.readouterr().out)
+    assert res["nproc"] == 2 and res["plan"] == "random-9" and not res["passed"] and res["tolerance"] == 1e-12
+    assert 0 < res["max_rel_err_grad"] <= 1e-5  # the run itself is right: only the bar moved
+
+
+def _refused(argv: list[str], capsys) -> str:
+    assert main(argv) == 2
+    return capsys.readouterr().err
+
+
+def test_corrupted_plan_is_refused_with_its_reason(tmp_path, capsys):
+    good = random_plan(2, 128, 8, 4, seed=1, block_size=8)
+    d = good.to_dict()
+    d["groups"][0]["shards"][0] += 5  # shards no longer sum to the group's tokens
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(d))
+    err = _refused(["verify", "--plan", str(path)], capsys)
+    assert "invalid" in err and "over by 5" in err
+    path.write_text("{not json")
+    assert "not valid JSON" in _refused(["verify", "--plan", str(path)], capsys)
+
+
+def test_plan_for_another_model_is_refused(tmp_path, capsys):
+    path = tmp_path / "7b.json"
+    Plan(256, 32, 32, (Group((0, 1), 128, (128, 128), (16, 16)),), block_size=64, name="for-7b").save(path)
+    err = _refused(["verify", "--plan", str(path), "--model", "tiny"], capsys)
+    assert "plan has 32 heads but model 'tiny' has 8" in err and "32 KV heads" in err
+
+
+def test_world_size_and_arguments_are_checked(tmp_path, capsys):
+    path = tmp_path / "p.json"
+    random_plan(3, 128, 8, 4, seed=2, block_size=8).save(path)
+    assert "has 3 ranks but --nproc is 2" in _refused(["verify", "--plan", str(path), "--nproc", "2"], capsys)
+    assert "--nproc" in _refused(["verify", "--random-plan"], capsys)
+    assert "swiglu/rmsnorm" in _refused(["verify", "--random-plan", "--nproc", "2", "--model", "gpt-3b"], capsys)
+    with pytest.raises(SystemExit):  # --plan and --random-plan together
+        main(["verify", "--plan", str(path), "--random-plan"])

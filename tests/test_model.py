@@ -1,0 +1,145 @@
+"""The one-device Llama: attention, RoPE from explicit positions, chunked loss, checkpointing, configs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from hexiseq.errors import SpecError
+from hexiseq.runtime.model import (
+    IGNORE_INDEX,
+    Llama,
+    LlamaConfig,
+    chunked_loss_sum,
+    dense_causal_attention,
+    reference_loss,
+    shift_labels,
+)
+from hexiseq.specs import get_model
+
+CFG = LlamaConfig(vocab=97, hidden=64, layers=2, heads=8, kv_heads=2, ffn=96, rope_theta=1000.0)
+
+
+def _model(cfg: LlamaConfig = CFG, seed: int = 0) -> Llama:
+    return Llama(cfg).init_weights(seed, std=0.1)
+
+
+def test_dense_attention_is_causal_gqa():
+    torch.manual_seed(0)
+    S, H, Hkv, d = 11, 6, 2, 8
+    q, k, v = torch.randn(S, H, d), torch.randn(S, Hkv, d), torch.randn(S, Hkv, d)
+    out = dense_causal_attention(q, k, v)
+    kk, vv = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)  # query head h -> kv head h // 3
+    scores = torch.einsum("qhd,khd->hqk", q, kk) / d**0.5
+    scores = scores.masked_fill(~torch.ones(S, S, dtype=torch.bool).tril(), float("-inf"))
+    ref = torch.einsum("hqk,khd->qhd", scores.softmax(-1), vv)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_shards_with_global_positions_match_the_whole_sequence():
+    """A zigzag-permuted sequence with its global positions (and attention masked by position)
+    gives exactly the rows of the in-order run: RoPE and the model follow positions, not order."""
+    model = _model()
+    S = 24
+    tokens = torch.randint(0, CFG.vocab, (S,), generator=torch.Generator().manual_seed(1))
+    ref = model(tokens)
+    perm = torch.tensor(list(range(0, 4)) + list(range(20, 24)) + list(range(4, 12)) + list(range(12, 20)))
+
+    def by_position(q, k, v):
+        mask = perm[:, None] >= perm[None, :]
+        o = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask, enable_gqa=True)
+        return o.transpose(0, 1)
+
+    model.set_attention(by_position)
+    out = model(tokens[perm], perm)
+    torch.testing.assert_close(out, ref[perm], rtol=1e-5, atol=1e-5)
+    # positions matter: the same permuted tokens at in-order positions give other values
+    model.set_attention(dense_causal_attention)
+    assert (model(tokens[perm]) - ref[perm]).abs().max() > 1e-2
+
+
+def test_rope_is_relative():
+    """Shifting every position by a constant leaves attention (hence the output) unchanged."""
+    model = _model()
+    tokens = torch.randint(0, CFG.vocab, (16,), generator=torch.Generator().manual_seed(2))
+    a = model(tokens, torch.arange(16))
+    b = model(tokens, torch.arange(16) + 1000)
+    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1000])
+def test_chunked_loss_equals_plain_cross_entropy(chunk):
+    torch.manual_seed(3)
+    h = torch.randn(20, 16, requires_grad=True)
+    w = torch.randn(50, 16, requires_grad=True)
+    labels = torch.randint(0, 50, (20,))
+    labels[[3, 19]] = IGNORE_INDEX
+    got = chunked_loss_sum(h, w, labels, chunk)
+    gh, gw = torch.autograd.grad(got, (h, w))
+    ref = F.cross_entropy(h @ w.T, labels, ignore_index=IGNORE_INDEX, reduction="sum")
+    rh, rw = torch.autograd.grad(ref, (h, w))
+    torch.testing.assert_close(got, ref)
+    torch.testing.assert_close(gh, rh)
+    torch.testing.assert_close(gw, rw)
+
+
+def test_empty_shard_loss_keeps_the_graph():
+    """A rank with no tokens must still backpropagate through the layers (their collectives)."""
+    h = torch.randn(0, 16, requires_grad=True)
+    w = torch.randn(50, 16, requires_grad=True)
+    loss = chunked_loss_sum(h, w, torch.zeros(0, dtype=torch.long))
+    assert loss.item() == 0.0 and loss.grad_fn is not None
+    loss.backward()
+    assert torch.count_nonzero(w.grad) == 0
+
+
+def test_labels_and_reference_loss():
+    tokens = torch.tensor([5, 6, 7, 8])
+    assert shift_labels(tokens).tolist() == [6, 7, 8, IGNORE_INDEX]
+    model = _model()
+    tokens = torch.randint(0, CFG.vocab, (30,), generator=torch.Generator().manual_seed(4))
+    logits = model.logits(model(tokens))
+    ref = F.cross_entropy(logits[:-1], tokens[1:])
+    torch.testing.assert_close(reference_loss(model, tokens, loss_chunk=8), ref)
+
+
+def test_activation_checkpointing_gives_the_same_gradients():
+    tokens = torch.randint(0, CFG.vocab, (32,), generator=torch.Generator().manual_seed(5))
+    grads = []
+    for ac in (False, True):
+        model = _model()
+        model.activation_checkpointing = ac
+        reference_loss(model, tokens).backward()
+        grads.append({n: p.grad for n, p in model.named_parameters()})
+    for n in grads[0]:
+        torch.testing.assert_close(grads[0][n], grads[1][n], rtol=1e-6, atol=1e-7)
+
+
+def test_tied_embeddings_share_one_parameter():
+    cfg = LlamaConfig(vocab=97, hidden=64, layers=1, heads=4, kv_heads=4, ffn=96, tie_embeddings=True)
+    model = _model(cfg)
+    assert model.lm_head.weight is model.embed_tokens.weight
+    names = [n for n, _ in model.named_parameters()]
+    assert "embed_tokens.weight" in names and "lm_head.weight" not in names
+    reference_loss(model, torch.randint(0, 97, (12,))).backward()
+    assert model.embed_tokens.weight.grad is not None
+
+
+def test_config_from_catalog_and_refusals():
+    tiny = LlamaConfig.from_spec(get_model("tiny"))
+    assert (tiny.heads, tiny.kv_heads, tiny.head_dim, tiny.vocab) == (8, 4, 16, 512)
+    with pytest.raises(SpecError, match="Llama-family"):
+        LlamaConfig.from_spec(get_model("gpt-3b"))
+    with pytest.raises(SpecError, match="divisible"):
+        LlamaConfig(vocab=10, hidden=64, layers=1, heads=6, kv_heads=4, ffn=8)
+    with pytest.raises(SpecError, match="not supported"):
+        LlamaConfig(vocab=10, hidden=64, layers=1, heads=4, kv_heads=4, ffn=8, rope_scaling={"rope_type": "yarn"})
+
+
+def test_init_is_deterministic():
+    a, b, c = _model(seed=7), _model(seed=7), _model(seed=8)
+    for (n, p), q, r in zip(a.named_parameters(), b.parameters(), c.parameters()):
+        assert torch.equal(p, q), n
+        if p.ndim == 2:
+            assert not torch.equal(p, r), n
