@@ -96,6 +96,25 @@ def even_split(total: int, parts: int) -> tuple[int, ...]:
     return tuple(q + 1 if i < r else q for i in range(parts))
 
 
+def _proportional(weights: Sequence[int], total: int, minimum: int = 0, only_positive: bool = False) -> list[int]:
+    """Integers summing to `total` in proportion to `weights` (largest remainder); entries with a
+    positive weight get at least `minimum` (zero weights stay zero when `only_positive`)."""
+    idx = [i for i, w in enumerate(weights) if w > 0 or not only_positive]
+    out = [0] * len(weights)
+    floor = {i: minimum for i in idx}
+    rest = total - minimum * len(idx)
+    if rest < 0:
+        raise PlanError(f"cannot give {len(idx)} parts at least {minimum} each out of {total}")
+    wsum = sum(weights[i] for i in idx) or 1
+    exact = {i: rest * weights[i] / wsum for i in idx}
+    for i in idx:
+        out[i] = floor[i] + int(exact[i])
+    left = total - sum(out)
+    for i in sorted(idx, key=lambda i: exact[i] - int(exact[i]), reverse=True)[:left]:
+        out[i] += 1
+    return out
+
+
 def _cumsum(xs: Sequence[int]) -> list[int]:
     out, acc = [0], 0
     for x in xs:
@@ -325,6 +344,30 @@ class Plan:
         if not p.exists():
             raise PlanError(f"plan file not found: {p}")
         return cls.from_json(p.read_text())
+
+    # ------------------------------------------------------------------ resizing
+    def scaled(self, seq_len: int, block_size: int = 1) -> "Plan":
+        """The same groups, devices and head split over a shorter (or longer) sequence, with chunk
+        lengths and token shards in the same proportions (largest-remainder rounding, at least one
+        block per chunk). Used to check a production plan numerically on a small machine."""
+        k = self.num_groups
+        blocks = seq_len // (2 * block_size)
+        if seq_len % (2 * block_size) or blocks < k:
+            raise PlanError(f"cannot scale plan {self.name!r} ({k} groups) to {seq_len} tokens with block_size {block_size}: "
+                            f"need a multiple of {2 * block_size} and at least {2 * k * block_size}")
+        chunk_blocks = _proportional([g.chunk_len for g in self.groups], blocks, minimum=1)
+        groups = []
+        for g, cb in zip(self.groups, chunk_blocks):
+            n = 2 * cb * block_size
+            # A rank that had tokens keeps at least one when the group has room (its code path stays exercised).
+            shards = _proportional(list(g.shards), n, minimum=1 if n >= sum(1 for s in g.shards if s) else 0, only_positive=True)
+            groups.append(Group(g.devices, cb * block_size, tuple(shards), g.heads))
+        plan = Plan(seq_len, self.num_heads, self.num_kv_heads, tuple(groups), block_size,
+                    f"{self.name}@{seq_len}", self.cluster, self.model, {**self.meta, "scaled_from": self.seq_len})
+        problems = plan.validate()
+        if problems:
+            raise PlanError(f"{seq_len} tokens are too few to keep the shape of plan {self.name!r}; use a longer sequence:", problems)
+        return plan
 
     # ------------------------------------------------------------------ display
     def describe(self) -> str:

@@ -606,7 +606,8 @@ def model_from_hf_config(path_or_dict: Path | str | Mapping[str, Any], name: str
             mlp="swiglu",
             norm="rmsnorm",
             tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            rope_theta=float(cfg.get("rope_theta", 10000.0)),
+            # transformers 5 nests rope_theta inside rope_parameters; older configs keep it top-level.
+            rope_theta=float((cfg.get("rope_parameters") or {}).get("rope_theta", cfg.get("rope_theta", 10000.0))),
             head_dim=int(cfg.get("head_dim") or 0),
         )
     except KeyError as e:

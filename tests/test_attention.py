@@ -71,7 +71,6 @@ def _cases(world: int) -> list[tuple[Plan, int]]:
               block_size=1, name="tiny-chunks"), 4),
     ]
     if world >= 2:
-        sizes = [1, world - 1]
         ranks = iter(range(world))
         cases.append((Plan(60, 7, 7, (Group((next(ranks),), 9, (18,), (7,)),
                                       Group(tuple(next(ranks) for _ in range(world - 1)), 21,

@@ -18,7 +18,7 @@ def test_run_trains_saves_and_resumes(tmp_path, capfd):
     plan = tmp_path / "plan.json"
     random_plan(2, 128, 8, 4, seed=4, block_size=8).save(plan)
     out_dir = tmp_path / "ckpt"
-    assert main(["run", "--plan", str(plan), "--nproc", "2", "--steps", "3", "--lr", "3e-3", "--save", str(out_dir)]) == 0
+    assert main(["run", "--plan", str(plan), "--nproc", "2", "--steps", "3", "--lr", "3e-3", "--model", "tiny", "--save", str(out_dir)]) == 0
     out = capfd.readouterr().out
     steps = re.findall(r"step (\d)/3\s+loss ([\d.]+)\s+grad_norm [\d.]+\s+([\d,]+) tokens/s", out)
     assert [s[0] for s in steps] == ["1", "2", "3"], out

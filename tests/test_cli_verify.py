@@ -69,3 +69,19 @@ def test_world_size_and_arguments_are_checked(tmp_path, capsys):
     assert "swiglu/rmsnorm" in _refused(["verify", "--random-plan", "--nproc", "2", "--model", "gpt-3b"], capsys)
     with pytest.raises(SystemExit):  # --plan and --random-plan together
         main(["verify", "--plan", str(path), "--random-plan"])
+
+
+def test_verify_a_long_plan_for_a_big_model_runs_scaled_on_a_proxy(tmp_path, capsys):
+    """A planner-sized plan (llama2-7b heads, 64K tokens, uneven groups) is checked on a proxy
+    Llama with the same 32 heads, scaled to 1024 tokens with the same groups and head split."""
+
+
+    plan = Plan(65536, 32, 32, (Group((0, 1), 20480, (22000, 18960), (20, 12)), Group((2,), 12288, (24576,), (32,))),
+                block_size=128, name="uneven-7b", model="llama2-7b")
+    path = tmp_path / "p.json"
+    plan.save(path)
+    assert main(["verify", "--plan", str(path), "--seq-len", "1024", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["seq_len"] == 1024 and res["nproc"] == 3 and res["model"] == "proxy-32h32kv"
+    assert res["max_rel_err_out"] <= 1e-5 and res["max_rel_err_grad"] <= 1e-5
+    assert any("scaled from 65,536 to 1,024" in n for n in res["notes"])

@@ -113,3 +113,28 @@ def test_validation_against_cluster_model_workload():
 def test_rank_without_tokens_or_heads_is_refused():
     plan = Plan(8, 2, 2, (Group((0, 1), 4, (8, 0), (2, 0)),), block_size=1)
     assert any("has no tokens and no heads" in x for x in plan.validate())
+
+
+def test_scaled_plan_keeps_groups_heads_and_proportions():
+    plan = random_plan(8, 131072, 32, 8, seed=3, block_size=128)
+    small = plan.scaled(1024)
+    assert small.validate() == []
+    assert [g.devices for g in small.groups] == [g.devices for g in plan.groups]
+    assert [g.heads for g in small.groups] == [g.heads for g in plan.groups]
+    for g, h in zip(plan.groups, small.groups):
+        assert abs(h.chunk_len / 512 - g.chunk_len / 65536) < 0.01
+        assert all(abs(a / h.tokens - b / g.tokens) < 0.02 for a, b in zip(h.shards, g.shards))
+    _coverage(small)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_scaled_random_plans_are_valid_or_refused_clearly(seed):
+    plan = random_plan(1 + seed % 8, 8192, 16, 4, seed=seed, block_size=64)
+    for n in (64, 256, 1000):
+        try:
+            small = plan.scaled(n)
+        except PlanError as e:
+            assert "too few to keep the shape" in str(e) or "cannot scale" in str(e)
+            continue
+        assert small.validate() == []
+        _coverage(small)

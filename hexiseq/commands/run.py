@@ -17,7 +17,6 @@ import torch
 
 from ..errors import PlanError
 from ..plan import Plan
-from ..specs import get_model
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,7 +24,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plan", required=True, help="plan JSON file")
     p.add_argument("--nproc", type=int, help="ranks to spawn (default and only valid value: the plan's world size)")
     p.add_argument("--steps", type=int, default=5, help="training steps (default 5)")
-    p.add_argument("--model", default="tiny", help="Llama-family model of data/models.yaml or a HF config.json (default tiny)")
+    p.add_argument("--model", help="Llama-family model of data/models.yaml or a HF config.json (default: a small proxy "
+                   "Llama with the plan's head counts)")
+    p.add_argument("--seq-len", type=int, help="scale the plan to this many tokens, same groups, heads and shard proportions "
+                   "(default: plans over 8192 tokens are scaled to 2048 unless --full-length)")
+    p.add_argument("--full-length", action="store_true", help="run the plan at its own length (for a real GPU run)")
     p.add_argument("--init-from", help="Hugging Face checkpoint directory to start from (overrides --model)")
     p.add_argument("--save", help="write the trained weights here in Hugging Face layout")
     p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default 1e-3)")
@@ -41,19 +44,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..runtime.checkpoint import config_from_hf, model_spec_from_checkpoint, read_hf_config
-    from ..runtime.model import LlamaConfig
     from ..runtime.parallel import ParallelOptions
+    from ..runtime.verify import prepare_check
     from ..runtime.train import StepJob, TrainConfig, step_worker
 
     if args.steps <= 0:
         raise PlanError(f"--steps must be positive, got {args.steps}")
     plan = Plan.load(args.plan)
+    notes: tuple[str, ...] = ()
     if args.init_from:
         spec, cfg = model_spec_from_checkpoint(args.init_from), config_from_hf(read_hf_config(args.init_from))
+        plan.check(model=spec)
+        name = spec.name
     else:
-        spec = get_model(args.model)
-        cfg = LlamaConfig.from_spec(spec)
-    plan.check(model=spec)
+        seq = plan.seq_len if args.full_length else args.seq_len
+        setup = prepare_check(plan, args.model, seq)
+        plan, cfg, name, notes = setup.plan, setup.model, setup.model_name, setup.notes
     torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     nproc = args.nproc if args.nproc is not None else plan.world_size
     if not torchrun and nproc != plan.world_size:
@@ -65,7 +71,9 @@ def run(args: argparse.Namespace) -> int:
         init_from=args.init_from, save_to=args.save, show=True, strict_gpus=args.strict_gpus,
     )
     if not torchrun or os.environ.get("RANK") == "0":
-        print(f"hexiseq run: plan {plan.name!r}, {plan.world_size} ranks, {plan.seq_len} tokens, model {spec.name}, {args.steps} steps")
+        print(f"hexiseq run: plan {plan.name!r}, {plan.world_size} ranks, {plan.seq_len} tokens, model {name}, {args.steps} steps")
+        for note in notes:
+            print(f"  note: {note}")
     if torchrun:  # this process is one rank; check_world (in step_worker) refuses a wrong world size
         from ..runtime.launch import init_from_env
 

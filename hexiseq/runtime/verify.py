@@ -1,0 +1,105 @@
+"""Check a plan numerically: one training step under the plan (spawned ranks) against the same
+step in one process on the whole sequence.
+
+A production plan (say llama2-7b at 128K tokens on 8 GPUs) is too big to replay on a laptop,
+so `prepare_check` keeps everything that makes the plan what it is — groups, ring order,
+head ranges, token-shard proportions — and shrinks the rest: a *proxy* Llama with the plan's
+head counts and small widths, and the plan scaled to a short sequence (`Plan.scaled`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..errors import PlanError
+from ..plan import Plan
+from ..specs import ModelSpec, get_model
+from .model import LlamaConfig
+
+# Largest relative error accepted, by compute dtype: fp32 reorders sums only (~1e-7 seen), bf16
+# rounds every matmul input (~1e-2 typical between two bf16 runs).
+TOLERANCE = {"fp32": 1e-5, "bf16": 5e-2}
+# Plans longer than this are scaled down to DEFAULT_CHECK_TOKENS for a check on CPU.
+MAX_CHECK_TOKENS = 8192
+DEFAULT_CHECK_TOKENS = 2048
+
+
+@dataclass(frozen=True)
+class CheckSetup:
+    plan: Plan  # the plan that will run (possibly scaled)
+    model: LlamaConfig
+    model_name: str
+    notes: tuple[str, ...] = ()
+
+
+def proxy_config(num_heads: int, num_kv_heads: int, head_dim: int = 8, layers: int = 2, vocab: int = 512) -> LlamaConfig:
+    """A tiny Llama with the given head structure (what the executor's layout depends on)."""
+    hidden = num_heads * head_dim
+    return LlamaConfig(vocab=vocab, hidden=hidden, layers=layers, heads=num_heads, kv_heads=num_kv_heads, ffn=2 * hidden, head_dim=head_dim)
+
+
+def prepare_check(plan: Plan, model: str | None = None, seq_len: int | None = None) -> CheckSetup:
+    """The plan and model to run. `model=None`: a proxy with the plan's heads. `seq_len`: scale the
+    plan to that length (default: scale plans longer than MAX_CHECK_TOKENS to DEFAULT_CHECK_TOKENS)."""
+    notes: list[str] = []
+    if model is None:
+        cfg, name = proxy_config(plan.num_heads, plan.num_kv_heads), f"proxy-{plan.num_heads}h{plan.num_kv_heads}kv"
+        notes.append(f"model: a 2-layer proxy with the plan's {plan.num_heads} heads / {plan.num_kv_heads} KV heads ({plan.model or 'unnamed model'})")
+    else:
+        spec: ModelSpec = get_model(model)
+        plan.check(model=spec)
+        cfg, name = LlamaConfig.from_spec(spec), spec.name
+    plan.check()
+    target = seq_len if seq_len is not None else (DEFAULT_CHECK_TOKENS if plan.seq_len > MAX_CHECK_TOKENS else None)
+    if target is not None and target != plan.seq_len:
+        notes.append(f"sequence: scaled from {plan.seq_len:,} to {target:,} tokens, same groups, heads and shard proportions")
+        plan = plan.scaled(target)
+    return CheckSetup(plan, cfg, name, tuple(notes))
+
+
+def rel_err(got: torch.Tensor, ref: torch.Tensor) -> float:
+    """max |got - ref| / max |ref|: a norm-wise relative error, robust to entries near zero."""
+    scale = ref.abs().max().item()
+    return (got - ref).abs().max().item() / (scale if scale > 0 else 1.0)
+
+
+def verify_plan(setup: CheckSetup, seed: int = 0, timeout_s: float = 180.0, tolerance: float | None = None) -> dict[str, Any]:
+    """One step under the plan (spawned world) and on one device; the errors between them."""
+    from .launch import spawn_world
+    from .train import StepJob, reference_job, step_worker, unpack
+
+    plan = setup.plan
+    cuda = torch.cuda.is_available() and torch.cuda.device_count() >= plan.world_size
+    dtype = "bf16" if cuda else "fp32"
+    job = StepJob(plan=plan.to_dict(), model=setup.model, steps=1, seed=seed, collect=True)
+    t0 = time.perf_counter()
+    ranks = unpack(spawn_world(step_worker, plan.world_size, job, timeout_s=timeout_s, backend="nccl" if cuda else "gloo"))
+    seconds = time.perf_counter() - t0
+    ref = reference_job(job, plan.seq_len)
+    out = torch.empty_like(ref["output"])
+    for r in ranks:  # every rank holds the rows of its own (possibly non-contiguous) shard
+        out[r["positions"]] = r["output"]
+    grad_errs = {n: max(rel_err(r["grads"][n], g) for r in ranks) for n, g in ref["grads"].items()}
+    worst = max(grad_errs, key=grad_errs.__getitem__)
+    loss_ref, loss_dist = ref["steps"][0]["loss"], ranks[0]["steps"][0]["loss"]
+    errs = {
+        "rel_err_loss": abs(loss_dist - loss_ref) / abs(loss_ref),
+        "max_rel_err_out": rel_err(out, ref["output"]),
+        "max_rel_err_grad": grad_errs[worst],
+    }
+    tol = tolerance if tolerance is not None else TOLERANCE[dtype]
+    return {
+        "plan": plan.name, "model": setup.model_name, "nproc": plan.world_size, "seq_len": plan.seq_len,
+        "dtype": dtype, "backend": "nccl" if cuda else "gloo", "notes": list(setup.notes),
+        "loss_ref": loss_ref, "loss_dist": loss_dist, **errs, "worst_grad": worst,
+        "tolerance": tol, "passed": all(v <= tol for v in errs.values()), "seconds_dist": round(seconds, 3),
+    }
+
+
+def check_nproc(plan: Plan, nproc: int | None) -> None:
+    if nproc is not None and nproc != plan.world_size:
+        raise PlanError(f"plan {plan.name!r} has {plan.world_size} ranks but --nproc is {nproc}")
