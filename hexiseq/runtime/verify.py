@@ -103,3 +103,19 @@ def verify_plan(setup: CheckSetup, seed: int = 0, timeout_s: float = 180.0, tole
 def check_nproc(plan: Plan, nproc: int | None) -> None:
     if nproc is not None and nproc != plan.world_size:
         raise PlanError(f"plan {plan.name!r} has {plan.world_size} ranks but --nproc is {nproc}")
+
+
+def train_plan(setup: CheckSetup, steps: int = 5, lr: float = 1e-3, seed: int = 0, timeout_s: float = 600.0) -> list[dict[str, Any]]:
+    """A short real training run of the plan on spawned ranks (gloo on CPU, NCCL with a GPU per
+    rank): rank 0's per-step records (`step`, `loss`, `grad_norm`, `seconds`, `tokens_per_s`).
+    For notebooks; `hexiseq run` is the command-line twin (and runs under torchrun too)."""
+    from .launch import spawn_world
+    from .train import StepJob, TrainConfig, step_worker
+
+    if steps <= 0:
+        raise PlanError(f"steps must be positive, got {steps}")
+    plan = setup.plan
+    cuda = torch.cuda.is_available() and torch.cuda.device_count() >= plan.world_size
+    job = StepJob(plan=plan.to_dict(), model=setup.model, steps=steps, seed=seed, train=TrainConfig(lr=lr, timeout_s=timeout_s))
+    result = spawn_world(step_worker, plan.world_size, job, timeout_s=timeout_s, backend="nccl" if cuda else "gloo")[0]
+    return list(result["steps"])
