@@ -23,8 +23,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev,notebooks]'
 	touch $(STAMP)
 
+# The main job on bundled defaults: the mixed H100+A100 testbed, a 7B model, 128K tokens.
+# Plan it (and every baseline), then check the plan numerically and train a few steps under it
+# on this machine (spawned CPU ranks, a proxy model, the plan scaled to a short sequence).
+DEMO_ARGS ?= --cluster testbed-8 --model llama2-7b --seq-len 128K --recompute
 demo: setup
+	@mkdir -p out
 	$(VENV)/bin/hexiseq info testbed-8 --model llama2-7b
+	$(VENV)/bin/hexiseq plan $(DEMO_ARGS) --out out/plan.json
+	$(VENV)/bin/hexiseq verify --plan out/plan.json
+	$(VENV)/bin/hexiseq run --plan out/plan.json --steps 3
 
 test: setup
 	$(PY) -m pytest -q -ra

@@ -98,24 +98,35 @@ class GPUType:
         return self.memory_gib * GIB
 
 
-_GPU_KEYS = {f for f in GPUType.__dataclass_fields__ if f != "name"}
+def _load_catalog(path: Path | str, cls: type, kind: str, float_keys: tuple[str, ...] = ()) -> dict[str, Any]:
+    """{name: cls(name=name, **fields)} from a YAML mapping, with one clear error per bad entry."""
+    raw = _load_yaml(path)
+    if not isinstance(raw, dict) or not raw:
+        raise SpecError(f"{path}: expected a mapping of {kind} name -> fields")
+    known = {f for f in cls.__dataclass_fields__ if f != "name"}
+    out = {}
+    for name, fields in raw.items():
+        fields = dict(fields or {})
+        unknown = set(fields) - known
+        if unknown:
+            raise SpecError(f"{kind} {name!r}: unknown fields {sorted(unknown)}; known: {sorted(known)}")
+        # PyYAML reads "3.21e9" (no sign in the exponent) as a string: coerce the float fields.
+        for key in float_keys:
+            if isinstance(fields.get(key), str):
+                try:
+                    fields[key] = float(fields[key])
+                except ValueError:
+                    raise SpecError(f"{kind} {name!r}: {key} must be a number, got {fields[key]!r}") from None
+        try:
+            out[name] = cls(name=name, **fields)
+        except TypeError as e:
+            raise SpecError(f"{kind} {name!r}: {e}") from None
+    return out
 
 
 def load_gpu_catalog(path: Path | str | None = None) -> dict[str, GPUType]:
     """Read `data/gpus.yaml` (or another catalog) into {name: GPUType}."""
-    raw = _load_yaml(path or _data_path("gpus.yaml"))
-    if not isinstance(raw, dict) or not raw:
-        raise SpecError(f"{path or 'gpus.yaml'}: expected a mapping of GPU name -> fields")
-    out = {}
-    for name, fields in raw.items():
-        unknown = set(fields) - _GPU_KEYS
-        if unknown:
-            raise SpecError(f"GPU type {name!r}: unknown fields {sorted(unknown)}; known: {sorted(_GPU_KEYS)}")
-        try:
-            out[name] = GPUType(name=name, **fields)
-        except TypeError as e:
-            raise SpecError(f"GPU type {name!r}: {e}") from None
-    return out
+    return _load_catalog(path or _data_path("gpus.yaml"), GPUType, "GPU type")
 
 
 @functools.lru_cache(maxsize=1)
@@ -539,28 +550,9 @@ class ModelSpec:
         return {"weights_bf16": 2.0 * p, "grads_bf16": 2.0 * p, "master_fp32": 4.0 * p, "adam_fp32": 8.0 * p}
 
 
-_MODEL_KEYS = {f for f in ModelSpec.__dataclass_fields__ if f != "name"}
-
-
 def load_model_catalog(path: Path | str | None = None) -> dict[str, ModelSpec]:
-    raw = _load_yaml(path or _data_path("models.yaml"))
-    out = {}
-    for name, fields in raw.items():
-        unknown = set(fields) - _MODEL_KEYS
-        if unknown:
-            raise SpecError(f"model {name!r}: unknown fields {sorted(unknown)}; known: {sorted(_MODEL_KEYS)}")
-        # PyYAML reads "3.21e9" (no sign in the exponent) as a string: coerce the float fields.
-        for key in ("published_params", "rope_theta"):
-            if isinstance(fields.get(key), str):
-                try:
-                    fields[key] = float(fields[key])
-                except ValueError:
-                    raise SpecError(f"model {name!r}: {key} must be a number, got {fields[key]!r}") from None
-        try:
-            out[name] = ModelSpec(name=name, **fields)
-        except TypeError as e:
-            raise SpecError(f"model {name!r}: {e}") from None
-    return out
+    """Read `data/models.yaml` (or another catalog) into {name: ModelSpec}."""
+    return _load_catalog(path or _data_path("models.yaml"), ModelSpec, "model", ("published_params", "rope_theta"))
 
 
 @functools.lru_cache(maxsize=1)

@@ -11,15 +11,10 @@ from hexiseq.costmodel.estimate import components, phase_times
 from hexiseq.costmodel.memory import memory_bytes
 from hexiseq.errors import PlanError
 from hexiseq.plan import Group, Plan, random_plan, ring_plan, symmetric_plan, ulysses_plan
-from hexiseq.specs import ClusterSpec, Workload, get_model, load_cluster
+from hexiseq.specs import ClusterSpec, Workload, get_model
 
 MODEL = get_model("llama2-7b")
 H, HKV = MODEL.heads, MODEL.kv_heads
-
-
-@pytest.fixture(scope="module")
-def testbed():
-    return load_cluster("testbed-8")
 
 
 @pytest.fixture(scope="module")

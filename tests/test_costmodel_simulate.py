@@ -14,11 +14,6 @@ H, HKV = MODEL.heads, MODEL.kv_heads
 
 
 @pytest.fixture(scope="module")
-def testbed():
-    return load_cluster("testbed-8")
-
-
-@pytest.fixture(scope="module")
 def sim32():
     return load_cluster("sim-32")
 
