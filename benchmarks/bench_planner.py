@@ -1,0 +1,138 @@
+"""Planner benchmark: scheduler time and gap from 16 to 1024 GPUs, speedup over the best baseline
+on the bundled clusters, efficiency vs the compute bound, and the FLOP-comparable pairs.
+
+    .venv/bin/python benchmarks/bench_planner.py            # everything (~1-2 min on 2 shared cores)
+    .venv/bin/python benchmarks/bench_planner.py --quick    # fewer points (~30 s)
+
+All runs use activation checkpointing (without it 70B at 1M tokens does not fit anywhere here).
+Targets (issue 4): <= 2 s at 128 GPUs, <= 60 s at 1024, gap <= 1%; efficiency >= 0.85 at >= 256K;
+mixed side of each FLOP-comparable pair within 2% of the best baseline on the homogeneous side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from hexiseq.errors import InfeasibleError  # noqa: E402
+from hexiseq.planner import plan_cluster  # noqa: E402
+from hexiseq.specs import ClusterSpec, Workload, get_model, load_cluster  # noqa: E402
+
+K = 1024
+
+
+def scale_cluster(n: int) -> ClusterSpec:
+    """n GPUs, a quarter each of H100 / A100 / A800 / L40S in nodes of 8 (the scale-1024 mix)."""
+    if n >= 1024:
+        return load_cluster("scale-1024")
+    per = max(1, n // 32)
+    nodes = []
+    for gpu, nic in (("H100-SXM", 50), ("A100-80GB", 25), ("A800", 25), ("L40S", 12.5)):
+        nodes += [(gpu, 8 if n >= 32 else n // 4, nic)] * per
+    return ClusterSpec.from_nodes(f"scale-{n}", nodes)
+
+
+def run(cluster: ClusterSpec, model: str, seq: int) -> dict:
+    wl = Workload(seq_len=seq, activation_checkpointing=True)
+    t = time.perf_counter()
+    try:
+        r = plan_cluster(cluster, get_model(model), wl, progress=False)
+    except InfeasibleError as e:
+        return {"cluster": cluster.name, "gpus": cluster.size, "model": model, "seq": seq, "infeasible": str(e).splitlines()[0]}
+    d = r.to_dict(include_plan=False)
+    return {
+        "cluster": cluster.name, "gpus": cluster.size, "model": model, "seq": seq, "time_s": time.perf_counter() - t,
+        "tokens_per_s": r.tokens_per_s, "gap": r.gap, "search_gap": r.search_gap, "speedup": r.speedup_vs_best_baseline,
+        "speedup_sym": r.speedup_vs_best_symmetric, "best_baseline": d["best_baseline"], "best_symmetric": d["best_symmetric_baseline"],
+        "efficiency": r.efficiency_vs_bound, "source": r.source, "stages": r.stage_times_s,
+        "best_baseline_tokens_per_s": r.best_baseline.tokens_per_s if r.best_baseline else 0.0,
+        "best_symmetric_tokens_per_s": r.best_symmetric_baseline.tokens_per_s if r.best_symmetric_baseline else 0.0,
+        "bound_tokens_per_s": r.bound_tokens_per_s,
+    }
+
+
+def fmt(x, spec):
+    return "-" if x is None else format(x, spec)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json", help="also write every row to this JSON file")
+    args = ap.parse_args()
+    t_all = time.perf_counter()
+    rows: list[dict] = []
+
+    print("== scheduler time vs cluster size (four GPU types; llama2-13b at 512K below 128 GPUs, where 70B/1M does not fit; llama2-70b at 1M from 128)")
+    print(f"{'GPUs':>5} {'model':>11} {'seq':>6} {'time s':>8} {'gap':>7} {'search gap':>10} {'speedup':>8} {'vs sym':>7} {'eff':>6}  stages")
+    sizes = [16, 32, 128, 1024] if args.quick else [16, 32, 64, 128, 256, 512, 1024]
+    for n in sizes:
+        m, seq = ("llama2-13b", 512 * K) if n < 128 else ("llama2-70b", 1024 * K)
+        r = run(scale_cluster(n), m, seq)
+        rows.append({"bench": "scale", **r})
+        if "infeasible" in r:
+            print(f"{n:>5} infeasible: {r['infeasible']}")
+            continue
+        st = ", ".join(f"{k.split()[0]} {v:.2f}" for k, v in r["stages"].items())
+        print(f"{n:>5} {m:>11} {seq // K:>5}K {r['time_s']:>8.2f} {fmt(r['gap'], '>7.2%')} {fmt(r['search_gap'], '>10.2%')} {fmt(r['speedup'], '>8.3f')} "
+              f"{fmt(r['speedup_sym'], '>7.3f')} {r['efficiency']:>6.3f}  {st}")
+        sys.stdout.flush()
+
+    print("\n== speedup over the best baseline (all / symmetric CP-HP only), efficiency vs compute bound")
+    print(f"{'cluster':>11} {'model':>11} {'seq':>6} {'time s':>7} {'speedup':>8} {'vs sym':>7} {'best baseline':>18} {'eff':>6} {'gap':>6}")
+    grid = [("testbed-8", "llama2-7b", [32 * K, 128 * K]), ("testbed-16", "llama2-13b", [32 * K, 128 * K])]
+    seqs = [128 * K, 1024 * K] if args.quick else [128 * K, 256 * K, 512 * K, 1024 * K]
+    for c in ("sim-32", "sim-64", "sim-128"):
+        for m in ("llama2-13b", "llama2-70b"):
+            grid.append((c, m, seqs))
+    for cname, m, ss in grid:
+        cluster = load_cluster(cname)
+        for s in ss:
+            r = run(cluster, m, s)
+            rows.append({"bench": "speedup", **r})
+            if "infeasible" in r:
+                print(f"{cname:>11} {m:>11} {s // K:>5}K infeasible")
+                continue
+            print(f"{cname:>11} {m:>11} {s // K:>5}K {r['time_s']:>7.2f} {fmt(r['speedup'], '>8.3f')} {fmt(r['speedup_sym'], '>7.3f')} "
+                  f"{str(r['best_baseline']):>18} {r['efficiency']:>6.3f} {fmt(r['gap'], '>6.2%')}")
+            sys.stdout.flush()
+    sims = [r for r in rows if r["bench"] == "speedup" and r["cluster"].startswith("sim") and r.get("speedup_sym")]
+    if sims:
+        sp = [r["speedup_sym"] for r in sims]
+        print(f"   sim clusters vs best symmetric baseline: mean {sum(sp) / len(sp):.3f}x, max {max(sp):.3f}x "
+              f"(paper: 1.36x mean, 1.72x max); vs best of all baselines incl. proportional: "
+              f"mean {sum(r['speedup'] for r in sims) / len(sims):.3f}x")
+        low = [r for r in sims if r["seq"] >= 256 * K and r["efficiency"] < 0.85]
+        print(f"   efficiency >= 0.85 at >= 256K: {sum(1 for r in sims if r['seq'] >= 256 * K) - len(low)} of "
+              f"{sum(1 for r in sims if r['seq'] >= 256 * K)} runs")
+
+    print("\n== FLOP-comparable pairs: HexiSeq on the mixed side / best baseline on the homogeneous side")
+    for mixed, homo in (("pair-a-mixed", "pair-a-a100"), ("pair-b-mixed", "pair-b-a100")):
+        for m, s in (("llama2-13b", 256 * K), ("llama2-70b", 512 * K)):
+            a, b = run(load_cluster(mixed), m, s), run(load_cluster(homo), m, s)
+            rows.append({"bench": "pair", "mixed": a, "homogeneous": b})
+            if "infeasible" in a or "infeasible" in b:
+                print(f"  {mixed} vs {homo} {m} {s // K}K: infeasible")
+                continue
+            if not b["best_baseline_tokens_per_s"]:
+                print(f"  {mixed} vs {homo} {m} {s // K}K: no baseline fits on the homogeneous side")
+                continue
+            ratio = a["tokens_per_s"] / b["best_baseline_tokens_per_s"]
+            print(f"  {mixed:>13} vs {homo:<12} {m:>11} {s // K:>4}K: hexiseq mixed {a['tokens_per_s']:,.0f} tok/s, "
+                  f"best homogeneous baseline ({b['best_baseline']}) {b['best_baseline_tokens_per_s']:,.0f} -> ratio {ratio:.3f} "
+                  f"(hexiseq on homogeneous: {b['tokens_per_s'] / b['best_baseline_tokens_per_s']:.3f}x its best baseline); "
+                  f"effective-FLOP (compute-bound) ratio of the two clusters {a['bound_tokens_per_s'] / b['bound_tokens_per_s']:.3f}")
+            sys.stdout.flush()
+    print(f"\ntotal benchmark time {time.perf_counter() - t_all:.0f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1, default=float))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

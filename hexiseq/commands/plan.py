@@ -1,0 +1,134 @@
+"""`hexiseq plan --cluster FILE --model NAME --seq-len N`: find the fastest asymmetric CP x HP plan.
+
+Prints the allocation (groups, ranks, memory), the predicted step time and tokens/s of HexiSeq and of
+every baseline with the speedup over the best one, the efficiency against the compute-bound limit,
+the solver status, lower bound and gap, and the time of each scheduler stage. `--json` prints the
+same as one JSON object; `--out` writes the plan itself (the file `hexiseq run` reads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+
+from ..specs import GIB
+from .common import add_cluster_args, add_workload_args, dump_json, load_cluster_arg, load_workload_args, print_table
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="plan asymmetric CP x HP for a cluster, model and sequence length", description=__doc__)
+    add_cluster_args(p)
+    add_workload_args(p)
+    p.add_argument("--solver", default="highs", help="Pyomo solver name (default highs, embedded; e.g. scip_direct with pyscipopt)")
+    p.add_argument("--time-limit", type=float, default=None, help="seconds per MILP solve (default: scaled with the cluster)")
+    p.add_argument("--out", help="write the plan JSON to this file")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--ranks", type=int, default=64, help="print at most this many rank rows (default 64; 0 = all)")
+    p.add_argument("--strict", action="store_true",
+                   help="never turn on activation checkpointing by itself (default: when nothing fits without it, "
+                        "plan with it and say so)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..errors import InfeasibleError
+    from ..planner import plan_cluster
+
+    cluster = load_cluster_arg(args)
+    model, workload = load_workload_args(args)
+    kw = {} if args.time_limit is None else {"time_limit_s": args.time_limit}
+    progress = not args.no_progress and not args.json and sys.stderr.isatty()
+    try:
+        result = plan_cluster(cluster, model, workload, solver=args.solver, progress=progress, **kw)
+    except InfeasibleError as e:
+        if args.strict or workload.activation_checkpointing:
+            raise
+        # the first fix the explanation would suggest: recompute activations; plan that and say so loudly
+        why = str(e).splitlines()[0].rstrip(".")
+        result = plan_cluster(cluster, model, replace(workload, activation_checkpointing=True), solver=args.solver, progress=progress, **kw)
+        result.notes.insert(0, f"activation checkpointing turned ON (without it: {why}); use --strict to get an error instead")
+    if args.out:
+        result.plan.save(args.out)
+    if args.json:
+        dump_json(result.to_dict())
+        return 0
+    print_result(result, cluster, max_ranks=args.ranks)
+    if args.out:
+        print(f"plan written to {args.out}")
+    return 0
+
+
+def _pct(x: float) -> str:
+    return "n/a" if x is None or x != x else f"{x:.2%}"
+
+
+def _tok(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def print_result(result, cluster, max_ranks: int = 64) -> None:
+    """The human report of a PlanResult."""
+    plan = result.plan
+    print(
+        f"HexiSeq plan for {plan.model} on {cluster.name} ({cluster.size} GPUs), S = {plan.seq_len:,} tokens: "
+        f"{plan.num_groups} groups, {plan.world_size} ranks"
+        + (f" ({cluster.size - plan.world_size} devices left out)" if plan.world_size < cluster.size else "")
+    )
+    print(f"  grouping: {result.grouping_label}  [{result.source}]")
+    if result.notes and result.notes[0].startswith("activation checkpointing turned ON"):
+        print(f"  NOTE: {result.notes[0]}")
+    rows = []
+    for gi, g in enumerate(plan.groups):
+        types = sorted({cluster.devices[d].gpu.name for d in g.devices})
+        rows.append([gi, ",".join(map(str, g.devices)) if g.size <= 8 else f"{g.devices[0]}..{g.devices[-1]} ({g.size})", "+".join(types), g.tokens, g.chunk_len])
+    print()
+    print_table(["group", "devices", "GPU", "tokens", "chunk_len"], rows[:max_ranks or None], indent="  ")
+    if max_ranks and len(rows) > max_ranks:
+        print(f"  ... {len(rows) - max_ranks} more groups (use --ranks 0 or --json)")
+    est = result.estimate
+    mem = _rank_memory(est)
+    rows = []
+    for r, (dev, gi, s, h) in enumerate(zip(plan.rank_devices, plan.group_of_rank, plan.shards, plan.heads)):
+        d = cluster.devices[dev]
+        used = mem[r] if r < len(mem) else None
+        rows.append([r, f"{dev} {d.name}", d.gpu.name, gi, s, h, f"{used / GIB:.1f}/{d.gpu.memory_gib:.1f}" if used is not None else "-"])
+    print()
+    print_table(["rank", "device", "GPU", "group", "tokens", "heads", "memory GiB"], rows[:max_ranks or None], indent="  ")
+    if max_ranks and len(rows) > max_ranks:
+        print(f"  ... {len(rows) - max_ranks} more ranks (use --ranks 0 or --json)")
+    print()
+    rows = [["hexiseq", result.iteration_time_s, _tok(result.tokens_per_s), "1.000x", result.grouping_label[:48]]]
+    for name, b in sorted(result.baselines.items(), key=lambda kv: kv[1].iteration_time_s):
+        if b.feasible:
+            rows.append([name, b.iteration_time_s, _tok(b.tokens_per_s), f"{result.iteration_time_s / b.iteration_time_s:.3f}x", b.config])
+        else:
+            rows.append([name, "-", "-", "-", "; ".join(b.notes) or "infeasible"])
+    print_table(["plan", "step s (sim)", "tokens/s", "vs hexiseq", "configuration"], rows, indent="  ")
+    print()
+    sp = result.speedup_vs_best_baseline
+    if sp is not None:
+        print(f"  speedup over the best baseline ({result.best_baseline.name}): {sp:.3f}x"
+              + (f"; over the best symmetric CP/HP baseline ({result.best_symmetric_baseline.name}): {result.speedup_vs_best_symmetric:.3f}x"
+                 if result.best_symmetric_baseline and result.best_symmetric_baseline is not result.best_baseline else ""))
+    else:
+        print("  no baseline fits in memory on this cluster")
+    print(f"  efficiency vs the compute-bound limit ({_tok(result.bound_tokens_per_s)} tokens/s): {result.efficiency_vs_bound:.3f}")
+    print(f"  step time: simulator {result.iteration_time_s:.4f} s, cost-model estimate {result.estimate_time_s:.4f} s, "
+          f"linear model {result.linear_time_s:.4f} s")
+    print(f"  solver {result.solver}: {result.solver_status} (solver gap {_pct(result.solver_gap)}); lower bound "
+          f"{result.lower_bound_s:.4f} s, gap of this plan {_pct(result.gap)} (linear model, chosen grouping)")
+    print(f"  over all {result.candidates} candidate groupings explored: lower bound {result.search_lower_bound_s:.4f} s, "
+          f"{_pct(result.search_gap)} below the simulated step time")
+    stages = ", ".join(f"{k} {v:.2f} s" for k, v in result.stage_times_s.items())
+    print(f"  planning took {result.plan_time_s:.2f} s ({stages}); {result.solved} groupings solved, {result.pruned} pruned by bounds")
+    for n in result.notes:
+        print(f"  note: {n}")
+
+
+def _rank_memory(est) -> list[float]:
+    """Per-rank memory in bytes from the Estimate (empty when it has none)."""
+    if est is None:
+        return []
+    return [float(r.memory_gib) * GIB for r in getattr(est, "ranks", []) or []]

@@ -1,0 +1,113 @@
+"""Stage III: local refinement of a plan under the simulator (the judge).
+
+The MILP optimizes the cost model's linear form; the simulator adds synchronization waits and the
+exact exchange schedule. Starting from the best plan, repeatedly try small moves away from the
+busiest rank (by the simulator's own-work time) — a block of chunk to the least busy group, tokens
+or a KV-head unit of heads to the least busy rank of its group — and keep a move when the simulated
+iteration time drops and every rank still fits in memory. First improvement, bounded time.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable, Iterator
+
+import numpy as np
+
+from ..costmodel import estimate, simulate
+from ..errors import PlanError
+from ..plan import Group, Plan
+from ..specs import ClusterSpec, ModelSpec, Workload
+
+
+def _resize(shards: tuple[int, ...], total: int) -> tuple[int, ...]:
+    """Scale shards to a new sum, keeping proportions (largest remainder)."""
+    cur = sum(shards)
+    raw = [x * total / cur for x in shards] if cur else [total / len(shards)] * len(shards)
+    out = [int(math.floor(x)) for x in raw]
+    for i in sorted(range(len(raw)), key=lambda i: raw[i] - out[i], reverse=True)[: total - sum(out)]:
+        out[i] += 1
+    return tuple(out)
+
+
+def _with_groups(plan: Plan, groups: list[Group]) -> Plan:
+    return Plan(plan.seq_len, plan.num_heads, plan.num_kv_heads, tuple(groups), plan.block_size, plan.name, plan.cluster, plan.model, plan.meta)
+
+
+def _moves(plan: Plan, busy: np.ndarray, unit: int) -> Iterator[Plan]:
+    """Candidate neighbours of `plan`, most promising first."""
+    groups = list(plan.groups)
+    g_of = plan.group_of_rank
+    crit = int(np.argmax(busy))
+    gc = g_of[crit]
+    gbusy = np.array([busy[list(plan.group_ranks(g))].max() for g in range(plan.num_groups)])
+    B = plan.block_size
+    # 1. one block of chunk from the critical group to the least busy group
+    if plan.num_groups > 1 and groups[gc].chunk_len > B:
+        order = np.argsort(gbusy)
+        for gl in [int(x) for x in order[:2] if int(x) != gc]:
+            new = list(groups)
+            a, b = groups[gc], groups[gl]
+            new[gc] = Group(a.devices, a.chunk_len - B, _resize(a.shards, 2 * (a.chunk_len - B)), a.heads)
+            new[gl] = Group(b.devices, b.chunk_len + B, _resize(b.shards, 2 * (b.chunk_len + B)), b.heads)
+            yield _with_groups(plan, new)
+    ranks = list(plan.group_ranks(gc))
+    if len(ranks) > 1:
+        i = crit - ranks[0]
+        j = int(np.argmin(busy[ranks]))
+        g = groups[gc]
+        if j != i:
+            # 2. tokens from the critical rank to the least busy one in its group
+            for frac in (0.02, 0.005):
+                d = max(1, int(g.shards[i] * frac))
+                if g.shards[i] - d >= 0 and (g.shards[i] - d > 0 or g.heads[i] > 0):
+                    sh = list(g.shards)
+                    sh[i] -= d
+                    sh[j] += d
+                    new = list(groups)
+                    new[gc] = Group(g.devices, g.chunk_len, tuple(sh), g.heads)
+                    yield _with_groups(plan, new)
+            # 3. one KV-head unit of heads, likewise
+            if g.heads[i] >= unit and (g.heads[i] > unit or g.shards[i] > 0):
+                hd = list(g.heads)
+                hd[i] -= unit
+                hd[j] += unit
+                new = list(groups)
+                new[gc] = Group(g.devices, g.chunk_len, g.shards, tuple(hd))
+                yield _with_groups(plan, new)
+
+
+def refine(
+    plan: Plan,
+    sim_time_s: float,
+    cluster: ClusterSpec,
+    model: ModelSpec,
+    workload: Workload,
+    budget_s: float = 1.0,
+    max_moves: int = 200,
+    tick: Callable[[str], None] | None = None,
+) -> tuple[Plan, float, int]:
+    """Improve `plan` by local moves while the simulator says so: (plan, simulated time, moves kept)."""
+    t0 = time.perf_counter()
+    unit = model.group_size
+    cur, cur_t = plan, sim_time_s
+    busy = simulate(cur, cluster, model, workload).busy_s
+    kept = 0
+    while kept < max_moves and time.perf_counter() - t0 < budget_s:
+        for cand in _moves(cur, busy, unit):
+            if time.perf_counter() - t0 >= budget_s:
+                break
+            try:
+                sim = simulate(cand, cluster, model, workload)
+            except PlanError:
+                continue  # a move that breaks a rule of the layout: skip it
+            if sim.iteration_time_s < cur_t * (1 - 1e-7) and estimate(cand, cluster, model, workload).fits:
+                cur, cur_t, busy = cand, sim.iteration_time_s, sim.busy_s
+                kept += 1
+                if tick:
+                    tick(f"refine {kept}")
+                break
+        else:
+            break  # no improving move
+    return cur, cur_t, kept

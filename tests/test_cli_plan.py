@@ -1,0 +1,58 @@
+"""`hexiseq plan`: tables, JSON, plan file, clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hexiseq.cli import main
+from hexiseq.plan import Plan
+from hexiseq.specs import get_model, load_cluster
+
+ARGS = ["plan", "--cluster", "testbed-8", "--model", "llama2-7b", "--seq-len", "128K", "--recompute"]
+
+
+def test_text_report(capsys):
+    assert main(ARGS + ["--no-progress"]) == 0
+    out = capsys.readouterr().out
+    for needle in ("HexiSeq plan for llama2-7b on testbed-8", "group", "rank", "memory GiB", "hexiseq", "ring[H100-SXM]",
+                   "proportional", "speedup over the best baseline", "compute-bound", "lower bound", "gap", "planning took"):
+        assert needle in out, needle
+
+
+def test_json_and_out(capsys, tmp_path):
+    path = tmp_path / "plan.json"
+    assert main(ARGS + ["--json", "--out", str(path)]) == 0
+    d = json.loads(capsys.readouterr().out)
+    for key in ("throughput_tokens_per_s", "baselines", "speedup_vs_best_baseline", "gap", "plan_time_s", "stage_times_s", "solver_status"):
+        assert key in d
+    assert d["speedup_vs_best_baseline"] >= 1.0
+    assert set(d["baselines"]) >= {"ring", "ulysses", "usp", "proportional"}
+    plan = Plan.load(path)
+    assert plan.name == "hexiseq"
+    assert plan.validate(load_cluster("testbed-8"), get_model("llama2-7b")) == []
+    assert plan.to_dict() == d["plan"]
+
+
+def test_infeasible_exits_2_with_explanation(capsys):
+    assert main(["plan", "--cluster", "testbed-8", "--model", "llama2-7b", "--seq-len", "128K", "--strict"]) == 2
+    err = capsys.readouterr().err
+    assert "does not fit" in err and "--recompute" in err and "Traceback" not in err
+    # 8 GPUs cannot hold 70B's training states at any length: recompute does not rescue it either
+    assert main(["plan", "--cluster", "testbed-8", "--model", "llama2-70b", "--seq-len", "128K"]) == 2
+    err = capsys.readouterr().err
+    assert "does not fit" in err and "more devices" in err and "Traceback" not in err
+
+
+def test_demo_command_turns_recompute_on_and_says_so(capsys):
+    assert main(["plan", "--cluster", "testbed-8", "--model", "llama2-7b", "--seq-len", "128K", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["notes"][0].startswith("activation checkpointing turned ON")
+    assert d["speedup_vs_best_baseline"] >= 1.0
+
+
+@pytest.mark.parametrize("solver", ["no-such-solver"])
+def test_unknown_solver_is_a_clear_error(capsys, solver):
+    assert main(ARGS + ["--solver", solver]) == 2
+    assert "not available" in capsys.readouterr().err
