@@ -11,7 +11,7 @@ Every candidate's rounded MILP plan is simulated; the incumbent is the best simu
 above the incumbent is pruned without building a model; one whose LP relaxation is above it skips
 the MILP (linear form <= estimate <= simulator, so neither could win). Candidates with more than
 MAX_GROUPS groups are skipped (the model grows with groups^2). Screening solves get a short time
-limit; the winner is re-solved with the full limit when its gap is above 1%. Stage III moves
+limit; the winner is re-solved through Pyomo + HiGHS (or with the full limit when its gap is above 1%). Stage III moves
 blocks of chunk, tokens and heads away from the simulator's busiest rank while that helps.
 """
 
@@ -41,6 +41,9 @@ from .result import PlanResult
 
 
 SCREEN_LIMIT_S = 0.3  # MILP time limit while screening candidate groupings
+# Candidates are screened by HiGHS on the raw matrix (Pyomo's model building costs ~0.5 s per model
+# at 128 GPUs, more than the solve); the winner's model is then built and solved through Pyomo.
+FINAL_SOLVER = {"highs": "pyomo_highs"}
 MAX_GROUPS = 160  # candidates with more groups are skipped: the model grows as groups^2 (exchange rounds)
 TARGET_GAP = 0.01  # the chosen grouping is re-solved with the full time limit when its gap is above this
 
@@ -207,9 +210,12 @@ def plan_cluster(
         raise InfeasibleError(explain_infeasible(cluster, model, workload))
     pool.sort(key=lambda x: x[0])
     sim_t, plan, source, sol = pool[0]
-    if sol is not None and sol.gap > TARGET_GAP and time_limit_s > SCREEN_LIMIT_S:
-        # the screening solve stopped early: solve the winner properly (better plan and bound)
-        full = solve_grouping(sol.grouping, cluster, model, workload, solver, time_limit_s)
+    final_solver = FINAL_SOLVER.get(solver, solver)
+    if sol is not None and (final_solver != solver or (sol.gap > TARGET_GAP and time_limit_s > SCREEN_LIMIT_S)):
+        # The winner's model is solved again: through Pyomo when screening used the raw matrix (the
+        # returned plan and its bound then come from the Pyomo model), or with the full time limit
+        # when the screening solve stopped early.
+        full = solve_grouping(sol.grouping, cluster, model, workload, final_solver, time_limit_s)
         if full.feasible:
             fplan = full.to_plan(workload, model, cluster)
             if estimate(fplan, cluster, model, workload).fits:
@@ -225,10 +231,11 @@ def plan_cluster(
     stages["III refine"] = time.perf_counter() - t
     if bar is not None:
         bar.close()
-    return _result(cluster, model, workload, plan, sim_t, source, sol, base, s, stages, t_start, solver)
+    label = solver if final_solver == solver or sol is None else f"{final_solver} (screening: {solver})"
+    return _result(cluster, model, workload, plan, sim_t, source, sol, base, s, stages, t_start, final_solver, label)
 
 
-def _result(cluster, model, workload, plan, sim_t, source, sol, base, s: _Search, stages, t_start, solver) -> PlanResult:
+def _result(cluster, model, workload, plan, sim_t, source, sol, base, s: _Search, stages, t_start, solver, label) -> PlanResult:
     """Assemble the PlanResult; the linear-model value and bound refer to the plan's grouping."""
     plan = Plan(plan.seq_len, plan.num_heads, plan.num_kv_heads, plan.groups, plan.block_size, "hexiseq", cluster.name, model.name,
                 {**plan.meta, "source": source})
@@ -264,7 +271,7 @@ def _result(cluster, model, workload, plan, sim_t, source, sol, base, s: _Search
         solver_gap=sol.gap if sol.feasible else math.nan,
         search_lower_bound_s=search_lb,
         search_gap=max(0.0, 1.0 - search_lb / sim_t) if math.isfinite(search_lb) else math.nan,
-        solver=solver,
+        solver=label,
         solver_status=sol.status,
         baselines=base,
         bound_tokens_per_s=bound,
