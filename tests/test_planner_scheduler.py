@@ -47,6 +47,7 @@ def test_testbed_plan(testbed_result):
     assert 0 <= res.search_gap < 0.05
     assert res.search_lower_bound_s <= res.iteration_time_s
     assert res.solver_status == "optimal"
+    assert res.solver == "pyomo_highs (screening: highs)"  # by default the returned plan comes from the Pyomo model
     assert 0 < res.efficiency_vs_bound < 1
     assert set(res.stage_times_s) == {"baselines", "I+II groupings+milp", "III refine"}
     assert res.plan_time_s < 10
