@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml
 # The main job on bundled defaults: the mixed H100+A100 testbed, a 7B model, 128K tokens.
 # Plan it (and every baseline), then check the plan numerically and train a few steps under it
 # on this machine (spawned CPU ranks, a proxy model, the plan scaled to a short sequence).
-DEMO_ARGS ?= --cluster testbed-8 --model llama2-7b --seq-len 128K --recompute
+DEMO_ARGS ?= --cluster testbed-8 --model llama2-7b --seq-len 128K --recompute auto
 demo: setup
 	@mkdir -p out
 	$(VENV)/bin/hexiseq info testbed-8 --model llama2-7b

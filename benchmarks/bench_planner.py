@@ -4,7 +4,9 @@ on the bundled clusters, efficiency vs the compute bound, and the FLOP-comparabl
     .venv/bin/python benchmarks/bench_planner.py            # everything (~1-2 min on 2 shared cores)
     .venv/bin/python benchmarks/bench_planner.py --quick    # fewer points (~30 s)
 
-All runs use activation checkpointing (without it 70B at 1M tokens does not fit anywhere here).
+All runs use recompute "auto": the planner tries none / selective / full activation checkpointing
+where a memory check says it can fit and keeps the fastest plan (without recompute 70B at 1M tokens
+does not fit anywhere here); the column "rec" is the policy it chose.
 Targets (issue 4): <= 2 s at 128 GPUs, <= 60 s at 1024, gap <= 1%; efficiency >= 0.85 at >= 256K;
 mixed side of each FLOP-comparable pair within 2% of the best baseline on the homogeneous side.
 """
@@ -38,7 +40,7 @@ def scale_cluster(n: int) -> ClusterSpec:
 
 
 def run(cluster: ClusterSpec, model: str, seq: int) -> dict:
-    wl = Workload(seq_len=seq, activation_checkpointing=True)
+    wl = Workload(seq_len=seq, activation_checkpointing="auto")
     t = time.perf_counter()
     try:
         r = plan_cluster(cluster, get_model(model), wl, progress=False)
@@ -49,7 +51,7 @@ def run(cluster: ClusterSpec, model: str, seq: int) -> dict:
         "cluster": cluster.name, "gpus": cluster.size, "model": model, "seq": seq, "time_s": time.perf_counter() - t,
         "tokens_per_s": r.tokens_per_s, "gap": r.gap, "search_gap": r.search_gap, "speedup": r.speedup_vs_best_baseline,
         "speedup_sym": r.speedup_vs_best_symmetric, "best_baseline": d["best_baseline"], "best_symmetric": d["best_symmetric_baseline"],
-        "efficiency": r.efficiency_vs_bound, "source": r.source, "stages": r.stage_times_s,
+        "efficiency": r.efficiency_vs_bound, "source": r.source, "stages": r.stage_times_s, "recompute": r.recompute,
         "best_baseline_tokens_per_s": r.best_baseline.tokens_per_s if r.best_baseline else 0.0,
         "best_symmetric_tokens_per_s": r.best_symmetric_baseline.tokens_per_s if r.best_symmetric_baseline else 0.0,
         "bound_tokens_per_s": r.bound_tokens_per_s,
@@ -69,7 +71,7 @@ def main() -> int:
     rows: list[dict] = []
 
     print("== scheduler time vs cluster size (four GPU types; llama2-13b at 512K below 128 GPUs, where 70B/1M does not fit; llama2-70b at 1M from 128)")
-    print(f"{'GPUs':>5} {'model':>11} {'seq':>6} {'time s':>8} {'gap':>7} {'search gap':>10} {'speedup':>8} {'vs sym':>7} {'eff':>6}  stages")
+    print(f"{'GPUs':>5} {'model':>11} {'seq':>6} {'time s':>8} {'gap':>7} {'search gap':>10} {'speedup':>8} {'vs sym':>7} {'eff':>6} {'rec':>9}  stages")
     sizes = [16, 32, 128, 1024] if args.quick else [16, 32, 64, 128, 256, 512, 1024]
     for n in sizes:
         m, seq = ("llama2-13b", 512 * K) if n < 128 else ("llama2-70b", 1024 * K)
@@ -80,11 +82,11 @@ def main() -> int:
             continue
         st = ", ".join(f"{k.split()[0]} {v:.2f}" for k, v in r["stages"].items())
         print(f"{n:>5} {m:>11} {seq // K:>5}K {r['time_s']:>8.2f} {fmt(r['gap'], '>7.2%')} {fmt(r['search_gap'], '>10.2%')} {fmt(r['speedup'], '>8.3f')} "
-              f"{fmt(r['speedup_sym'], '>7.3f')} {r['efficiency']:>6.3f}  {st}")
+              f"{fmt(r['speedup_sym'], '>7.3f')} {r['efficiency']:>6.3f} {r['recompute']:>9}  {st}")
         sys.stdout.flush()
 
     print("\n== speedup over the best baseline (all / symmetric CP-HP only), efficiency vs compute bound")
-    print(f"{'cluster':>11} {'model':>11} {'seq':>6} {'time s':>7} {'speedup':>8} {'vs sym':>7} {'best baseline':>18} {'eff':>6} {'gap':>6}")
+    print(f"{'cluster':>11} {'model':>11} {'seq':>6} {'time s':>7} {'speedup':>8} {'vs sym':>7} {'best baseline':>18} {'eff':>6} {'gap':>6} {'rec':>9}")
     grid = [("testbed-8", "llama2-7b", [32 * K, 128 * K]), ("testbed-16", "llama2-13b", [32 * K, 128 * K])]
     seqs = [128 * K, 1024 * K] if args.quick else [128 * K, 256 * K, 512 * K, 1024 * K]
     for c in ("sim-32", "sim-64", "sim-128"):
@@ -99,7 +101,7 @@ def main() -> int:
                 print(f"{cname:>11} {m:>11} {s // K:>5}K infeasible")
                 continue
             print(f"{cname:>11} {m:>11} {s // K:>5}K {r['time_s']:>7.2f} {fmt(r['speedup'], '>8.3f')} {fmt(r['speedup_sym'], '>7.3f')} "
-                  f"{str(r['best_baseline']):>18} {r['efficiency']:>6.3f} {fmt(r['gap'], '>6.2%')}")
+                  f"{str(r['best_baseline']):>18} {r['efficiency']:>6.3f} {fmt(r['gap'], '>6.2%')} {r['recompute']:>9}")
             sys.stdout.flush()
     sims = [r for r in rows if r["bench"] == "speedup" and r["cluster"].startswith("sim") and r.get("speedup_sym")]
     if sims:

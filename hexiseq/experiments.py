@@ -62,7 +62,8 @@ def plan_case(cluster: ClusterSpec, model_name: str, seq_len: int, workload_kw: 
     from .planner import plan_cluster
 
     model = get_model(model_name)
-    wl = Workload(seq_len=seq_len, **(workload_kw or {}))
+    # recompute "auto" unless the scenario says otherwise: the planner picks the fastest policy that fits
+    wl = Workload(seq_len=seq_len, **{"activation_checkpointing": "auto", **(workload_kw or {})})
     row: dict[str, Any] = {"cluster": cluster.name, "gpus": cluster.size, "model": model_name, "seq_len": seq_len}
     t0 = time.perf_counter()
     try:
@@ -85,6 +86,7 @@ def plan_case(cluster: ClusterSpec, model_name: str, seq_len: int, workload_kw: 
         gap=d["gap"],
         efficiency_vs_bound=d.get("efficiency_vs_bound"),
         plan_time_s=d["plan_time_s"],
+        recompute=result.recompute,
         groups=len(result.plan.groups),
         ranks=result.plan.world_size,
     )

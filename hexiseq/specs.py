@@ -609,6 +609,24 @@ def model_from_hf_config(path_or_dict: Path | str | Mapping[str, Any], name: str
 # --------------------------------------------------------------------------- workload
 
 
+RECOMPUTE_POLICIES = ("none", "selective", "full")  # in order of increasing recompute time, decreasing memory
+
+
+def recompute_policy(value: bool | str, allow_auto: bool = True, owner: str = "workload") -> str:
+    """The recompute policy named by an `activation_checkpointing` value: False -> "none",
+    True -> "selective" (what True has meant since selective checkpointing), or one of
+    "none" | "selective" | "full" (| "auto" where `allow_auto`: the planner's search over the three)."""
+    if value is False:
+        return "none"
+    if value is True:
+        return "selective"
+    allowed = RECOMPUTE_POLICIES + (("auto",) if allow_auto else ())
+    if isinstance(value, str) and value in allowed:
+        return value
+    raise SpecError(f"{owner}: activation_checkpointing (recompute policy) must be True, False or one of "
+                    f"{', '.join(repr(x) for x in allowed)}; got {value!r}")
+
+
 @dataclass(frozen=True)
 class Workload:
     """One training iteration: `global_batch` sequences of `seq_len` tokens, processed one after
@@ -616,11 +634,19 @@ class Workload:
 
     `param_sharding`: "replicated" (every rank holds all states; gradients all-reduced) or
     "zero3" (FSDP: states sharded; weights all-gathered per layer, gradients reduce-scattered).
+
+    `activation_checkpointing` is the recompute policy (`recompute` gives it normalized):
+    "none" (False) keeps every activation; "selective" (True) recomputes only the linear parts
+    of each layer in backward (the attention core's inputs/outputs are kept); "full" keeps only each
+    layer's input and recomputes the whole layer, attention and its communication included;
+    "auto" lets the planner pick the fastest of the three that fits (the cost model refuses it).
+    The field is stored canonically (False for "none", True for "selective") so that old callers
+    that test it as a bool keep working and equal policies compare equal.
     """
 
     seq_len: int
     global_batch: int = 1
-    activation_checkpointing: bool = False
+    activation_checkpointing: bool | str = False
     param_sharding: str = "zero3"
     block_size: int = 128
 
@@ -631,6 +657,18 @@ class Workload:
                 raise SpecError(f"workload: {key} must be a positive integer, got {v!r}")
         if self.param_sharding not in ("replicated", "zero3"):
             raise SpecError(f"workload: param_sharding must be 'replicated' or 'zero3', got {self.param_sharding!r}")
+        policy = recompute_policy(self.activation_checkpointing)
+        canonical = {"none": False, "selective": True}.get(policy, policy)
+        object.__setattr__(self, "activation_checkpointing", canonical)
+
+    @property
+    def recompute(self) -> str:
+        """The recompute policy: "none", "selective", "full" or "auto"."""
+        return recompute_policy(self.activation_checkpointing)
+
+    def with_recompute(self, policy: bool | str) -> "Workload":
+        """The same workload under another recompute policy."""
+        return replace(self, activation_checkpointing=policy)
 
     @property
     def tokens(self) -> int:

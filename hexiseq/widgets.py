@@ -15,7 +15,7 @@ SEQ_CHOICES = [("8K", 8192), ("16K", 16384), ("32K", 32768), ("64K", 65536), ("1
                ("256K", 262144), ("512K", 524288), ("1M", 1048576)]
 
 
-def show_plan(cluster_name: str, model_name: str, seq_len: int, recompute: bool = True, sharding: str = "zero3") -> Any:
+def show_plan(cluster_name: str, model_name: str, seq_len: int, recompute: bool | str = "auto", sharding: str = "zero3") -> Any:
     """Plan one case and display its summary and the three plots; returns the PlanResult
     (or None when the case is infeasible, after printing why)."""
     import matplotlib.pyplot as plt
@@ -36,11 +36,11 @@ def show_plan(cluster_name: str, model_name: str, seq_len: int, recompute: bool 
     d = result.to_dict()
     print(
         f"HexiSeq {d['throughput_tokens_per_s']:,.0f} tokens/s, {d['speedup_vs_best_baseline']:.3f}x the best baseline, "
-        f"gap {d['gap']:.2%}, planned in {d['plan_time_s']:.2f} s"
+        f"gap {d['gap']:.2%}, recompute {result.recompute}, planned in {d['plan_time_s']:.2f} s"
     )
     throughputs = {k: v for k, v in d["baselines"].items() if v}
     throughputs["hexiseq"] = d["throughput_tokens_per_s"]
-    est = estimate(result.plan, cluster, model, wl)
+    est = estimate(result.plan, cluster, model, wl.with_recompute(result.recompute))  # the policy the planner chose
     for fig in (
         plot_layout(result.plan, cluster),
         plot_comparison(throughputs, bound=est.bound_tokens_per_s, title=f"{cluster.name}, {model.name}, {seq_len // 1024}K tokens"),
@@ -60,7 +60,7 @@ def plan_explorer(cluster: str = "testbed-8", model: str = "llama2-7b", seq_len:
     w_cluster = W.Dropdown(options=bundled_clusters(), value=cluster, description="cluster")
     w_model = W.Dropdown(options=list(model_catalog()), value=model, description="model")
     w_seq = W.SelectionSlider(options=SEQ_CHOICES, value=seq_len, description="tokens")
-    w_rec = W.Checkbox(value=True, description="recompute")
+    w_rec = W.Dropdown(options=["auto", "none", "selective", "full"], value="auto", description="recompute")
     w_shard = W.ToggleButtons(options=["zero3", "replicated"], value="zero3", description="states")
     button = W.Button(description="Plan", button_style="primary")
     out = W.Output()

@@ -68,3 +68,23 @@ def test_parse_layout():
     assert parse_layout("usp:4x2", 8) == (4, 2)
     with pytest.raises(SpecError):
         parse_layout("usp:4x4", 8)
+
+
+def test_recompute_policy_from_the_plan_file_by_default(capsys, tmp_path):
+    """A plan file that records its policy (hexiseq plan does) is estimated under it unless
+    --recompute says otherwise; "auto" is refused with a clear error (the cost model needs one policy)."""
+    plan = random_plan(8, 65536, 32, 32, seed=2, block_size=128)
+    path = tmp_path / "plan.json"
+    recompute = {}
+    for policy in ("none", "selective", "full"):
+        dataclasses.replace(plan, cluster="testbed-8", model="llama2-7b", meta={"recompute": policy}).save(path)
+        rc, out, _ = run_cli(capsys, "estimate", "--plan", str(path), "--json", "--no-simulate")
+        assert rc == 0
+        recompute[policy] = max(r["time_s"]["recompute"] for r in json.loads(out)["ranks"])
+        rc, out, _ = run_cli(capsys, "estimate", "--plan", str(path), "--no-simulate")
+        assert f"recompute {policy}" in out
+    assert recompute["none"] == 0 < recompute["selective"] < recompute["full"]
+    rc, out, _ = run_cli(capsys, "estimate", "--plan", str(path), "--json", "--no-simulate", "--recompute", "none")
+    assert max(r["time_s"]["recompute"] for r in json.loads(out)["ranks"]) == 0  # the flag wins over the file
+    rc, _, err = run_cli(capsys, "estimate", "--plan", str(path), "--recompute", "auto")
+    assert rc == 2 and "concrete --recompute" in err and "Traceback" not in err

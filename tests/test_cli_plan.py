@@ -45,11 +45,29 @@ def test_infeasible_exits_2_with_explanation(capsys):
     assert "does not fit" in err and "more devices" in err and "Traceback" not in err
 
 
-def test_demo_command_turns_recompute_on_and_says_so(capsys):
-    assert main(["plan", "--cluster", "testbed-8", "--model", "llama2-7b", "--seq-len", "128K", "--json"]) == 0
+def test_default_auto_picks_a_recompute_policy_and_records_it(capsys, tmp_path):
+    """Without --recompute the planner searches the policies that can fit (at 128K on testbed-8 "none"
+    cannot: see --strict above), says which it chose and writes it into the plan file."""
+    path = tmp_path / "plan.json"
+    assert main(["plan", "--cluster", "testbed-8", "--model", "llama2-7b", "--seq-len", "128K", "--json", "--out", str(path)]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["notes"][0].startswith("activation checkpointing turned ON")
+    assert d["recompute"] in ("selective", "full") and d["policies_searched"] == ["selective", "full"]
+    assert d["notes"][0].startswith(f"recompute policy {d['recompute']} chosen by auto") and "none cannot fit" in d["notes"][0]
+    assert Plan.load(path).meta["recompute"] == d["recompute"]
     assert d["speedup_vs_best_baseline"] >= 1.0
+    # each policy alone: auto's plan is the faster one
+    tps = {}
+    for policy in ("selective", "full"):
+        assert main(["plan", "--cluster", "testbed-8", "--model", "llama2-7b", "--seq-len", "128K", "--json", "--recompute", policy]) == 0
+        r = json.loads(capsys.readouterr().out)
+        assert r["recompute"] == policy and r["policies_searched"] == [policy]
+        tps[policy] = r["throughput_tokens_per_s"]
+    assert d["throughput_tokens_per_s"] >= max(tps.values()) * (1 - 1e-9)
+
+
+def test_bare_recompute_means_selective_and_the_text_says_so(capsys):
+    assert main(ARGS + ["--no-progress"]) == 0
+    assert "recompute: selective" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("solver", ["no-such-solver"])

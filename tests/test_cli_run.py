@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import torch
@@ -16,10 +17,12 @@ from hexiseq.specs import get_model
 def test_run_trains_saves_and_resumes(tmp_path, capfd):
     # capfd: rank 0 prints from its own (spawned) process
     plan = tmp_path / "plan.json"
-    random_plan(2, 128, 8, 4, seed=4, block_size=8).save(plan)
+    # the plan file records a recompute policy (as hexiseq plan writes it): the run uses it by default
+    dataclasses.replace(random_plan(2, 128, 8, 4, seed=4, block_size=8), meta={"recompute": "full"}).save(plan)
     out_dir = tmp_path / "ckpt"
     assert main(["run", "--plan", str(plan), "--nproc", "2", "--steps", "3", "--lr", "3e-3", "--model", "tiny", "--save", str(out_dir)]) == 0
     out = capfd.readouterr().out
+    assert "recompute full" in out
     steps = re.findall(r"step (\d)/3\s+loss ([\d.]+)\s+grad_norm [\d.]+\s+([\d,]+) tokens/s", out)
     assert [s[0] for s in steps] == ["1", "2", "3"], out
     losses = [float(s[1]) for s in steps]
@@ -34,8 +37,10 @@ def test_run_trains_saves_and_resumes(tmp_path, capfd):
     # below the first loss from scratch
     one = tmp_path / "one.json"
     random_plan(1, 128, 8, 4, seed=0, block_size=8).save(one)
-    assert main(["run", "--plan", str(one), "--steps", "1", "--init-from", str(out_dir)]) == 0
-    resumed = float(re.search(r"step 1/1\s+loss ([\d.]+)", capfd.readouterr().out).group(1))
+    assert main(["run", "--plan", str(one), "--steps", "1", "--init-from", str(out_dir), "--recompute"]) == 0
+    out = capfd.readouterr().out
+    assert "recompute selective" in out  # a bare --recompute: selective
+    resumed = float(re.search(r"step 1/1\s+loss ([\d.]+)", out).group(1))
     assert resumed < losses[0]
 
 

@@ -130,12 +130,44 @@ def test_uneven_split_beats_even_on_mixed_cluster(testbed):
 
 
 def test_bound_homogeneous_closed_form(node8):
+    """Identical devices: t* = tokens·τ/N + pair-heads·ρ/N + the optimizer step, with the estimate's
+    kernel times (attention fwd + 2.5× bwd at eff_attention, loss traffic at HBM bandwidth)."""
     w = wl(64 * 1024, global_batch=2)
-    f_lin, f_att = useful_flops(MODEL, w)
     g = node8.devices[0].gpu
-    t = f_lin / (8 * g.matmul_flops) + f_att / (8 * g.attention_flops)
+    hbm = g.hbm_bandwidth_gbps * 1e9
+    tau = 3 * MODEL.linear_flops_per_token / g.matmul_flops + MODEL.vocab * 12.0 / hbm
+    rho = 3.5 * 4 * MODEL.head_dim / g.attention_flops
+    pair_heads = 2 * MODEL.layers * H * w.seq_len * (w.seq_len + 1) / 2
+    opt = MODEL.param_count / 8 * 28.0 / hbm
+    t = w.tokens * tau / 8 + pair_heads * rho / 8 + opt
     assert compute_bound(node8, MODEL, w) == pytest.approx(w.tokens / t, rel=1e-12)
+    f_lin, f_att = useful_flops(MODEL, w)
     assert f_lin + f_att == pytest.approx(2 * MODEL.training_flops(w.seq_len))
+    # the kernel-time bound is below the useful-FLOP one (flash backward, loss, optimizer cost time)
+    assert compute_bound(node8, MODEL, w) < w.tokens / (f_lin / (8 * g.matmul_flops) + f_att / (8 * g.attention_flops))
+
+
+@pytest.mark.parametrize("sharding", ["zero3", "replicated"])
+@pytest.mark.parametrize("make", [ulysses_plan, lambda d, S, H, HKV: symmetric_plan(d, S, H, HKV, 2, 4), ring_plan])
+def test_balanced_plan_without_comm_or_recompute_reaches_the_bound(node8, make, sharding):
+    """Even plans on identical GPUs are perfectly balanced: without communication and recompute
+    they run exactly at the bound (the bound uses the estimate's own kernel time model)."""
+    w = wl(64 * 1024, ac=False, param_sharding=sharding)
+    plan = make(range(8), w.seq_len, H, HKV)
+    e = estimate(plan, node8, MODEL, w, CostOptions(ignore_comm=True))
+    assert e.efficiency_vs_bound == pytest.approx(1.0, rel=1e-9)
+    # any communication or recompute moves it below 1
+    assert estimate(plan, node8, MODEL, wl(64 * 1024, ac=True, param_sharding=sharding), CostOptions(ignore_comm=True)).efficiency_vs_bound < 0.999
+    assert estimate(plan, node8, MODEL, w).efficiency_vs_bound < 0.999
+
+
+def test_bound_is_kept_by_uneven_plans_on_mixed_gpus(testbed):
+    """No plan beats the bound, also on mixed GPUs without any communication."""
+    w = wl(64 * 1024, ac=False)
+    for seed in range(6):
+        plan = random_plan(8, w.seq_len, H, HKV, seed=seed, block_size=128)
+        e = estimate(plan, testbed, MODEL, w, CostOptions(ignore_comm=True))
+        assert 0 < e.efficiency_vs_bound <= 1 + 1e-12
 
 
 def test_bound_lp_against_brute_force():
@@ -186,16 +218,55 @@ def test_global_batch_scales_micro_steps(testbed):
     assert e4.model_flops == pytest.approx(4 * e1.model_flops)
 
 
+def _layer_windows(e, w):
+    """Per rank (C_f, C_b, H_b): one layer's forward / backward compute and the LM head's backward,
+    from the estimate's phases (no recompute)."""
+    B, Lyr = w.global_batch, MODEL.layers
+    lin_f = np.array([r.time_s["linear"] for r in e.ranks]) / (3 * B * Lyr)
+    att_f = np.array([r.time_s["attention"] for r in e.ranks]) / (3.5 * B * Lyr)
+    head = np.array([r.time_s["lm_head"] for r in e.ranks]) / B
+    return lin_f + att_f, 2 * lin_f + 2.5 * att_f, head * 2 / 3
+
+
 def test_replicated_vs_zero3_param_comm(testbed):
-    S = 32 * 1024
+    """Per-layer collectives prefetched / bucketed behind the rank's own compute (estimate.py)."""
+    S, B, Lyr = 32 * 1024, 4, MODEL.layers
     plan = symmetric_plan(range(8), S, H, HKV, 2, 4)
-    z = estimate(plan, testbed, MODEL, wl(S, param_sharding="zero3", global_batch=4))
-    r = estimate(plan, testbed, MODEL, wl(S, param_sharding="replicated", global_batch=4))
-    # zero3: 3 collectives of 2P bytes per micro-step; replicated: one all-reduce (2x) per iteration
-    zc, rc = z.ranks[0].time_s["param_comm"], r.ranks[0].time_s["param_comm"]
-    bytes_per_s = 25e9
-    assert rc == pytest.approx(2 * 7 / 8 * 2 * MODEL.param_count / bytes_per_s + 2 * 7 * 10e-6)
-    assert zc > 4 * 3 * 7 / 8 * 2 * MODEL.param_count / bytes_per_s
+    bw, lat = 25e9, 10e-6  # the testbed's slowest link (the NIC) and its latency
+    layer = 2 * MODEL.params_per_layer
+    root = 2 * (MODEL.param_count - Lyr * MODEL.params_per_layer)
+    ag, ag_root = 7 / 8 * layer / bw + 7 * lat, 7 / 8 * root / bw + 7 * lat
+    ar, ar_root = 2 * ag, 2 * ag_root
+    w = wl(S, ac=False, param_sharding="replicated", global_batch=B)
+    r = estimate(plan, testbed, MODEL, w)
+    _, c_b, _ = _layer_windows(r, w)
+    rc = np.array([x.time_s["param_comm"] for x in r.ranks])
+    np.testing.assert_allclose(rc, (Lyr - 1) * np.maximum(0, ar - c_b) + ar + ar_root, rtol=1e-9)
+    assert np.all(rc < Lyr * ar + ar_root)  # something is hidden: the old, unoverlapped charge is higher
+    w = wl(S, ac=False, param_sharding="zero3", global_batch=B)
+    z = estimate(plan, testbed, MODEL, w)
+    c_f, c_b, h_b = _layer_windows(z, w)
+    fwd = ag_root + ag + (Lyr - 1) * np.maximum(0, ag - c_f)
+    bwd = np.maximum(0, ag - h_b) + (Lyr - 1) * np.maximum(0, 2 * ag - c_b) + ag + ag_root
+    zc = np.array([x.time_s["param_comm"] for x in z.ranks])
+    np.testing.assert_allclose(zc, B * (fwd + bwd), rtol=1e-9)
+    assert np.all(zc < B * (3 * (Lyr * ag + ag_root)))
+    assert np.all(zc > 0)
+
+
+@pytest.mark.parametrize("sharding", ["zero3", "replicated"])
+def test_long_sequences_hide_the_per_layer_collectives(testbed, sharding):
+    """At 256K every layer's compute outlasts its collectives: only the unhidden ones remain (the
+    first gathers and the last reduce-scatter / bucket), the same on every rank."""
+    w = wl(256 * 1024, param_sharding=sharding, global_batch=2)
+    plan = symmetric_plan(range(8), w.seq_len, H, HKV, 2, 4)
+    e = estimate(plan, testbed, MODEL, w)
+    layer = 2 * MODEL.params_per_layer
+    root = 2 * (MODEL.param_count - MODEL.layers * MODEL.params_per_layer)
+    ag, ag_root = 7 / 8 * layer / 25e9 + 7 * 10e-6, 7 / 8 * root / 25e9 + 7 * 10e-6
+    want = 2 * (2 * ag_root + 2 * ag) if sharding == "zero3" else 2 * ag + 2 * ag_root
+    for r in e.ranks:
+        assert r.time_s["param_comm"] == pytest.approx(want, rel=1e-9)
 
 
 def test_ignore_comm_leaves_only_compute(testbed):
@@ -225,7 +296,7 @@ def _lf(plan, cluster, w, fixed=True):
     return linear_form(cluster, MODEL, w, [list(g.devices) for g in plan.groups], heads)
 
 
-@pytest.mark.parametrize("ac", [False, True])
+@pytest.mark.parametrize("ac", [False, True, "full"])
 def test_linear_form_exact_for_symmetric_plans_on_uniform_links(node8, ac):
     """Same links for every pair and equal rounds: the affine pieces reproduce the estimate exactly."""
     w = wl(128 * 1024, ac=ac)
@@ -241,7 +312,7 @@ def test_linear_form_exact_for_one_group_uneven(testbed, seed):
     """One group (no exchange): everything is affine in s and L with fixed heads."""
     rng = np.random.default_rng(seed)
     S = 64 * 1024
-    w = wl(S, ac=bool(seed % 2))
+    w = wl(S, ac=("none", "selective", "full")[seed % 3])
     shards = rng.multinomial(S - 8 * 128, np.ones(8) / 8) + 128
     heads = rng.multinomial(H - 8, np.ones(8) / 8) + 1
     plan = Plan(S, H, HKV, (Group(tuple(range(8)), S // 2, tuple(shards), tuple(heads)),), 128, "one-group")
@@ -268,7 +339,7 @@ def test_linear_form_close_on_random_uneven_plans(testbed, seed):
     """Uneven plans: per rank within 25% (middle overlap regimes, L̄ for the last round), iteration
     time (max) within 10%; memory exact (llama2-7b: no chunked loss). Free heads (κ = η/gq, slowest
     link, no self-share) stay within 50% per rank."""
-    w = wl(128 * 1024, ac=bool(seed % 2))
+    w = wl(128 * 1024, ac=("none", "selective", "full")[seed % 3])
     plan = random_plan(8, w.seq_len, H, HKV, seed=seed, block_size=128)
     busy, mem = _busy_and_memory(plan, testbed, w)
     t, m = _lf(plan, testbed, w).evaluate(plan)
@@ -311,3 +382,78 @@ def test_plan_on_a_subset_of_the_cluster(testbed):
     t, _ = lf.evaluate(plan)
     busy, _ = _busy_and_memory(plan, testbed, w)
     np.testing.assert_allclose(t, busy, rtol=1e-9)  # symmetric on uniform (one-node) links: exact
+
+
+@pytest.mark.parametrize("sharding", ["zero3", "replicated"])
+@pytest.mark.parametrize("S", [8 * 1024, 256 * 1024])
+def test_linear_form_exact_with_overlapped_param_collectives(h100x16, sharding, S):
+    """The overlap terms max(0, comm - window) are exact affine pieces: node-aligned even plans on
+    two nodes (slow NIC: short sequences expose the collectives, long ones hide them)."""
+    w = wl(S, param_sharding=sharding, global_batch=2)
+    lf_exposed = False
+    for plan in (ulysses_plan(range(16), S, H, HKV), symmetric_plan(range(16), S, H, HKV, 2, 8)):
+        busy, mem = _busy_and_memory(plan, h100x16, w)
+        lf = _lf(plan, h100x16, w)
+        t, m = lf.evaluate(plan)
+        np.testing.assert_allclose(t, busy, rtol=1e-9)
+        np.testing.assert_allclose(m, mem, rtol=1e-9)
+        v = lf.variables(plan)
+        # the overlap term: all subset sums of the slots, the first piece the empty sum (0)
+        over = [term for term in lf.time_terms[0] if not term[0].coef and term[0].const == 0 and len(term) > 1]
+        assert len(over) == 1 and len(over[0]) == (8 if sharding == "zero3" else 2)
+        lf_exposed |= max(p.evaluate(v) for p in over[0]) > 0
+    assert lf_exposed == (S == 8 * 1024)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_selective_recompute_repeats_only_the_linear_forward(testbed, seed):
+    """With checkpointing: recompute = one linear forward per layer (linear / 3); attention,
+    all-to-all and KV exchange are not repeated, so those phases do not change."""
+    S = 64 * 1024
+    plan = random_plan(8, S, H, HKV, seed=seed, block_size=128)
+    w0, w1 = wl(S, ac=False, param_sharding="replicated"), wl(S, ac=True, param_sharding="replicated")
+    a, b = estimate(plan, testbed, MODEL, w0), estimate(plan, testbed, MODEL, w1)
+    for ra, rb in zip(a.ranks, b.ranks):
+        assert rb.time_s["recompute"] == pytest.approx(rb.time_s["linear"] / 3, rel=1e-12)
+        for p in ("linear", "lm_head", "attention", "alltoall", "kv_exchange", "optimizer"):
+            assert rb.time_s[p] == pytest.approx(ra.time_s[p], rel=1e-12), p
+        # the recompute also widens the window that hides the all-reduce buckets
+        assert rb.time_s["param_comm"] <= ra.time_s["param_comm"] + 1e-12
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_full_recompute_repeats_the_whole_forward(testbed, seed):
+    """Full checkpointing: recompute = the layer's whole forward again, i.e. the linear forward
+    (linear / 3), the attention forward (attention / 3.5), both all-to-alls (alltoall / 2) and the
+    forward KV exchange's exposed part; the useful phases do not change. Selective is cheaper."""
+    S = 64 * 1024
+    plan = random_plan(8, S, H, HKV, seed=seed, block_size=128)
+    w0, w1, w2 = (wl(S, ac=p, param_sharding="replicated") for p in ("none", "selective", "full"))
+    a, b, f = (estimate(plan, testbed, MODEL, w) for w in (w0, w1, w2))
+    c = components(plan, testbed, MODEL, w2)
+    from hexiseq.costmodel.estimate import exchange_exposed
+    x_f = MODEL.layers * exchange_exposed(c.att, c.xc_f)
+    for r, (ra, rb, rf) in enumerate(zip(a.ranks, b.ranks, f.ranks)):
+        t = rf.time_s
+        assert t["recompute"] == pytest.approx(t["linear"] / 3 + t["attention"] / 3.5 + t["alltoall"] / 2 + x_f[r], rel=1e-12)
+        assert t["recompute"] >= rb.time_s["recompute"] > 0
+        for p in ("linear", "lm_head", "attention", "alltoall", "kv_exchange", "optimizer"):
+            assert t[p] == pytest.approx(ra.time_s[p], rel=1e-12), p
+    # the plan communicates and attends, and full's recompute includes that where selective's does not
+    assert max(r.time_s["alltoall"] for r in f.ranks) > 0 and max(r.time_s["attention"] for r in f.ranks) > 0
+    assert max(rf.time_s["recompute"] - rb.time_s["recompute"] for rb, rf in zip(b.ranks, f.ranks)) > 0
+    assert f.iteration_time_s > b.iteration_time_s > a.iteration_time_s
+    assert max(r.memory_gib for r in f.ranks) < max(r.memory_gib for r in b.ranks) < max(r.memory_gib for r in a.ranks)
+
+
+def test_the_cost_model_refuses_auto(testbed):
+    """"auto" is the planner's choice, not a policy a time or memory can be given for."""
+    from hexiseq.errors import SpecError
+    from hexiseq.costmodel.simulate import simulate
+
+    w = Workload(seq_len=32 * 1024, activation_checkpointing="auto")
+    plan = symmetric_plan(range(8), w.seq_len, H, HKV, 2, 4)
+    for fn in (lambda: estimate(plan, testbed, MODEL, w), lambda: simulate(plan, testbed, MODEL, w),
+               lambda: linear_form(testbed, MODEL, w, [list(range(8))])):
+        with pytest.raises(SpecError, match="concrete recompute policy"):
+            fn()

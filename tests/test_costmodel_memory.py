@@ -48,8 +48,18 @@ def test_activations_scale_with_tokens_and_recompute_saves(testbed):
     s = np.array(plan.shards, dtype=float)
     head_side = S * ((2 * 4 + 2 * 4) * 2 * MODEL.head_dim + 4 * 4)  # q,k,v,out bf16 + lse fp32, 4 heads
     np.testing.assert_allclose(no["activations"], MODEL.layers * (s * token_activation_bytes(MODEL) + head_side))
-    np.testing.assert_allclose(ac["activations"], MODEL.layers * s * 2 * MODEL.hidden)
+    # selective checkpointing keeps per layer the layer input and the attention output (token side,
+    # 2 x 4096 bf16 for llama2-7b) and the whole attention-layout side (q, k, v, out, lse)
+    np.testing.assert_allclose(ac["activations"], MODEL.layers * (s * 2 * (4096 + 4096) + head_side))
+    np.testing.assert_allclose(ac["attention"] - no["attention"], s * token_activation_bytes(MODEL))  # one layer rebuilt
     assert np.all(ac["activations"] + ac["attention"] < no["activations"] + no["attention"])
+    # full checkpointing keeps only each layer's input (h bf16 per token), plus the one layer being
+    # recomputed (token and head side) in the working set
+    full = mem(plan, testbed, activation_checkpointing="full")
+    np.testing.assert_allclose(full["activations"], MODEL.layers * s * 2 * 4096)
+    np.testing.assert_allclose(full["attention"] - no["attention"], s * token_activation_bytes(MODEL) + head_side)
+    total = {k: v["activations"] + v["attention"] for k, v in (("none", no), ("selective", ac), ("full", full))}
+    assert np.all(total["full"] < total["selective"]) and np.all(total["selective"] < total["none"])
     assert np.all(no["kv_buffers"] == 0)  # one group: no exchange
 
 

@@ -107,13 +107,14 @@ def test_labels_and_reference_loss():
 def test_activation_checkpointing_gives_the_same_gradients():
     tokens = torch.randint(0, CFG.vocab, (32,), generator=torch.Generator().manual_seed(5))
     grads = []
-    for ac in (False, True):
+    for ac in (False, True, "full"):
         model = _model()
         model.activation_checkpointing = ac
         reference_loss(model, tokens).backward()
         grads.append({n: p.grad for n, p in model.named_parameters()})
-    for n in grads[0]:
-        torch.testing.assert_close(grads[0][n], grads[1][n], rtol=1e-6, atol=1e-7)
+    for g in grads[1:]:
+        for n in grads[0]:
+            torch.testing.assert_close(grads[0][n], g[n], rtol=1e-6, atol=1e-7)
 
 
 def test_tied_embeddings_share_one_parameter():
@@ -143,3 +144,46 @@ def test_init_is_deterministic():
         assert torch.equal(p, q), n
         if p.ndim == 2:
             assert not torch.equal(p, r), n
+
+
+def test_selective_checkpointing_never_recomputes_the_attention():
+    """With checkpointing only the linear parts are recomputed: the attention function runs once per
+    layer in forward and never again in backward (its collectives are not replayed), while the
+    checkpointed projections do run again."""
+    tokens = torch.randint(0, CFG.vocab, (32,), generator=torch.Generator().manual_seed(6))
+    for ac in (False, True, "full"):
+        model = _model()
+        model.activation_checkpointing = ac
+        attn_calls, qkv_calls = [], []
+
+        def counting(q, k, v):
+            attn_calls.append(torch.is_grad_enabled())
+            return dense_causal_attention(q, k, v)
+
+        model.set_attention(counting)
+        for layer in model.layers:
+            layer.self_attn.q_proj.register_forward_hook(lambda *_: qkv_calls.append(1))
+        loss = reference_loss(model, tokens)
+        assert len(attn_calls) == len(qkv_calls) == CFG.layers
+        loss.backward()
+        if ac == "full":  # the whole block runs again in backward, the attention (with grad) included
+            assert attn_calls == [True] * (2 * CFG.layers) and len(qkv_calls) == 2 * CFG.layers
+            continue
+        assert len(attn_calls) == CFG.layers  # backward does not run the attention forward again
+        assert len(qkv_calls) == CFG.layers * (2 if ac else 1)  # the projections are recomputed
+
+
+def test_recompute_policy_values():
+    """The model and ParallelOptions take the workload's policy names (and the old booleans)."""
+    from hexiseq.runtime.parallel import ParallelOptions
+
+    model = _model()
+    for value, policy in ((False, "none"), (True, "selective"), ("full", "full"), ("none", "none")):
+        model.activation_checkpointing = value
+        assert model.activation_checkpointing == policy
+        assert ParallelOptions(activation_checkpointing=value).activation_checkpointing == policy
+    for bad in ("auto", "yes", 1):
+        with pytest.raises(SpecError, match="recompute policy"):
+            model.activation_checkpointing = bad
+        with pytest.raises(SpecError, match="recompute policy"):
+            ParallelOptions(activation_checkpointing=bad)

@@ -72,7 +72,10 @@ def world4():
     from hexiseq.runtime.train import step_worker_many
 
     jobs = [
-        StepJob(plan=random_plan(4, 128, 8, 4, seed=3, block_size=8).to_dict(), model=CFG, seed=1, collect=True),
+        # full checkpointing on the plan with two groups: the backward replays the all-to-all and the
+        # KV exchange inside each checkpoint (selective checkpointing is job 2)
+        StepJob(plan=random_plan(4, 128, 8, 4, seed=3, block_size=8).to_dict(), model=CFG, seed=1, collect=True,
+                options=ParallelOptions(activation_checkpointing="full")),
         StepJob(plan=hand_plan().to_dict(), model=TIED, seed=2, steps=5, collect=True, train=TrainConfig(lr=1e-2)),
         StepJob(plan=random_plan(4, 96, 8, 4, seed=11, block_size=4, whole_kv_heads=True).to_dict(), model=CFG, seed=4,
                 steps=2, collect=True, options=ParallelOptions(activation_checkpointing=True, loss_chunk=7)),
@@ -87,8 +90,9 @@ def _ranks(world, i):
     return jobs[i], [r[i] for r in results]
 
 
-def test_random_uneven_plan_one_step(world4):
+def test_random_uneven_plan_one_step_full_recompute(world4):
     job, ranks = _ranks(world4, 0)
+    assert job.options.activation_checkpointing == "full"
     check_job(job, ranks, job.plan["seq_len"])
 
 

@@ -19,6 +19,12 @@ WL128 = Workload(seq_len=131072, activation_checkpointing=True)
 
 def _check_result(res, cluster, model, wl):
     plan = res.plan
+    assert plan.meta["recompute"] == res.recompute
+    if wl.recompute == "auto":  # the plan runs under the policy the planner chose; baselines under their own
+        assert res.recompute in ("none", "selective", "full") and res.recompute in res.policies_searched
+        wl = wl.with_recompute(res.recompute)
+    else:
+        assert res.recompute == wl.recompute and res.policies_searched == [wl.recompute]
     assert plan.name == "hexiseq"
     assert plan.validate(cluster, model, wl) == []
     assert estimate(plan, cluster, model, wl).fits
@@ -87,6 +93,28 @@ def test_infeasible_is_explained():
     assert rep.load > 1 and rep.needed_gib > rep.capacity_gib * 0.9 and rep.binding
 
 
+def test_auto_recompute_picks_the_policy_that_fits_and_is_fastest():
+    """gpt-13b at 1M tokens on the mixed 32-GPU cluster fits only with full recompute (selective keeps
+    every layer's attention tensors: ~3,457 GiB vs ~2,146 GiB): auto finds that without being told,
+    and skips the policies that cannot fit before any search. At 512K selective fits too, but its
+    memory-bound layout is slower than full's: auto compares them and takes full."""
+    cluster, model = load_cluster("sim-32"), get_model("gpt-13b")
+    wl = Workload(seq_len=1 << 20, activation_checkpointing="auto")
+    res = plan_cluster(cluster, model, wl, progress=False)
+    _check_result(res, cluster, model, wl)
+    assert res.recompute == "full" and res.policies_searched == ["full"]
+    assert "none, selective cannot fit" in res.notes[0]
+    with pytest.raises(InfeasibleError):
+        plan_cluster(cluster, model, wl.with_recompute("selective"), progress=False)
+    wl = Workload(seq_len=512 * 1024, activation_checkpointing="auto")
+    res = plan_cluster(cluster, model, wl, progress=False)
+    _check_result(res, cluster, model, wl)
+    assert res.policies_searched == ["selective", "full"]
+    alone = {p: plan_cluster(cluster, model, wl.with_recompute(p), progress=False) for p in res.policies_searched}
+    assert res.iteration_time_s <= min(r.iteration_time_s for r in alone.values()) * (1 + 1e-9)
+    assert res.recompute == min(alone, key=lambda p: alone[p].iteration_time_s)
+
+
 def test_explain_bad_length():
     msg = explain_infeasible(load_cluster("testbed-8"), get_model("tiny"), Workload(seq_len=1000))
     assert "multiple of 2 x block size" in msg
@@ -107,7 +135,7 @@ def scenarios(draw):
     wl = Workload(
         seq_len=seq,
         global_batch=draw(st.sampled_from([1, 2])),
-        activation_checkpointing=draw(st.booleans()),
+        activation_checkpointing=draw(st.sampled_from([False, True, "full", "auto"])),
         param_sharding=draw(st.sampled_from(["zero3", "zero3", "replicated"])),
         block_size=draw(st.sampled_from([64, 128])),
     )
@@ -140,3 +168,14 @@ def test_refine_improves_an_even_plan_on_a_mixed_cluster():
     assert new.validate(cluster, model, WL128) == [] and estimate(new, cluster, model, WL128).fits
     assert t1 == pytest.approx(simulate(new, cluster, model, WL128).iteration_time_s)
     assert new.groups[0].tokens > new.groups[1].tokens  # chunk moved towards the H100 node
+
+
+def test_planning_after_a_memory_report_in_the_same_process():
+    """explain.memory_report solves through Pyomo's HiGHS, which starts HiGHS's process-global thread
+    scheduler with its default thread count; the planner's own HiGHS runs (threads=1) must still
+    solve afterwards (they used to fail silently, so a policy searched after an infeasibility
+    explanation found nothing)."""
+    cluster, model = load_cluster("sim-32"), get_model("gpt-13b")
+    memory_report(cluster, model, Workload(seq_len=2 << 20))  # "none" at 2M: far out of memory
+    res = plan_cluster(cluster, model, Workload(seq_len=512 * 1024, activation_checkpointing="selective"), progress=False)
+    assert res.recompute == "selective" and res.tokens_per_s > 0

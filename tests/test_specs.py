@@ -174,3 +174,20 @@ def test_workload_and_tokens():
         Workload(seq_len=0)
     with pytest.raises(SpecError, match="param_sharding"):
         Workload(seq_len=8, param_sharding="zero9")
+
+
+def test_workload_recompute_policies():
+    """activation_checkpointing takes the old booleans (True = selective) and the policy names; equal
+    policies compare equal, old callers that test it as a bool keep working, anything else is refused."""
+    from hexiseq.specs import Workload
+
+    cases = {False: "none", True: "selective", "none": "none", "selective": "selective", "full": "full", "auto": "auto"}
+    for value, policy in cases.items():
+        w = Workload(seq_len=4096, activation_checkpointing=value)
+        assert w.recompute == policy
+        assert bool(w.activation_checkpointing) == (policy != "none")
+        assert w == Workload(seq_len=4096, activation_checkpointing=policy)
+        assert w.with_recompute("full").recompute == "full" and w.with_recompute(False).recompute == "none"
+    for bad in ("yes", "Full", 1, 0, None):
+        with pytest.raises(SpecError, match="recompute policy"):
+            Workload(seq_len=4096, activation_checkpointing=bad)

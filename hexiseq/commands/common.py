@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any, Sequence
 
-from ..specs import ClusterSpec, ModelSpec, Workload, apply_profile, get_model, load_cluster, load_profile, parse_tokens
+from ..specs import RECOMPUTE_POLICIES, ClusterSpec, ModelSpec, Workload, apply_profile, get_model, load_cluster, load_profile, parse_tokens
 
 
 def add_cluster_args(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -18,9 +18,24 @@ def add_workload_args(p: argparse.ArgumentParser, seq_required: bool = True) -> 
     p.add_argument("--model", default="llama2-7b", help="model name from data/models.yaml or a HF config.json (default llama2-7b)")
     p.add_argument("--seq-len", required=seq_required, help="tokens per sequence, e.g. 131072, 128K, 1M")
     p.add_argument("--global-batch", type=int, default=1, help="sequences per iteration (gradient accumulation)")
-    p.add_argument("--recompute", action="store_true", help="activation checkpointing (recompute in backward)")
+    add_recompute_arg(p, "activation checkpointing policy: none, selective (recompute the linear parts; a bare "
+                         "--recompute means this), full (recompute the whole block, attention and its communication "
+                         "included), auto (the planner picks the fastest that fits)", allow_auto=True)
     p.add_argument("--sharding", choices=["zero3", "replicated"], default="zero3", help="parameter/optimizer state sharding")
     p.add_argument("--block-size", type=int, default=128, help="chunk alignment in tokens (default 128)")
+
+
+def add_recompute_arg(p: argparse.ArgumentParser, help: str, allow_auto: bool) -> None:
+    """`--recompute [POLICY]`; a bare `--recompute` keeps its old meaning, selective. The default
+    (None) lets each command choose (plan: auto; estimate / run: the plan file's policy, else none)."""
+    choices = list(RECOMPUTE_POLICIES) + (["auto"] if allow_auto else [])
+    p.add_argument("--recompute", nargs="?", const="selective", default=None, choices=choices, metavar="{" + ",".join(choices) + "}", help=help)
+
+
+def plan_recompute(plan: Any) -> str | None:
+    """The recompute policy a plan file records (`hexiseq plan` writes it into meta), if any."""
+    policy = (getattr(plan, "meta", None) or {}).get("recompute")
+    return policy if policy in RECOMPUTE_POLICIES else None
 
 
 def load_cluster_arg(args: argparse.Namespace) -> ClusterSpec:
@@ -30,12 +45,13 @@ def load_cluster_arg(args: argparse.Namespace) -> ClusterSpec:
     return cluster
 
 
-def load_workload_args(args: argparse.Namespace) -> tuple[ModelSpec, Workload]:
+def load_workload_args(args: argparse.Namespace, default_recompute: str = "none") -> tuple[ModelSpec, Workload]:
+    """The model and workload of the common arguments; `default_recompute` when --recompute is absent."""
     model = get_model(args.model)
     wl = Workload(
         seq_len=parse_tokens(args.seq_len),
         global_batch=args.global_batch,
-        activation_checkpointing=args.recompute,
+        activation_checkpointing=args.recompute if args.recompute is not None else default_recompute,
         param_sharding=args.sharding,
         block_size=args.block_size,
     )

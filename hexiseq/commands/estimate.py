@@ -6,6 +6,9 @@
 Prints per rank the time by phase (seconds per iteration) and memory against capacity, then the
 iteration time of the analytic estimate and of the step simulator (the judge), tokens/s, MFU,
 efficiency against the compute bound, the critical path, and every rank that does not fit.
+
+The cost model needs a concrete recompute policy (--recompute none|selective|full). By default it
+is the one the plan file records (meta["recompute"], written by `hexiseq plan`), else none.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import re
 from ..errors import PlanError, SpecError
 from ..plan import Plan, symmetric_plan
 
-from .common import add_cluster_args, add_workload_args, dump_json, load_cluster_arg, load_workload_args, print_table
+from .common import add_cluster_args, add_workload_args, dump_json, load_cluster_arg, load_workload_args, plan_recompute, print_table
 
 _SHORT = {"linear": "linear", "lm_head": "head", "attention": "attn", "alltoall": "a2a", "kv_exchange": "kv", "recompute": "recomp", "param_comm": "params", "optimizer": "optim"}
 
@@ -66,8 +69,11 @@ def _inputs(args: argparse.Namespace):
         if not args.cluster or args.seq_len is None:
             raise SpecError("--layout needs --cluster and --seq-len")
         args.model = args.model or "llama2-7b"
+    if args.recompute == "auto":
+        raise SpecError("hexiseq estimate needs a concrete --recompute (none, selective or full): "
+                        "auto is the planner's choice (hexiseq plan records it in the plan file)")
     cluster = load_cluster_arg(args)
-    model, wl = load_workload_args(args)
+    model, wl = load_workload_args(args, default_recompute=(plan_recompute(plan) if args.plan else None) or "none")
     if not args.plan:
         cp, hp = parse_layout(args.layout, cluster.size)
         plan = symmetric_plan(range(cluster.size), wl.seq_len, model.heads, model.kv_heads, cp, hp, wl.block_size, cluster=cluster.name, model=model.name)
@@ -83,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         dump_json(e.to_dict())
         return 0
     print(f"plan {plan.name!r} on {cluster.name} ({plan.world_size} of {cluster.size} GPUs), {model.name}, "
-          f"S={wl.seq_len}, batch {wl.global_batch}, {wl.param_sharding}{', recompute' if wl.activation_checkpointing else ''}")
+          f"S={wl.seq_len}, batch {wl.global_batch}, {wl.param_sharding}, recompute {wl.recompute}")
     rows = []
     for r in e.ranks:
         rows.append([r.rank, r.device, r.gpu, r.group, r.tokens, r.heads] + [r.time_s[p] for p in PHASES]

@@ -4,13 +4,18 @@ Prints the allocation (groups, ranks, memory), the predicted step time and token
 every baseline with the speedup over the best one, the efficiency against the compute-bound limit,
 the solver status, lower bound and gap, and the time of each scheduler stage. `--json` prints the
 same as one JSON object; `--out` writes the plan itself (the file `hexiseq run` reads).
+
+Recompute: `--recompute auto` (the default) lets the planner try none, selective and full
+activation checkpointing and keep the fastest plan that fits (it says which, and the plan file
+records it in meta["recompute"], which `hexiseq estimate` and `hexiseq run` then use by default);
+`--recompute none|selective|full` plans exactly that policy (bare `--recompute`: selective);
+`--strict` is the old spelling of "never turn recompute on by itself": policy none unless given.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 
 from ..specs import GIB
 from .common import add_cluster_args, add_workload_args, dump_json, load_cluster_arg, load_workload_args, print_table
@@ -27,8 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--ranks", type=int, default=64, help="print at most this many rank rows (default 64; 0 = all)")
     p.add_argument("--strict", action="store_true",
-                   help="never turn on activation checkpointing by itself (default: when nothing fits without it, "
-                        "plan with it and say so)")
+                   help="never turn on activation checkpointing by itself: without --recompute, plan with none "
+                        "(default without --recompute: auto)")
     p.set_defaults(func=run)
 
 
@@ -37,18 +42,10 @@ def run(args: argparse.Namespace) -> int:
     from ..planner import plan_cluster
 
     cluster = load_cluster_arg(args)
-    model, workload = load_workload_args(args)
+    model, workload = load_workload_args(args, default_recompute="none" if args.strict else "auto")
     kw = {} if args.time_limit is None else {"time_limit_s": args.time_limit}
     progress = not args.no_progress and not args.json and sys.stderr.isatty()
-    try:
-        result = plan_cluster(cluster, model, workload, solver=args.solver, progress=progress, **kw)
-    except InfeasibleError as e:
-        if args.strict or workload.activation_checkpointing:
-            raise
-        # the first fix the explanation would suggest: recompute activations; plan that and say so loudly
-        why = str(e).splitlines()[0].rstrip(".")
-        result = plan_cluster(cluster, model, replace(workload, activation_checkpointing=True), solver=args.solver, progress=progress, **kw)
-        result.notes.insert(0, f"activation checkpointing turned ON (without it: {why}); use --strict to get an error instead")
+    result = plan_cluster(cluster, model, workload, solver=args.solver, progress=progress, **kw)
     if args.out:
         result.plan.save(args.out)
     if args.json:
@@ -77,8 +74,7 @@ def print_result(result, cluster, max_ranks: int = 64) -> None:
         + (f" ({cluster.size - plan.world_size} devices left out)" if plan.world_size < cluster.size else "")
     )
     print(f"  grouping: {result.grouping_label}  [{result.source}]")
-    if result.notes and result.notes[0].startswith("activation checkpointing turned ON"):
-        print(f"  NOTE: {result.notes[0]}")
+    print(f"  recompute: {result.recompute}" + (f" (searched: {', '.join(result.policies_searched)})" if len(result.policies_searched) > 1 else ""))
     rows = []
     for gi, g in enumerate(plan.groups):
         types = sorted({cluster.devices[d].gpu.name for d in g.devices})

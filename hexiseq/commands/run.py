@@ -17,6 +17,7 @@ import torch
 
 from ..errors import PlanError
 from ..plan import Plan
+from .common import add_recompute_arg, plan_recompute
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--save", help="write the trained weights here in Hugging Face layout")
     p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default 1e-3)")
     p.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm (default 1.0; 0 disables)")
-    p.add_argument("--recompute", action="store_true", help="activation checkpointing")
+    add_recompute_arg(p, "activation checkpointing policy: none, selective (a bare --recompute), full "
+                         "(default: the plan file's policy, meta['recompute'], else none)", allow_auto=False)
     p.add_argument("--fsdp", action="store_true", help="shard parameters with FSDP2 (for large models on GPUs)")
     p.add_argument("--loss-chunk", type=int, default=4096, help="tokens per chunk of the LM head + loss (default 4096)")
     p.add_argument("--seed", type=int, default=0, help="weights and data (default 0)")
@@ -51,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     if args.steps <= 0:
         raise PlanError(f"--steps must be positive, got {args.steps}")
     plan = Plan.load(args.plan)
+    recompute = args.recompute or plan_recompute(plan) or "none"
     notes: tuple[str, ...] = ()
     if args.init_from:
         spec, cfg = model_spec_from_checkpoint(args.init_from), config_from_hf(read_hf_config(args.init_from))
@@ -67,11 +70,12 @@ def run(args: argparse.Namespace) -> int:
     job = StepJob(
         plan=plan.to_dict(), model=cfg, steps=args.steps, seed=args.seed,
         train=TrainConfig(lr=args.lr, grad_clip=args.grad_clip or None, timeout_s=args.timeout),
-        options=ParallelOptions(fsdp=args.fsdp, activation_checkpointing=args.recompute, loss_chunk=args.loss_chunk),
+        options=ParallelOptions(fsdp=args.fsdp, activation_checkpointing=recompute, loss_chunk=args.loss_chunk),
         init_from=args.init_from, save_to=args.save, show=True, strict_gpus=args.strict_gpus,
     )
     if not torchrun or os.environ.get("RANK") == "0":
-        print(f"hexiseq run: plan {plan.name!r}, {plan.world_size} ranks, {plan.seq_len} tokens, model {name}, {args.steps} steps")
+        print(f"hexiseq run: plan {plan.name!r}, {plan.world_size} ranks, {plan.seq_len} tokens, model {name}, {args.steps} steps, "
+              f"recompute {recompute}")
         for note in notes:
             print(f"  note: {note}")
     if torchrun:  # this process is one rank; check_world (in step_worker) refuses a wrong world size

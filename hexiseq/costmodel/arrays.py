@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import PlanError
+from ..errors import PlanError, SpecError
 from ..plan import Plan
 from ..specs import ClusterSpec, ModelSpec, Workload
 from .flops import group_pair_matrix, needed_kv_tokens, rounds_source
@@ -30,6 +30,16 @@ class CostOptions:
     loss_bytes_per_logit: float = 12.0  # HBM traffic of softmax + cross entropy fwd+bwd per logit
     optimizer_bytes_per_param: float = 28.0  # AdamW: read grad, master, m, v; write master, m, v, bf16 weight
     ignore_comm: bool = False  # every transfer free: the pure compute schedule (tests, what-ifs)
+
+
+def recompute_of(workload: Workload) -> str:
+    """The workload's concrete recompute policy ("none", "selective" or "full"). "auto" is a request
+    to the planner to choose one; a time or memory needs a concrete policy, so it is refused here."""
+    policy = workload.recompute
+    if policy == "auto":
+        raise SpecError('the cost model needs a concrete recompute policy ("none", "selective" or "full"), got "auto": '
+                        "only the planner chooses one (plan_cluster); pass the plan's policy (plan.meta['recompute'])")
+    return policy
 
 
 @dataclass(frozen=True)

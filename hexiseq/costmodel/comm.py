@@ -32,15 +32,19 @@ KV exchange across groups, round j (1..k-1), group g receives from h = (g - j) m
 Collectives among all R ranks of the plan run as rings over the slowest link they cross
 (min β, max α over all pairs of plan devices):
 - all-reduce: 2(R-1)/R · bytes/β + 2(R-1)·α; all-gather, reduce-scatter: (R-1)/R · bytes/β + (R-1)·α.
-- Parameter traffic (P = parameter count, bf16 = 2P bytes):
-  "zero3": per micro-step (sequence) an all-gather of the weights for forward, another for
-  backward (it also serves recompute), a reduce-scatter of the gradients; one call per layer
-  plus embeddings and LM head, so the latency term is paid (layers + 2) times per collective.
-  "replicated": one all-reduce of the bf16 gradients per iteration (one bucket: one latency).
-  Parameter communication is not overlapped with compute (conservative; see estimate.py).
+- Parameter traffic, per collective call (P_layer = parameters of one layer; the "root" unit =
+  everything else: embedding, final norm, LM head, P_root = P - Λ·P_layer; bf16 = 2 bytes each):
+  "zero3" (FSDP, one unit per layer + the root unit): all-gather of a layer's weights
+  AG = ring_allgather(2·P_layer), reduce-scatter of its gradients RS = the same formula, and
+  AG_root, RS_root for the root unit; each call pays its own (R-1)·α.
+  "replicated" (DDP): all-reduce of a layer's gradients AR = ring_allreduce(2·P_layer) (one
+  bucket per layer), AR_root for the root unit.
+  How much of it is hidden behind compute is the estimate's business (estimate.py, `param_exposed`).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -67,15 +71,29 @@ def collective_link(a: PlanArrays) -> tuple[float, float]:
     return float(a.bw.min()), float(a.lat.max())  # the diagonal is inf / 0
 
 
-def param_comm_s(a: PlanArrays, model: ModelSpec, workload: Workload) -> tuple[float, float]:
-    """(seconds per micro-step, seconds per iteration) of parameter/gradient traffic; same on every rank."""
+@dataclass(frozen=True)
+class ParamComm:
+    """Seconds of one parameter collective call; the same on every rank (one global ring).
+    Zero for the collectives the sharding does not use."""
+
+    sharding: str  # "zero3" or "replicated"
+    ag_layer: float = 0.0  # zero3: all-gather of one layer's bf16 weights
+    rs_layer: float = 0.0  # zero3: reduce-scatter of one layer's bf16 gradients
+    ag_root: float = 0.0  # zero3: the root unit (embedding, final norm, LM head)
+    rs_root: float = 0.0
+    ar_layer: float = 0.0  # replicated: all-reduce of one layer's bf16 gradients (one DDP bucket)
+    ar_root: float = 0.0  # replicated: the root unit's gradients
+
+
+def param_collectives(a: PlanArrays, model: ModelSpec, workload: Workload) -> ParamComm:
+    """Per-call times of the parameter/gradient collectives of a plan (module doc)."""
     bw, lat = collective_link(a)
-    nbytes = BF16 * model.param_count
+    layer = BF16 * model.params_per_layer
+    root = BF16 * (model.param_count - model.layers * model.params_per_layer)
     if workload.param_sharding == "zero3":
-        calls = model.layers + 2
-        one = ring_allgather_s(nbytes, a.R, bw, 0.0) + calls * (a.R - 1) * lat * (a.R > 1)
-        return 3.0 * one, 0.0
-    return 0.0, ring_allreduce_s(nbytes, a.R, bw, lat)
+        ag, ag_root = ring_allgather_s(layer, a.R, bw, lat), ring_allgather_s(root, a.R, bw, lat)
+        return ParamComm("zero3", ag_layer=ag, rs_layer=ag, ag_root=ag_root, rs_root=ag_root)
+    return ParamComm("replicated", ar_layer=ring_allreduce_s(layer, a.R, bw, lat), ar_root=ring_allreduce_s(root, a.R, bw, lat))
 
 
 def _intra_group_pairs(a: PlanArrays) -> tuple[np.ndarray, np.ndarray]:

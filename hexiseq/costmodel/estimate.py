@@ -24,20 +24,56 @@ Time model (seconds), one rank r of group g, per layer, forward
     a2a_out = α + max(send_out, recv_out)    ragged all-to-all of the attention output
 Backward per layer: 2·lin_f, the two all-to-alls again (same sizes, directions swapped),
 att_j × attn_bwd_factor (2.5: flash-attention recomputes QK^T), and per round
-c_j^b = 2α_j + recv_j + send_j (K/V in, dK/dV back, comm.py). With activation checkpointing the
-forward layer runs again before its backward ("recompute").
-Per micro-step (one sequence): Λ·(fwd·(1 + AC) + bwd) + LM head (3·s·2hV/m_r + s·V·12 bytes of
-loss traffic / HBM bandwidth) + parameter traffic under zero3. Per iteration: B micro-steps +
-all-reduce under "replicated" + optimizer step (params_local · 28 bytes / HBM bandwidth).
-Parameter traffic is not overlapped with compute (conservative; FSDP prefetching would hide part).
+c_j^b = 2α_j + recv_j + send_j (K/V in, dK/dV back, comm.py). Recompute per layer, by the
+workload's policy (Workload.recompute; as the runtime does it: runtime/model.py):
+    "none"       nothing;
+    "selective"  rec = lin_f: only the layer's linear parts run again in its backward (norms, QKV,
+                 O projection, MLP); the attention core's inputs and outputs are kept, so no
+                 attention forward, all-to-all or KV transfer is repeated;
+    "full"       rec = lin_f + a2a_in + E + a2a_out = the whole layer forward again before its
+                 backward: linear parts, both ragged all-to-alls and the attention with its KV
+                 exchange (E, overlapped as in forward).
+"auto" is not a policy the cost model can time (the planner picks one): it is refused.
+Per micro-step (one sequence): Λ·(fwd + bwd + rec) + LM head (3·s·2hV/m_r + s·V·12 bytes of
+loss traffic / HBM bandwidth) + exposed parameter traffic under zero3. Per iteration: B
+micro-steps + exposed all-reduce under "replicated" + optimizer step (params_local · 28 bytes /
+HBM bandwidth).
+
+Parameter traffic and its overlap (`param_exposed`; per-call times AG, RS, AR from comm.py, the
+same on every rank)
+-------------------------------------------------------------------------------------------
+The prefetched collectives hide behind the rank's own compute kernels of one layer only
+(C_f = lin_f + Σ_j att_j forward; C_b = 2·lin_f + 2.5·Σ_j att_j in backward plus the recompute's
+compute kernels: + lin_f (selective), + lin_f + Σ_j att_j (full)), not behind its all-to-all or KV transfers, which keep the links busy themselves.
+- zero3 (FSDP, one unit per layer, root unit = embedding + final norm + LM head, kept gathered
+  from forward to backward), per micro-step:
+    forward   AG_root + AG + (Λ-1)·max(0, AG - C_f)      the root's and the first layer's gathers
+              are exposed (the embedding lookup hides nothing); layer l+1's gather is prefetched
+              during layer l's compute
+    backward  max(0, AG - H_b) + (Λ-1)·max(0, AG + RS - C_b) + RS + RS_root
+              the last layer's weights are re-gathered during the LM head's backward
+              (H_b = 2/3 of the head's time); then each layer's backward hides one gather (the
+              next layer's weights) and one reduce-scatter (the previous layer's gradients); the
+              last reduce-scatters (layer 0 and the root unit) are exposed. Λ gathers and Λ + 1
+              reduce-scatters in all; one layer's compute is not used for hiding (≤ one slot
+              pessimistic).
+- replicated (DDP, a gradient bucket per layer, accumulated without sync over the B
+  micro-steps), once per iteration in the last micro-step's backward:
+              (Λ-1)·max(0, AR - C_b) + AR + AR_root
+              each layer's all-reduce runs during the next layer's backward; the last bucket
+              (layer 0) and the root unit's gradients are exposed.
+The global collectives couple all ranks (a collective starts when the last rank issues it); the
+estimate ignores that wait, the simulator replays it.
 
 Phases reported per rank (they sum to the rank's busy time): linear, lm_head, attention,
 alltoall, kv_exchange (the part of the exchange not hidden behind attention: E - Σ att),
-recompute, param_comm, optimizer.
+recompute (all of rec, its attention and transfers included), param_comm, optimizer.
 
 Throughput: tokens_per_s = B·S / iteration_time_s. MFU = model_flops / (iteration_time ×
 Σ peak BF16 FLOP/s of all cluster devices, used or not). efficiency_vs_bound =
-tokens_per_s / compute_bound (bound.py).
+tokens_per_s / compute_bound (bound.py): the bound times a perfectly balanced iteration with this
+same kernel time model (attention backward at attn_bwd_factor, loss traffic, optimizer) but no
+communication and no recompute, so such a plan scores exactly 1.0.
 """
 
 from __future__ import annotations
@@ -49,9 +85,9 @@ import numpy as np
 
 from ..plan import Plan
 from ..specs import GIB, ClusterSpec, ModelSpec, Workload
-from .arrays import CostOptions, PlanArrays, plan_arrays
+from .arrays import CostOptions, PlanArrays, plan_arrays, recompute_of
 from .bound import compute_bound
-from .comm import alltoall_times, exchange_times, param_comm_s
+from .comm import ParamComm, alltoall_times, exchange_times, param_collectives
 from .memory import MEMORY_KEYS, memory_bytes
 
 PHASES = ("linear", "lm_head", "attention", "alltoall", "kv_exchange", "recompute", "param_comm", "optimizer")
@@ -70,19 +106,19 @@ class Components:
     xc_f: np.ndarray  # [R, k] forward KV transfer per round (column 0 = 0)
     xc_b: np.ndarray  # [R, k] backward K/V + dK/dV transfer per round
     head: np.ndarray  # LM head + loss, forward + backward, per micro-step
-    param_micro: float  # parameter traffic per micro-step (zero3)
-    param_iter: float  # per iteration (replicated all-reduce)
+    params: ParamComm  # per-call times of the parameter collectives (all 0 without communication)
     optimizer: np.ndarray
     recv_bytes: np.ndarray  # [R, k] KV bytes received per round (forward)
     bwd_factor: float
     layers: int
     batch: int
-    recompute: bool
+    recompute: str  # "none", "selective" or "full" (Workload.recompute, never "auto")
     comm: bool = True  # False with CostOptions(ignore_comm=True): no transfers, so nobody waits
 
 
 def components(plan: Plan, cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()) -> Components:
     """Validate the plan and compute every duration of the time model."""
+    policy = recompute_of(workload)  # refuses "auto" before any work
     a = plan_arrays(plan, cluster, model, workload)
     H, Hkv, d, h = model.heads, model.kv_heads, model.head_dim, model.hidden
     qkv_flops = 2.0 * h * (H + 2 * Hkv) * d
@@ -94,13 +130,13 @@ def components(plan: Plan, cluster: ClusterSpec, model: ModelSpec, workload: Wor
         zero = np.zeros(a.R)
         a2a_in = a2a_out = zero
         xc_f = xc_b = np.zeros((a.R, a.k))
-        p_micro = p_iter = 0.0
+        params = ParamComm(workload.param_sharding)
     else:
         a2a_in = a2a["lat"] + np.maximum(a2a["in_send"], a2a["in_recv"])
         a2a_out = a2a["lat"] + np.maximum(a2a["out_send"], a2a["out_recv"])
         xc_f = xc["lat"] + np.maximum(xc["recv"], xc["send"])
         xc_b = 2.0 * xc["lat"] + xc["recv"] + xc["send"]
-        p_micro, p_iter = param_comm_s(a, model, workload)
+        params = param_collectives(a, model, workload)
     local_params = model.param_count / (a.R if workload.param_sharding == "zero3" else 1)
     return Components(
         a=a,
@@ -112,14 +148,13 @@ def components(plan: Plan, cluster: ClusterSpec, model: ModelSpec, workload: Wor
         xc_f=xc_f,
         xc_b=xc_b,
         head=a.s * (3.0 * model.lm_head_flops_per_token / a.mm_rate + model.vocab * options.loss_bytes_per_logit / a.hbm),
-        param_micro=p_micro,
-        param_iter=p_iter,
+        params=params,
         optimizer=local_params * options.optimizer_bytes_per_param / a.hbm,
         recv_bytes=xc["recv_bytes"],
         bwd_factor=options.attn_bwd_factor,
         layers=model.layers,
         batch=workload.global_batch,
-        recompute=workload.activation_checkpointing,
+        recompute=policy,
         comm=not options.ignore_comm,
     )
 
@@ -136,23 +171,66 @@ def exchange_span(att: np.ndarray, comm: np.ndarray) -> np.ndarray:
     return att.sum(axis=1) + exchange_exposed(att, comm)
 
 
+def layer_compute(c: Components) -> tuple[np.ndarray, np.ndarray]:
+    """[R] (C_f, C_b): seconds of the compute kernels of one layer's forward and of its backward
+    (with the recompute, which runs inside the backward): the window a prefetched collective hides in."""
+    lin_f = c.lin_pre + c.lin_post
+    att_f = c.att.sum(axis=1)
+    c_f = lin_f + att_f
+    c_b = 2.0 * lin_f + c.bwd_factor * att_f
+    if c.recompute == "selective":
+        c_b = c_b + lin_f  # the linear parts only
+    elif c.recompute == "full":
+        c_b = c_b + c_f  # the whole forward's compute again (its transfers hide nothing)
+    return c_f, c_b
+
+
+def head_backward(c: Components) -> np.ndarray:
+    """[R] H_b: the LM head's backward (2/3 of its fwd + bwd time), the window of the first backward gather."""
+    return c.head * (2.0 / 3.0)
+
+
+def param_exposed(c: Components) -> tuple[np.ndarray, np.ndarray]:
+    """[R] (per micro-step, per iteration) seconds of parameter traffic not hidden behind compute
+    (module doc: zero3 forward + backward per micro-step; replicated once per iteration)."""
+    p, n = c.params, c.layers - 1
+    c_f, c_b = layer_compute(c)
+    zero = np.zeros(len(c_f))
+    if p.sharding == "zero3":
+        fwd = p.ag_root + p.ag_layer + n * np.maximum(0.0, p.ag_layer - c_f)
+        bwd = np.maximum(0.0, p.ag_layer - head_backward(c)) + n * np.maximum(0.0, p.ag_layer + p.rs_layer - c_b) + p.rs_layer + p.rs_root
+        return fwd + bwd, zero
+    return zero, n * np.maximum(0.0, p.ar_layer - c_b) + p.ar_layer + p.ar_root
+
+
+def recompute_layer(c: Components, lin_f: np.ndarray, att_f: np.ndarray, X_f: np.ndarray, a2a: np.ndarray) -> np.ndarray:
+    """[R] seconds of one layer's recompute under the policy (module doc): 0, lin_f, or the whole
+    forward lin_f + a2a_in + a2a_out + E (E = att_f + X_f, the exchange span)."""
+    if c.recompute == "selective":
+        return lin_f
+    if c.recompute == "full":
+        return lin_f + a2a + att_f + X_f
+    return np.zeros(len(lin_f))
+
+
 def phase_times(c: Components) -> dict[str, np.ndarray]:
     """Per-rank seconds per iteration by phase (PHASES)."""
-    B, Lyr, ac = c.batch, c.layers, c.recompute
+    B, Lyr = c.batch, c.layers
     lin_f = c.lin_pre + c.lin_post
     att_f = c.att.sum(axis=1)
     X_f = exchange_exposed(c.att, c.xc_f)
     X_b = exchange_exposed(c.bwd_factor * c.att, c.xc_b)
     a2a = c.a2a_in + c.a2a_out
     R = len(lin_f)
+    p_micro, p_iter = param_exposed(c)
     out = {
         "linear": B * Lyr * 3.0 * lin_f,
         "lm_head": B * c.head,
         "attention": B * Lyr * (1.0 + c.bwd_factor) * att_f,
         "alltoall": B * Lyr * 2.0 * a2a,
         "kv_exchange": B * Lyr * (X_f + X_b),
-        "recompute": B * Lyr * (lin_f + a2a + att_f + X_f) if ac else np.zeros(R),
-        "param_comm": np.full(R, B * c.param_micro + c.param_iter),
+        "recompute": B * Lyr * recompute_layer(c, lin_f, att_f, X_f, a2a),
+        "param_comm": B * p_micro + p_iter,
         "optimizer": c.optimizer,
     }
     return out
@@ -261,7 +339,7 @@ def estimate(
     mem = memory_bytes(a, model, workload, c.recv_bytes, options)
     total_mem = sum(mem.values())
     flops = model.training_flops(workload.seq_len) * workload.global_batch
-    bound = compute_bound(cluster, model, workload)
+    bound = compute_bound(cluster, model, workload, options)
     tps = workload.tokens / it
     ranks = []
     oom = []

@@ -16,11 +16,22 @@ When `heads` is given (η fixed) η is folded into the coefficients and only s a
 Time: time_r = Σ_terms max(pieces) (`time_terms[r]`, a list of terms, each a list of Affine
 pieces); `time_pieces(r)` expands it into one list whose max is time_r ("time_r ≥ every piece").
 A MILP should use the terms: t_{r,i} ≥ piece for each piece of term i, T ≥ Σ_i t_{r,i}.
-Terms, per iteration (B = global_batch, Λ = layers, ac = 1 with activation checkpointing):
-  base    B·(Λ·(3+ac)·F_layer/m_r + head_r)·s_r + B·param_micro + param_iter + optimizer_r
-  a2a in  B·Λ·(2+ac)·(α + max(send_in, recv_in))     send_in ∝ s_r, recv_in ∝ s_r' of the group
-  a2a out B·Λ·(2+ac)·(α + max(send_out, recv_out))   send_out ∝ s_r', recv_out ∝ s_r
-  exch f  B·Λ·(1+ac)·max(A, Σ_j(α_j + x_j) + a_last for x_j in recv_j, send_j, dom_j)
+Terms, per iteration (B = global_batch, Λ = layers; by recompute policy (estimate.py): ac = 1 with
+"selective" or "full" (the linear forward runs again), fu = 1 with "full" (the all-to-alls and the
+attention with its KV exchange run again too), else 0):
+  base    B·(Λ·(3+ac)·F_layer/m_r + head_r)·s_r + optimizer_r + the always exposed parameter
+          collectives: B·(AG_root + AG + RS + RS_root) (zero3) or AR + AR_root (replicated)
+  params  the overlapped parameter collectives (estimate.py, `param_exposed`): a sum of slots
+          max(0, x_i), x_i = comm - window, with the windows affine in the variables
+          (C_f = s_r·F_layer/m_r + A, C_b = (2+ac)·s_r·F_layer/m_r + (2.5+fu)·A, H_b = 2/3·head_r·s_r):
+          zero3       B·(Λ-1)·max(0, AG - C_f) + B·max(0, AG - H_b) + B·(Λ-1)·max(0, AG + RS - C_b)
+          replicated  (Λ-1)·max(0, AR - C_b)
+          written exactly as ONE term, Σ_i max(0, x_i) = max over subsets U of Σ_{i∈U} x_i
+          (2^n pieces, the empty subset = 0), so it costs the MILP one variable per rank class;
+          no term when the collectives are free (one rank, or ignore_comm)
+  a2a in  B·Λ·(2+fu)·(α + max(send_in, recv_in))     send_in ∝ s_r, recv_in ∝ s_r' of the group
+  a2a out B·Λ·(2+fu)·(α + max(send_out, recv_out))   send_out ∝ s_r', recv_out ∝ s_r
+  exch f  B·Λ·(1+fu)·max(A, Σ_j(α_j + x_j) + a_last for x_j in recv_j, send_j, dom_j)
           (dom_j: whichever of recv_j / send_j is larger at equal chunk lengths; each sum ≤ Σ_j c_j)
   exch b  B·Λ·max(2.5·A, Σ_j(2α_j + recv_j + send_j) + 2.5·a_last)
 with A = w_r·(S+1)·4d/a_r the rank's attention (exact: a zigzag group does L_g(S+1) pairs per
@@ -41,6 +52,7 @@ slowest link of the rank to the other group, dropping the small self-share of th
 (an upper bound there). `simulate` adds synchronization waits on top of the estimate.
 
 Memory (bytes): memory_r = memory[r] + max(kv_buffer[r]) (kv_buffer empty for one group);
+memory[r] is memory.py's sum, affine in s_r and L_g (or w_r), for the workload's recompute policy;
 `memory_pieces(r)` gives memory[r] + each piece, every one of which must be ≤ capacity_bytes[r].
 The pieces are the double-buffered K/V receive buffers of consecutive rounds (memory.py).
 """
@@ -56,9 +68,9 @@ import numpy as np
 from ..errors import PlanError
 from ..plan import Plan
 from ..specs import ClusterSpec, ModelSpec, Workload
-from .arrays import CostOptions, grouping_arrays
-from .comm import BF16, _intra_group_pairs, exchange_times, param_comm_s
-from .memory import FP32, state_bytes, token_activation_bytes
+from .arrays import CostOptions, grouping_arrays, recompute_of
+from .comm import BF16, ParamComm, _intra_group_pairs, exchange_times, param_collectives
+from .memory import FP32, checkpoint_token_bytes, state_bytes, token_activation_bytes
 
 Key = tuple
 
@@ -119,7 +131,7 @@ class LinearForm:
 
     @property
     def time(self) -> list[list[Affine]]:
-        """Per rank, the expanded pieces (time_r ≥ every piece). Up to 32 pieces per rank."""
+        """Per rank, the expanded pieces (time_r ≥ every piece). Up to 256 pieces per rank (prefer time_terms)."""
         return [self.time_pieces(r) for r in range(self.num_ranks)]
 
     def memory_pieces(self, r: int) -> list[Affine]:
@@ -171,21 +183,25 @@ def linear_form(
     H, Hkv, d, h = model.heads, model.kv_heads, model.head_dim, model.hidden
     gq = H // Hkv
     S, B, Lyr = workload.seq_len, workload.global_batch, model.layers
-    ac = 1 if workload.activation_checkpointing else 0
+    policy = recompute_of(workload)  # refuses "auto"
+    ac = 1 if policy in ("selective", "full") else 0  # the linear forward runs again
+    fu = 1 if policy == "full" else 0  # ... and so do the all-to-alls, the attention and the KV exchange
     f = options.attn_bwd_factor
     off = not options.ignore_comm
     attn_pp = model.attention_flops_per_pair
     Lbar = S / (2.0 * k)
 
     # ---- base term
-    p_micro, p_iter = param_comm_s(a, model, workload) if off else (0.0, 0.0)
+    pc = param_collectives(a, model, workload) if off else ParamComm(workload.param_sharding)
     local_params = model.param_count / (R if workload.param_sharding == "zero3" else 1)
     head_tok = 3.0 * model.lm_head_flops_per_token / a.mm_rate + model.vocab * options.loss_bytes_per_logit / a.hbm
-    base_s = B * (Lyr * (3 + ac) * model.linear_flops_per_token_per_layer / a.mm_rate + head_tok)
-    base_c = B * p_micro + p_iter + local_params * options.optimizer_bytes_per_param / a.hbm
+    lin_tok = model.linear_flops_per_token_per_layer / a.mm_rate  # [R] seconds per token of one layer's forward matmuls
+    base_s = B * (Lyr * (3 + ac) * lin_tok + head_tok)
+    base_c = B * (pc.ag_root + pc.ag_layer + pc.rs_layer + pc.rs_root) + pc.ar_layer + pc.ar_root
+    base_c = base_c + local_params * options.optimizer_bytes_per_param / a.hbm
 
     # ---- all-to-all pieces: per-pair coefficients
-    a2a_scale = B * Lyr * (2 + ac)
+    a2a_scale = B * Lyr * (2 + fu)  # selective recompute repeats no all-to-all, full does
     src, dst = _intra_group_pairs(a)
     inv = 1.0 / a.bw[src, dst] if len(src) else np.zeros(0)
     cnt_s = np.bincount(src, minlength=R)
@@ -203,19 +219,21 @@ def linear_form(
 
     # ---- exchange per unit L
     xc = exchange_times(a, model) if (off and k > 1) else None
-    xf_scale, xb_scale = B * Lyr * (1 + ac), B * Lyr
+    xf_scale, xb_scale = B * Lyr * (1 + fu), B * Lyr  # ... nor the attention and KV exchange
     if not fixed and k > 1:
         bw_grp = np.minimum.reduceat(np.where(np.isfinite(a.bw), a.bw, np.inf), a.gstart, axis=0)  # [k, R]
 
     # ---- memory constants
     st = sum(state_bytes(model, workload, R).values())
     tok_act = token_activation_bytes(model)
-    mem_s = (Lyr * BF16 * h + tok_act) if ac else Lyr * tok_act
+    # token side (memory.py): full keeps the layer inputs + one layer being recomputed; selective
+    # the checkpointed parts' inputs + one layer rebuilt; none every layer's activations
+    mem_s = {"full": Lyr * BF16 * h + tok_act, "selective": Lyr * checkpoint_token_bytes(model) + tok_act}.get(policy, Lyr * tok_act)
+    act_layers = 1 if fu else Lyr  # head side: full keeps q, k, v, out, lse of the recomputed layer only
     mem_s += BF16 * (H + 2 * Hkv) * d
     large = model.vocab >= options.large_vocab
     logit_c = options.loss_chunk_tokens * model.vocab * (BF16 + FP32) if large else 0.0
     logit_s = 0.0 if large else model.vocab * (BF16 + FP32)
-    act_layers = 1 if ac else Lyr
 
     time_terms: list[list[list[Affine]]] = []
     memory: list[Affine] = []
@@ -293,6 +311,19 @@ def linear_form(
             for j in range(len(recv_b)):
                 nxt = recv_b[j + 1] if j + 1 < len(recv_b) else {}
                 kvb.append((Affine(0.0, dict(recv_b[j])) + Affine(0.0, dict(nxt))).scaled(2.0))
+        # overlapped parameter collectives: slot x = scale·(comm - window), window = (per token)·s_r + (× A)·A
+        (akey, aval), = A.items()
+        lt, ht = float(lin_tok[r]), float(head_tok[r]) * 2.0 / 3.0
+        slots = [Affine(scale * comm, {("s", r): -scale * tok, **({akey: -scale * att * aval} if att else {})})
+                 for comm, tok, att, scale in ((pc.ag_layer, lt, 1.0, B * (Lyr - 1)), (pc.ag_layer, ht, 0.0, B),
+                                               (pc.ag_layer + pc.rs_layer, (2 + ac) * lt, f + fu, B * (Lyr - 1)),
+                                               (pc.ar_layer, (2 + ac) * lt, f + fu, Lyr - 1))
+                 if comm > 0 and scale > 0]
+        if slots:  # Σ_i max(0, x_i) = max over subsets of Σ_{i∈subset} x_i: one term, one MILP variable
+            subsets = [Affine()]
+            for x in slots:
+                subsets += [p + x for p in subsets]
+            terms.append(subsets)
         time_terms.append(terms)
         kv_buffer.append(kvb)
         # memory

@@ -14,9 +14,16 @@ Activations are bf16 (2 bytes), softmax statistics fp32.
   token side  s·A_tok,  A_tok = 2·(4h + H·d + m·f), m = 3 (SwiGLU: gate, up, gate·up) or 2 (GELU)
               (layer input, norm 1 output, attention output, residual, norm 2 output, MLP);
   head side   A_att = n_g·(2·(2η + 2κ)·d + 4η)   (q, k, v, out in bf16; log-sum-exp in fp32).
-  Without recompute: Λ·(s·A_tok + A_att). With recompute (per-layer checkpoints): Λ·s·2h (the
-  layer inputs), plus one layer's s·A_tok + A_att rebuilt during its backward (counted under
-  "attention").
+  By recompute policy (Workload.recompute; runtime/model.py does the same):
+  "none"       Λ·(s·A_tok + A_att).
+  "selective"  (the norm + QKV part and the O + MLP part are checkpointed, the attention core is
+               not) Λ·(s·2·(h + H·d) + A_att), i.e. per layer the inputs of the two checkpointed
+               parts (the layer input and the attention output in token layout) and everything the
+               attention backward needs (q, k, v, out in attention layout, η heads × n_g tokens, and
+               lse); plus one layer's token side s·A_tok rebuilt during its backward (counted under
+               "attention").
+  "full"       (the whole block is checkpointed) Λ·s·2h, the layer inputs only; plus the one layer
+               being recomputed, s·A_tok + A_att (counted under "attention").
 - attention working set of the layer in flight: the gradients dq, dk, dv, dout
   (n_g·(2η + 2κ)·d·2) and the all-to-all send buffer s·(H + 2·H_kv)·d·2.
 - kv_buffers: the exchange is double-buffered and the backward sends dK/dV back (bf16, the same
@@ -33,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..specs import ModelSpec, Workload
-from .arrays import CostOptions, PlanArrays
+from .arrays import CostOptions, PlanArrays, recompute_of
 
 BF16 = 2.0
 FP32 = 4.0
@@ -45,6 +52,12 @@ def token_activation_bytes(model: ModelSpec) -> float:
     """A_tok: bytes kept per token per layer on the token side (bf16)."""
     m = 3 if model.mlp == "swiglu" else 2
     return BF16 * (4 * model.hidden + model.heads * model.head_dim + m * model.ffn)
+
+
+def checkpoint_token_bytes(model: ModelSpec) -> float:
+    """Bytes kept per token per layer on the token side with selective checkpointing: the inputs of
+    the two checkpointed parts, the layer input (h) and the attention output (H·d), bf16."""
+    return BF16 * (model.hidden + model.heads * model.head_dim)
 
 
 def head_activation_bytes_per_token(model: ModelSpec, eta, kvc):
@@ -92,9 +105,13 @@ def memory_bytes(a: PlanArrays, model: ModelSpec, workload: Workload, recv_bytes
     att = n_g * head_activation_bytes_per_token(model, a.eta, a.kvc)
     grads = n_g * BF16 * (2 * a.eta + 2 * a.kvc) * model.head_dim
     sendbuf = a.s * BF16 * (model.heads + 2 * model.kv_heads) * model.head_dim
-    if workload.activation_checkpointing:
+    policy = recompute_of(workload)
+    if policy == "full":
         out["activations"] = layers * a.s * BF16 * model.hidden
         out["attention"] = tok + att + grads + sendbuf
+    elif policy == "selective":
+        out["activations"] = layers * (a.s * checkpoint_token_bytes(model) + att)
+        out["attention"] = tok + grads + sendbuf
     else:
         out["activations"] = layers * (tok + att)
         out["attention"] = grads + sendbuf

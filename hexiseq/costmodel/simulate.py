@@ -14,12 +14,19 @@ transfer times); what the replay adds is *waiting*, i.e. the coupling between ra
   round j-1's attention has freed its buffer: P_{j+1} = max(C_j, A_{j-1}). Ranks without heads
   take no part;
 - backward: the same per layer in reverse order (O/MLP backward, output all-to-all, exchange
-  rounds with K/V in and dK/dV out, input all-to-all, QKV backward); with activation
-  checkpointing the layer's forward is replayed first;
-- zero3: the weight all-gathers before forward and backward and the gradient reduce-scatter
-  after backward are global collectives (every rank waits for the last); "replicated": one
-  global all-reduce at the end; then each rank's optimizer step. iteration_time_s = the last
-  rank's finish.
+  rounds with K/V in and dK/dV out, input all-to-all, QKV backward). Recompute by policy:
+  "selective": the O/MLP part is recomputed before its backward and the norm/QKV part before its
+  own; attention and its transfers are not replayed. "full": the layer's whole forward (with its
+  all-to-all syncs and KV exchange rounds) is replayed before its backward;
+- parameter collectives (estimate.py, `param_exposed`): zero3 gathers the root unit and the
+  first layer at the start of each micro-step (a global collective: everyone waits for the last
+  rank), then prefetches layer l+1's weights during layer l (`overlapped`: the collective is
+  issued by each rank when it starts the layer, runs from the last issue, and each rank also pays
+  its own exposed part max(0, AG - C_f) as in the estimate); in backward the last layer's gather
+  overlaps the LM head, each further layer hides a gather + a reduce-scatter, and the final
+  reduce-scatters are a global barrier. "replicated": in the last micro-step's backward each
+  layer's bucket all-reduce overlaps the next layer's backward, the last bucket and the root
+  unit's are a barrier. Then each rank's optimizer step. iteration_time_s = the last rank's finish.
 
 Identical layers (and micro-steps) make the replay a max-plus linear system: once one layer
 shifts every rank by the same amount the rest are extrapolated exactly; otherwise every layer
@@ -37,7 +44,7 @@ import numpy as np
 from ..plan import Plan
 from ..specs import ClusterSpec, ModelSpec, Workload
 from .arrays import CostOptions
-from .estimate import Components, components, phase_times
+from .estimate import Components, components, head_backward, layer_compute, phase_times
 
 
 @dataclass
@@ -46,7 +53,7 @@ class SimResult:
     finish_s: np.ndarray  # [R] when each rank finishes its optimizer step
     busy_s: np.ndarray  # [R] the rank's own work (the estimate's per-rank time)
     wait_s: np.ndarray  # [R] finish - busy: time spent waiting for others
-    steps_replayed: int  # layer passes actually replayed (the rest extrapolated)
+    steps_replayed: int  # layer passes (forward or backward) actually replayed (the rest extrapolated)
 
     @property
     def critical_rank(self) -> int:
@@ -98,6 +105,7 @@ class _Replay:
 
     def fwd_layer(self, t: np.ndarray) -> np.ndarray:
         c = self.c
+        self.steps += 1
         t = t + c.lin_pre
         t = self.group_sync(t) + c.a2a_in
         t = self.exchange(t, c.att, c.xc_f)
@@ -106,44 +114,70 @@ class _Replay:
 
     def bwd_layer(self, t: np.ndarray) -> np.ndarray:
         c = self.c
-        if c.recompute:
+        if c.recompute == "full":  # the whole layer forward again, collectives included
             t = self.fwd_layer(t)
-        t = t + 2.0 * c.lin_post
+        self.steps += 1
+        rec = 1.0 if c.recompute == "selective" else 0.0  # selective checkpointing: the linear parts run again
+        t = t + (2.0 + rec) * c.lin_post
         t = self.group_sync(t) + c.a2a_out
         t = self.exchange(t, c.bwd_factor * c.att, c.xc_b)
         t = self.group_sync(t) + c.a2a_in
-        return t + 2.0 * c.lin_pre
+        return t + (2.0 + rec) * c.lin_pre
 
     def repeat(self, step, t: np.ndarray, n: int) -> np.ndarray:
         """Apply `step` n times; extrapolate once a step shifts every rank by the same amount."""
         for i in range(n):
             new = step(t)
-            self.steps += 1
             delta = new - t
             t = new
             if self.extrapolate and np.ptp(delta) <= 1e-12 * max(1.0, float(np.abs(t).max())):
                 return t + delta * (n - 1 - i)
         return t
 
-    def micro_step(self, t: np.ndarray) -> np.ndarray:
-        c = self.c
-        zero3 = c.param_micro > 0
+    def overlapped(self, step, comm: float, window: np.ndarray):
+        """`step` with a global collective of `comm` seconds prefetched during it: every rank issues
+        the collective when it starts the step, so the collective runs from the last issue; a rank
+        goes on when its step, its own exposed part max(0, comm - window) (the estimate's term: the
+        collective hides behind compute kernels only) and the collective are done."""
+        exposed = np.maximum(0.0, comm - window)
+
+        def run(t: np.ndarray) -> np.ndarray:
+            return np.maximum(step(t) + exposed, t.max() + comm)
+
+        return run
+
+    def barrier(self, t: np.ndarray, comm: float) -> np.ndarray:
+        """An exposed global collective: it starts when the last rank arrives."""
+        return np.full_like(t, t.max() + comm)
+
+    def micro_step(self, t: np.ndarray, last: bool = True) -> np.ndarray:
+        """One sequence: forward, LM head, backward; zero3 gathers / reduce-scatters per layer, the
+        replicated all-reduce in the last micro-step's backward (estimate.py, `param_exposed`)."""
+        c, p, n = self.c, self.c.params, self.c.layers - 1
+        zero3 = c.comm and p.sharding == "zero3"
+        ddp = c.comm and p.sharding == "replicated" and last
+        c_f, c_b = layer_compute(c)
+        head = lambda x: x + c.head  # noqa: E731
         if zero3:
-            t = np.full_like(t, t.max() + c.param_micro / 3)
+            t = self.barrier(t, p.ag_root + p.ag_layer)
+            t = self.repeat(self.overlapped(self.fwd_layer, p.ag_layer, c_f), t, n)
+            t = self.fwd_layer(t)  # the LM head's weights are in the root unit: nothing to prefetch
+            t = self.overlapped(head, p.ag_layer, head_backward(c))(t)
+            t = self.repeat(self.overlapped(self.bwd_layer, p.ag_layer + p.rs_layer, c_b), t, n)
+            t = self.bwd_layer(t)
+            return self.barrier(t, p.rs_layer + p.rs_root)
         t = self.repeat(self.fwd_layer, t, c.layers)
-        t = t + c.head
-        if zero3:
-            t = np.full_like(t, t.max() + c.param_micro / 3)
-        t = self.repeat(self.bwd_layer, t, c.layers)
-        if zero3:
-            t = np.full_like(t, t.max() + c.param_micro / 3)
-        return t
+        t = head(t)
+        if not ddp:
+            return self.repeat(self.bwd_layer, t, c.layers)
+        t = self.bwd_layer(t)  # its bucket's all-reduce overlaps the next layer's backward
+        t = self.repeat(self.overlapped(self.bwd_layer, p.ar_layer, c_b), t, n)
+        return self.barrier(t, p.ar_layer + p.ar_root)
 
     def iteration(self) -> np.ndarray:
         c = self.c
-        t = self.repeat(self.micro_step, np.zeros(self.a.R), c.batch)
-        if c.param_iter > 0:
-            t = np.full_like(t, t.max() + c.param_iter)
+        t = self.repeat(lambda x: self.micro_step(x, last=False), np.zeros(self.a.R), c.batch - 1)
+        t = self.micro_step(t, last=True)
         return t + c.optimizer
 
 

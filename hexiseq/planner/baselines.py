@@ -13,7 +13,11 @@ Every candidate is a `Plan` judged by the same cost model and simulator as HexiS
   (a heuristic without optimization).
 
 For each family the configuration with the lowest simulated iteration time among those that fit
-in memory is kept.
+in memory is kept. Recompute: under a concrete policy every candidate runs with it; under "auto"
+(or an explicit list of policies) each candidate takes the first policy of "none", "selective",
+"full" under which it fits, as a competitor would turn checkpointing on only when it must: the same
+plan with more recompute is never faster (it adds at least as much recompute time as its larger
+backward window can hide of the parameter collectives), so that is the candidate's best policy.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from ..errors import PlanError
 from ..plan import Group, Plan, symmetric_plan
-from ..specs import ClusterSpec, ModelSpec, Workload
+from ..specs import RECOMPUTE_POLICIES, ClusterSpec, ModelSpec, Workload
 
 # How many of a family's candidates (best by the fast estimate) are replayed in the simulator.
 SIMULATE_TOP = 3
@@ -43,6 +47,7 @@ class BaselineResult:
     fitting: int  # configurations that fit in memory
     estimate_time_s: float = math.inf  # the cost model's (analytic) time of the kept plan
     notes: list[str] = field(default_factory=list)
+    recompute: str | None = None  # the recompute policy the kept plan runs with (None when nothing fits)
 
     @property
     def feasible(self) -> bool:
@@ -57,6 +62,7 @@ class BaselineResult:
             "tokens_per_s": self.tokens_per_s,
             "tried": self.tried,
             "fitting": self.fitting,
+            "recompute": self.recompute,
             "notes": list(self.notes),
         }
 
@@ -173,6 +179,14 @@ def proportional_plan(cluster: ClusterSpec, model: ModelSpec, workload: Workload
 # ---------------------------------------------------------------------------- evaluation
 
 
+def policies_of(workload: Workload, policies: Sequence[str] | None = None) -> list[str]:
+    """The recompute policies to try, in order of increasing recompute: `policies` when given, all
+    three under "auto", else the workload's own."""
+    if policies is not None:
+        return list(policies)
+    return list(RECOMPUTE_POLICIES) if workload.recompute == "auto" else [workload.recompute]
+
+
 def _evaluate(
     name: str,
     candidates: list[tuple[str, Plan]],
@@ -180,34 +194,49 @@ def _evaluate(
     model: ModelSpec,
     workload: Workload,
     simulate_top: int = SIMULATE_TOP,
+    policies: Sequence[str] | None = None,
 ) -> BaselineResult:
-    """Estimate every candidate, replay the best few that fit in the simulator, keep the fastest."""
+    """Estimate every candidate (under the first policy it fits with, module doc), replay the best few
+    that fit in the simulator, keep the fastest."""
     from ..costmodel import estimate, simulate
 
+    workloads = [workload.with_recompute(p) for p in policies_of(workload, policies)]
     scored = []
     for label, plan in candidates:
-        plan = Plan(plan.seq_len, plan.num_heads, plan.num_kv_heads, plan.groups, plan.block_size, name, cluster.name, model.name, {"config": label})
-        est = estimate(plan, cluster, model, workload)
-        if est.fits:
-            scored.append((est.iteration_time_s, label, plan))
+        for wl in workloads:
+            p = Plan(plan.seq_len, plan.num_heads, plan.num_kv_heads, plan.groups, plan.block_size, name, cluster.name, model.name,
+                     {"config": label, "recompute": wl.recompute})
+            est = estimate(p, cluster, model, wl)
+            if est.fits:
+                scored.append((est.iteration_time_s, label, p, wl))
+                break
     if not scored:
         note = "no configuration fits in memory" if candidates else "no legal configuration for this size"
         return BaselineResult(name, None, math.inf, 0.0, "-", len(candidates), 0, notes=[note])
     scored.sort(key=lambda x: x[0])
     best = None
-    for est_t, label, plan in scored[:simulate_top]:
-        t = simulate(plan, cluster, model, workload).iteration_time_s
+    for est_t, label, plan, wl in scored[:simulate_top]:
+        t = simulate(plan, cluster, model, wl).iteration_time_s
         if best is None or t < best[0]:
-            best = (t, est_t, label, plan)
-    t, est_t, label, plan = best
-    return BaselineResult(name, plan, t, workload.tokens / t, label, len(candidates), len(scored), est_t)
+            best = (t, est_t, label, plan, wl)
+    t, est_t, label, plan, wl = best
+    if len(workloads) > 1 or wl.recompute != "none":
+        label += f", recompute {wl.recompute}"
+    return BaselineResult(name, plan, t, workload.tokens / t, label, len(candidates), len(scored), est_t, recompute=wl.recompute)
 
 
-def baselines(cluster: ClusterSpec, model: ModelSpec, workload: Workload, progress: Callable[[str], None] | None = None) -> dict[str, BaselineResult]:
+def baselines(
+    cluster: ClusterSpec,
+    model: ModelSpec,
+    workload: Workload,
+    progress: Callable[[str], None] | None = None,
+    policies: Sequence[str] | None = None,
+) -> dict[str, BaselineResult]:
     """Every baseline family at its best configuration: {name: BaselineResult}.
 
     Names: "ring", "ulysses", "usp", then "ring[H100-SXM]" etc. for homogeneous subsets (only on
-    mixed clusters), and "proportional".
+    mixed clusters), and "proportional". Recompute policies: `policies` when given, else the
+    workload's (all three under "auto"); each candidate uses the first that fits (module doc).
     """
     speed = {d.index: device_speed(cluster, d.index) for d in cluster.devices}
     S, B = workload.seq_len, workload.block_size
@@ -225,14 +254,14 @@ def baselines(cluster: ClusterSpec, model: ModelSpec, workload: Workload, progre
             if progress:
                 progress(name)
             cands = [c for devs in sets for c in symmetric_candidates(devs, S, model, B, family, speed)]
-            out[name] = _evaluate(name, cands, cluster, model, workload)
+            out[name] = _evaluate(name, cands, cluster, model, workload, policies=policies)
     if progress:
         progress("proportional")
     try:
         cands = [("node groups, split by FLOP/s", proportional_plan(cluster, model, workload))]
     except PlanError:
         cands = []
-    out["proportional"] = _evaluate("proportional", cands, cluster, model, workload)
+    out["proportional"] = _evaluate("proportional", cands, cluster, model, workload, policies=policies)
     return out
 
 

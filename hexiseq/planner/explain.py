@@ -3,15 +3,19 @@
 The memory side of the cost model's linear form is solved as a small LP: spread tokens and chunks
 so that the most loaded device is as little loaded as possible (λ = max_r memory_r / capacity_r,
 heads even inside node groups, fractional tokens). λ > 1 proves that nothing fits under the cost
-model with that layout family; λ is then re-solved with recompute on, with ZeRO-3, with more
-devices and for shorter sequences to say what would fit. No solver output reaches the user.
+model with that layout family; λ is then re-solved with full recompute, with ZeRO-3, with more
+devices and for shorter sequences to say what would fit. The workload needs a concrete recompute
+policy (the planner explains "auto" with "full", the one that needs the least memory).
+`may_fit` is a much cheaper, solver-free necessary condition the planner uses to skip a policy. No solver output reaches the user.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Iterable
 
+from ..costmodel.arrays import CostOptions
 from ..specs import GIB, ClusterSpec, ModelSpec, Workload
 from .groupings import domains, head_units
 
@@ -85,6 +89,39 @@ def memory_report(cluster: ClusterSpec, model: ModelSpec, workload: Workload) ->
     return MemoryReport(lam, float(sum(used)), cap_total, sorted(binding))
 
 
+def may_fit(cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions(),
+            devices: "Iterable[int] | None" = None) -> bool:
+    """A cheap, provable memory check (no solver): False only when no plan on any subset of the
+    devices (of `devices`, default all) can fit under the workload's (concrete) recompute policy.
+
+    Summed over the ranks of any plan, memory.py's per-rank terms are at least: the model states
+    (zero3: 16P in all plus each rank's gathered buffers; replicated: 16P on every rank), the reserve
+    of each rank, S tokens × the token-side bytes per token (activations kept, the layer in flight,
+    the all-to-all send buffer, unchunked logits) and S × the head-side bytes per token over all H
+    heads (Σ_{r∈g} η_r = H, Σ κ_r ≥ H_kv per group; q, k, v, out, lse kept and their gradients). K/V
+    buffers and chunked logits only add. A plan fits only if that total is ≤ the capacity of its
+    devices, so it cannot fit when it exceeds Σ_d max(0, (1 - reserved)·cap_d - per-rank states)."""
+    from ..costmodel.arrays import recompute_of
+    from ..costmodel.memory import BF16, FP32, checkpoint_token_bytes, state_bytes, token_activation_bytes
+
+    policy = recompute_of(workload)
+    H, Hkv, d, Lyr = model.heads, model.kv_heads, model.head_dim, model.layers
+    tok_act = token_activation_bytes(model)
+    per_tok = {"full": Lyr * BF16 * model.hidden + tok_act, "selective": Lyr * checkpoint_token_bytes(model) + tok_act}.get(policy, Lyr * tok_act)
+    per_tok += BF16 * (H + 2 * Hkv) * d  # all-to-all send buffer
+    if model.vocab < options.large_vocab:
+        per_tok += model.vocab * (BF16 + FP32)
+    qkvo = BF16 * (2 * H + 2 * Hkv) * d
+    per_tok += (1 if policy == "full" else Lyr) * (qkvo + FP32 * H) + qkvo  # head side kept + gradients
+    states = state_bytes(model, workload, 1)  # one rank holds everything: its sum is the total 16P (+ buffers)
+    total_states = states["weights"] + states["grads"] + states["optimizer"]
+    per_rank = states["param_buffers"] + (total_states if workload.param_sharding == "replicated" else 0.0)
+    devs = cluster.devices if devices is None else [cluster.devices[i] for i in devices]
+    room = sum(max(0.0, (1 - options.reserved_fraction) * dev.gpu.memory_bytes - per_rank) for dev in devs)
+    need = workload.seq_len * per_tok + (total_states if workload.param_sharding == "zero3" else 0.0)
+    return need <= room
+
+
 def _scaled(cluster: ClusterSpec, factor: int) -> ClusterSpec:
     return ClusterSpec(f"{cluster.name}x{factor}", cluster.nodes * factor, cluster.inter_node_latency_us, (), cluster.description)
 
@@ -115,9 +152,9 @@ def explain_infeasible(cluster: ClusterSpec, model: ModelSpec, workload: Workloa
         lines.append("binding devices (full at the best spread): " + ", ".join(f"{n} x {t}" for t, n in types.items())
                      + f" (e.g. device {rep.binding[0]} {cluster.devices[rep.binding[0]].name})")
     fixes = []
-    if not workload.activation_checkpointing:
-        r2 = memory_report(cluster, model, replace(workload, activation_checkpointing=True))
-        fixes.append(f"turn on activation checkpointing (--recompute): the fullest device would need {r2.load:.0%}"
+    if workload.recompute != "full":
+        r2 = memory_report(cluster, model, workload.with_recompute("full"))
+        fixes.append(f"recompute more (--recompute full, or auto to let the planner choose): the fullest device would need {r2.load:.0%}"
                      + (" -> fits" if r2.load <= 1 else " (not enough alone)"))
     if workload.param_sharding == "replicated":
         r3 = memory_report(cluster, model, replace(workload, param_sharding="zero3"))

@@ -52,6 +52,8 @@ class PlanResult:
     pruned: int
     estimate: Any = None  # the cost model's Estimate of the plan (per-rank time and memory)
     notes: list[str] = field(default_factory=list)
+    recompute: str = "none"  # the plan's recompute policy (chosen by the planner under "auto"; also plan.meta["recompute"])
+    policies_searched: list[str] = field(default_factory=list)  # the policies whose groupings were searched
 
     @property
     def best_baseline(self) -> BaselineResult | None:
@@ -83,6 +85,8 @@ class PlanResult:
             "cluster": self.plan.cluster,
             "model": self.plan.model,
             "seq_len": self.plan.seq_len,
+            "recompute": self.recompute,
+            "policies_searched": list(self.policies_searched),
             "throughput_tokens_per_s": self.tokens_per_s,
             "iteration_time_s": self.iteration_time_s,
             "estimate_time_s": self.estimate_time_s,

@@ -8,11 +8,25 @@ Search over groupings (stage I/II), each candidate solved by `milp.solve_groupin
   D. (small clusters) groups spanning nodes.
 Every candidate's rounded MILP plan is simulated; the incumbent is the best simulated time so far
 (the baselines' included). A candidate whose compute-only bound (bound.py, no communication) is
-above the incumbent is pruned without building a model; one whose LP relaxation is above it skips
-the MILP (linear form <= estimate <= simulator, so neither could win). Candidates with more than
+above the incumbent, or whose devices cannot hold the workload even summed (explain.may_fit), is
+pruned without building a model; one whose LP relaxation is above it skips the MILP (linear form <= estimate <= simulator, so neither could win). Candidates with more than
 MAX_GROUPS groups are skipped (the model grows with groups^2). Screening solves get a short time
 limit; the winner is re-solved through Pyomo + HiGHS (or with the full limit when its gap is above 1%). Stage III moves
 blocks of chunk, tokens and heads away from the simulator's busiest rank while that helps.
+
+Recompute policy: a concrete policy of the workload ("none", "selective", "full") is planned as
+given. Under "auto" the planner tries "none", "selective" and "full" in that order (increasing
+recompute time, decreasing memory), skipping a policy when the solver-free memory check
+(`explain.may_fit`) proves nothing can fit under it. The baselines are evaluated once for all the
+remaining policies (each candidate with the first policy it fits with, baselines.py), then the
+grouping search runs per policy with the incumbent carried over: the best simulated time so far, of
+any policy, prunes the next policy's candidates. The compute-only bound of a candidate then
+includes the policy's recompute FLOPs (the linear forward again, and for "full" the attention
+forward), which prunes most candidates of a costlier policy without a solve when a cheaper one has
+already fitted well. A policy that is not the last one searched gives up when the first grouping of
+stage A (every device, node-sized groups) does not fit even relaxed: the next policy needs less memory. The fastest
+plan of any policy wins; its policy is the result's `recompute`
+and the plan's meta["recompute"].
 """
 
 from __future__ import annotations
@@ -31,8 +45,8 @@ from ..costmodel.linear import linear_form
 from ..errors import InfeasibleError
 from ..plan import Plan
 from ..specs import ClusterSpec, ModelSpec, Workload
-from .baselines import BaselineResult, baselines, best_baseline
-from .explain import explain_infeasible, memory_report
+from .baselines import BaselineResult, baselines, best_baseline, policies_of
+from .explain import explain_infeasible, may_fit, memory_report
 from .groupings import Grouping, candidate_groupings, head_units, node_grouping, size_options, spanning_groupings, type_order
 from .milp import MilpSolution, check_solver, solve_grouping
 from .refine import refine
@@ -56,19 +70,31 @@ class _Search:
     bound of the simulator: a candidate whose relaxation bound is above the best simulated time
     cannot win."""
 
-    def __init__(self, cluster, model, workload, solver, time_limit_s, tick: Callable[[str], None], incumbent_s: float = math.inf):
+    def __init__(self, cluster, model, workload, solver, time_limit_s, tick: Callable[[str], None], incumbent_s: float = math.inf,
+                 give_up_when_nothing_fits: bool = False):
         self.cluster, self.model, self.workload = cluster, model, workload
+        # under "auto", a policy that is not the last (a later one needs less memory): stop its search
+        # when no grouping of stage A fits (search_groupings)
+        self.give_up_when_nothing_fits = give_up_when_nothing_fits
         self.solver, self.time_limit_s, self.tick = solver, time_limit_s, tick
         self.solutions: dict[tuple, MilpSolution] = {}
         self.sim: dict[tuple, tuple[float, Plan]] = {}  # grouping -> (simulated time, plan) when it fits
         self.bounds: list[float] = []  # a lower bound for every candidate considered
         self.pruned = 0
-        self.incumbent_s = incumbent_s  # best simulated time so far (baselines included)
+        self.incumbent_s = incumbent_s  # best simulated time so far (baselines and other policies included)
         f_lin, f_att = useful_flops(model, workload)
+        # the policy's recompute FLOPs: every layer's linear forward again ("selective", "full") and the
+        # attention forward again ("full"); the LM head is never recomputed
+        B, S, Lyr = workload.global_batch, workload.seq_len, model.layers
+        policy = workload.recompute
+        if policy in ("selective", "full"):
+            f_lin += B * S * Lyr * model.linear_flops_per_token_per_layer
+        if policy == "full":
+            f_att += B * Lyr * model.heads * model.attention_flops_per_pair * model.causal_pairs(S)
         self._work = (f_lin, f_att)
 
     def compute_bound_s(self, g: Grouping) -> float:
-        """Time no plan on these devices can beat: useful FLOPs at their summed effective rates."""
+        """Time no plan on these devices can beat: useful + recompute FLOPs at their summed effective rates."""
         devs = [self.cluster.devices[d].gpu for d in g.devices]
         return min_compute_time(np.array([x.matmul_flops for x in devs]), np.array([x.attention_flops for x in devs]), *self._work)
 
@@ -78,6 +104,12 @@ class _Search:
             return math.inf
         if g.key in self.solutions:
             return self.sim.get(g.key, (math.inf, None))[0]
+        if not may_fit(self.cluster, self.model, self.workload, devices=g.devices):
+            # not even the summed memory of its devices holds the workload (explain.may_fit): no solve
+            self.solutions[g.key] = MilpSolution(g, "memory", math.inf, math.inf, math.inf)
+            self.pruned += 1
+            self.bounds.append(math.inf)  # infeasible: no time at all
+            return math.inf
         cut = self.incumbent_s if math.isfinite(self.incumbent_s) else None
         cb = self.compute_bound_s(g)
         if cut is not None and cb >= cut:
@@ -102,6 +134,11 @@ class _Search:
         return t
 
 
+def _out_of_memory(sol: MilpSolution | None) -> bool:
+    """The grouping's model has no solution for lack of memory (the LP relaxation, or the memory check)."""
+    return sol is not None and (sol.status == "memory" or sol.status.startswith("infeasible: nothing fits in memory"))
+
+
 def search_groupings(cluster: ClusterSpec, model: ModelSpec, workload: Workload, s: _Search) -> None:
     """Stages I and II: explore candidate groupings and solve their models (results in `s`)."""
     units = head_units(model)
@@ -111,11 +148,19 @@ def search_groupings(cluster: ClusterSpec, model: ModelSpec, workload: Workload,
     # A: all types, uniform sizes
     best_sizes = {t: max(opts[t]) for t in types}
     best_val = math.inf
-    for size in all_sizes:
+    for i, size in enumerate(all_sizes):
         sizes = {t: size for t in types}
-        v = s.solve(node_grouping(cluster, types, sizes, units))
+        g = node_grouping(cluster, types, sizes, units)
+        v = s.solve(g)
         if v < best_val:
             best_val, best_sizes = v, sizes
+        if i == 0 and s.give_up_when_nothing_fits and g is not None and _out_of_memory(s.solutions.get(g.key)):
+            # every device in play in the largest node groups, and not even the LP relaxation fits in
+            # memory: the policy is memory-bound here (smaller sub-groups or leaving devices out do not
+            # make room), so "auto" moves on to the next policy, which needs less memory. A heuristic
+            # that saves the solves (a memory-infeasible model costs the most: its K/V-buffer rows are
+            # added lazily); the next policy's search and the baselines are unaffected.
+            return
     used = list(types)
     # B: leave out GPU types while it helps (try every type; keep the best removal)
     improved = True
@@ -188,63 +233,89 @@ def plan_cluster(
             bar.update(1)
 
     t = time.perf_counter()
-    base = baselines(cluster, model, workload, progress=tick)
+    policies = [p for p in policies_of(workload) if workload.recompute != "auto" or may_fit(cluster, model, workload.with_recompute(p))]
+    if workload.recompute == "auto":
+        stages["memory check"] = time.perf_counter() - t
+    if not policies:  # "auto" and nothing can fit even with full recompute: explain that one
+        if bar is not None:
+            bar.close()
+        raise InfeasibleError(explain_infeasible(cluster, model, workload.with_recompute("full")))
+
+    t = time.perf_counter()
+    base = baselines(cluster, model, workload, progress=tick, policies=policies)
     stages["baselines"] = time.perf_counter() - t
 
     t = time.perf_counter()
     best_b = best_baseline(base)
-    s = _Search(cluster, model, workload, solver, time_limit_s, tick, best_b.iteration_time_s if best_b else math.inf)
-    search_groupings(cluster, model, workload, s)
+    searches: dict[str, _Search] = {}
+    incumbent = best_b.iteration_time_s if best_b else math.inf
+    for i, policy in enumerate(policies):  # the incumbent of one policy prunes the next (module doc)
+        wl_p = workload.with_recompute(policy)
+        s = _Search(cluster, model, wl_p, solver, time_limit_s, tick, incumbent, give_up_when_nothing_fits=i + 1 < len(policies))
+        search_groupings(cluster, model, wl_p, s)
+        searches[policy], incumbent = s, s.incumbent_s
     stages["I+II groupings+milp"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    pool: list[tuple[float, Plan, str, MilpSolution | None]] = []
-    for key, (sim_t, plan) in s.sim.items():
-        pool.append((sim_t, plan, "milp", s.solutions[key]))
+    pool: list[tuple[float, Plan, str, MilpSolution | None, str]] = []
+    for policy, s in searches.items():
+        for key, (sim_t, plan) in s.sim.items():
+            pool.append((sim_t, plan, "milp", s.solutions[key], policy))
     for b in base.values():
         if b.feasible:
-            pool.append((b.iteration_time_s, b.plan, f"baseline {b.name}", None))
+            pool.append((b.iteration_time_s, b.plan, f"baseline {b.name}", None, b.recompute))
     if not pool:
         if bar is not None:
             bar.close()
-        raise InfeasibleError(explain_infeasible(cluster, model, workload))
+        explain_wl = workload.with_recompute("full") if workload.recompute == "auto" else workload
+        raise InfeasibleError(explain_infeasible(cluster, model, explain_wl))
     pool.sort(key=lambda x: x[0])
-    sim_t, plan, source, sol = pool[0]
+    sim_t, plan, source, sol, policy = pool[0]
+    wl = workload.with_recompute(policy)  # everything below is for the winner's policy
     final_solver = FINAL_SOLVER.get(solver, solver)
     if sol is not None and (final_solver != solver or (sol.gap > TARGET_GAP and time_limit_s > SCREEN_LIMIT_S)):
         # The winner's model is solved again: through Pyomo when screening used the raw matrix (the
         # returned plan and its bound then come from the Pyomo model), or with the full time limit
         # when the screening solve stopped early.
-        full = solve_grouping(sol.grouping, cluster, model, workload, final_solver, time_limit_s)
+        full = solve_grouping(sol.grouping, cluster, model, wl, final_solver, time_limit_s)
         if full.feasible:
-            fplan = full.to_plan(workload, model, cluster)
-            if estimate(fplan, cluster, model, workload).fits:
-                ft = simulate(fplan, cluster, model, workload).iteration_time_s
+            fplan = full.to_plan(wl, model, cluster)
+            if estimate(fplan, cluster, model, wl).fits:
+                ft = simulate(fplan, cluster, model, wl).iteration_time_s
                 if ft <= sim_t:
                     sim_t, plan = ft, fplan
                     sol = full
                 else:
                     sol.lower_bound_s = max(sol.lower_bound_s, full.lower_bound_s)
-    plan, sim_t, moves = refine(plan, sim_t, cluster, model, workload, budget_s=refine_budget_s, tick=tick)
+    plan, sim_t, moves = refine(plan, sim_t, cluster, model, wl, budget_s=refine_budget_s, tick=tick)
     if moves:
         source += f"+refine ({moves} moves)"
     stages["III refine"] = time.perf_counter() - t
     if bar is not None:
         bar.close()
     label = solver if final_solver == solver or sol is None else f"{final_solver} (screening: {solver})"
-    return _result(cluster, model, workload, plan, sim_t, source, sol, base, s, stages, t_start, final_solver, label)
+    result = _result(cluster, model, wl, plan, sim_t, source, sol, base, searches, stages, t_start, final_solver, label)
+    if workload.recompute == "auto":
+        skipped = [p for p in policies_of(workload) if p not in policies]
+        result.notes.insert(0, f"recompute policy {policy} chosen by auto: the fastest plan among the policies searched "
+                               f"({', '.join(policies)})" + (f"; {', '.join(skipped)} cannot fit (memory check)" if skipped else ""))
+    return result
 
 
-def _result(cluster, model, workload, plan, sim_t, source, sol, base, s: _Search, stages, t_start, solver, label) -> PlanResult:
-    """Assemble the PlanResult; the linear-model value and bound refer to the plan's grouping."""
+def _result(cluster, model, workload, plan, sim_t, source, sol, base, searches: dict[str, _Search], stages, t_start, solver, label) -> PlanResult:
+    """Assemble the PlanResult for the winner's (concrete) policy `workload.recompute`; the
+    linear-model value and bound refer to the plan's grouping, the search bound and counts to every
+    policy searched."""
+    policy = workload.recompute
+    s = searches.get(policy) or next(iter(searches.values()))
     plan = Plan(plan.seq_len, plan.num_heads, plan.num_kv_heads, plan.groups, plan.block_size, "hexiseq", cluster.name, model.name,
-                {**plan.meta, "source": source})
+                {**plan.meta, "source": source, "recompute": policy})
     groups = [list(x.devices) for x in plan.groups]
     if sol is None or not sol.feasible or [list(g) for g in sol.grouping.groups] != groups:
         # the plan came from a baseline or refinement changed its ranks: bound its grouping afresh
         g = Grouping(tuple(tuple(x) for x in groups), f"grouping of {source}")
         wl_b = replace(workload, block_size=min(workload.block_size, plan.block_size))
-        cached = s.solutions.get(g.key) if wl_b == workload else None
+        cached = s.solutions.get(g.key) if wl_b == workload and s.workload == workload else None
         sol = cached if cached is not None and cached.feasible else solve_grouping(g, cluster, model, wl_b, solver, s.time_limit_s)
     est = estimate(plan, cluster, model, workload)
     bound = compute_bound(cluster, model, workload)
@@ -254,7 +325,9 @@ def _result(cluster, model, workload, plan, sim_t, source, sol, base, s: _Search
     lf = linear_form(cluster, model, workload, groups, heads=[list(x.heads) for x in plan.groups] if sol.fixed_heads else None)
     linear_t = float(lf.evaluate(plan)[0].max())
     lb = sol.lower_bound_s if math.isfinite(sol.lower_bound_s) else math.nan
-    search_lb = min([b for b in s.bounds if math.isfinite(b)] + ([lb] if math.isfinite(lb) else []), default=math.nan)
+    # every policy's candidates were bounded under that policy: the least is a bound over all of them
+    all_bounds = [b for x in searches.values() for b in x.bounds if math.isfinite(b)]
+    search_lb = min(all_bounds + ([lb] if math.isfinite(lb) else []), default=math.nan)
     notes = []
     if not math.isfinite(lb):
         notes.append(f"the chosen plan's grouping has no bound from the MILP ({sol.status})")
@@ -280,11 +353,13 @@ def _result(cluster, model, workload, plan, sim_t, source, sol, base, s: _Search
         source=source,
         plan_time_s=time.perf_counter() - t_start,
         stage_times_s=stages,
-        candidates=len(s.bounds),
-        solved=sum(1 for x in s.solutions.values() if x.status not in ("pruned",)),
-        pruned=s.pruned,
+        candidates=sum(len(x.bounds) for x in searches.values()),
+        solved=sum(1 for x in searches.values() for y in x.solutions.values() if y.status not in ("pruned", "memory")),
+        pruned=sum(x.pruned for x in searches.values()),
         estimate=est,
         notes=notes,
+        recompute=policy,
+        policies_searched=list(searches),
     )
 
 

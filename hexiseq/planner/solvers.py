@@ -125,7 +125,12 @@ def _solve_highspy(lp: LinearProgram, time_limit_s: float, rel_gap: float, relax
     h.setOptionValue("time_limit", float(time_limit_s))
     h.setOptionValue("mip_rel_gap", float(rel_gap))
     h.setOptionValue("threads", 1)
-    h.run()
+    if h.run() == highspy.HighsStatus.kError:
+        # HiGHS's thread scheduler is process-global: when another HiGHS user in this process (Pyomo's
+        # highs interface, e.g. explain.memory_report) started it with its default thread count, a run
+        # asking for threads=1 fails without solving. Reset the scheduler and run again.
+        highspy.Highs.resetGlobalScheduler(True)
+        h.run()
     st = h.getModelStatus()
     S = highspy.HighsModelStatus
     if st in (S.kInfeasible, S.kUnboundedOrInfeasible):

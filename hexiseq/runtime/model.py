@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from ..errors import SpecError
-from ..specs import ModelSpec
+from ..specs import ModelSpec, recompute_policy
 
 AttentionFn = Callable[[Tensor, Tensor, Tensor], Tensor]
 IGNORE_INDEX = -100  # label of a position that has none (the last token of the sequence)
@@ -130,13 +130,20 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(cfg.heads * cfg.head_dim, cfg.hidden, bias=False)
         self.attn_fn: AttentionFn = dense_causal_attention
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    def qkv(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Project (normed) hidden states [s, hidden] to q [s, H, d], k/v [s, H_kv, d], RoPE applied."""
         s = x.shape[0]
         q = apply_rope(self.q_proj(x).view(s, self.heads, self.head_dim), cos, sin)
         k = apply_rope(self.k_proj(x).view(s, self.kv_heads, self.head_dim), cos, sin)
         v = self.v_proj(x).view(s, self.kv_heads, self.head_dim)
-        out = self.attn_fn(q, k, v)
-        return self.o_proj(out.reshape(s, self.heads * self.head_dim))
+        return q, k, v
+
+    def project_out(self, out: Tensor) -> Tensor:
+        """The O projection of the attention output [s, H, d] -> [s, hidden]."""
+        return self.o_proj(out.reshape(out.shape[0], self.heads * self.head_dim))
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        return self.project_out(self.attn_fn(*self.qkv(x, cos, sin)))
 
 
 class MLP(nn.Module):
@@ -158,9 +165,38 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden, cfg.norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+    def pre_attention(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Norm + QKV projection + RoPE: the layer input -> q, k, v."""
+        return self.self_attn.qkv(self.input_layernorm(x), cos, sin)
+
+    def post_attention(self, x: Tensor, out: Tensor) -> Tensor:
+        """O projection + residual + norm + MLP + residual: (layer input, attention output) -> layer output."""
+        x = x + self.self_attn.project_out(out)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+    def _plain(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        return self.post_attention(x, self.self_attn.attn_fn(*self.pre_attention(x, cos, sin)))
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, recompute: str = "none") -> Tensor:
+        """`recompute` is the activation checkpointing policy (Workload.recompute):
+
+        - "selective": the parts before and after the attention core are checkpointed separately
+          (only their inputs are kept and they are recomputed in backward), while the attention core
+          runs outside them. It keeps q, k, v, out and lse for its own backward anyway, so the
+          distributed attention (all-to-alls, KV exchange) runs once in forward and once in backward,
+          never again, and no collective is replayed inside a checkpoint.
+        - "full": the whole block is one checkpoint: only its input is kept and backward runs the
+          block's forward again, the attention and its collectives included. Every rank checkpoints
+          the same blocks, so the replayed collectives run in the same order everywhere.
+        - "none": everything is kept.
+        This is what the cost model charges (costmodel/estimate.py, memory.py)."""
+        if recompute == "full":
+            return checkpoint(self._plain, x, cos, sin, use_reentrant=False)
+        if recompute != "selective":
+            return self._plain(x, cos, sin)
+        q, k, v = checkpoint(self.pre_attention, x, cos, sin, use_reentrant=False)
+        out = self.self_attn.attn_fn(q, k, v)
+        return checkpoint(self.post_attention, x, out, use_reentrant=False)
 
 
 class Llama(nn.Module):
@@ -177,6 +213,15 @@ class Llama(nn.Module):
             self.lm_head.weight = self.embed_tokens.weight
         self.register_buffer("inv_freq", rope_inv_freq(cfg), persistent=False)
         self.activation_checkpointing = False
+
+    @property
+    def activation_checkpointing(self) -> str:
+        """The recompute policy: "none", "selective" or "full" (set with those or False / True = selective)."""
+        return self._recompute
+
+    @activation_checkpointing.setter
+    def activation_checkpointing(self, value: bool | str) -> None:
+        self._recompute = recompute_policy(value, allow_auto=False, owner="model")
 
     def init_weights(self, seed: int = 0, std: float = 0.02) -> "Llama":
         """Deterministic random weights (normal(0, std) matrices, unit norms) from `seed`."""
@@ -212,13 +257,10 @@ class Llama(nn.Module):
         x = self.embed_tokens(tokens)
         dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
         cos, sin = self.rope(positions, dtype)
+        recompute = self.activation_checkpointing if torch.is_grad_enabled() else "none"
         for layer in self.layers:
-            if self.activation_checkpointing and torch.is_grad_enabled():
-                # Recompute the block in backward: only its input is kept. Every rank checkpoints the same
-                # blocks, so the collectives inside the attention replay in the same order everywhere.
-                x = checkpoint(layer, x, cos, sin, use_reentrant=False)
-            else:
-                x = layer(x, cos, sin)
+            # Through the module call (checkpoints inside it) so that FSDP's hooks on the block still fire.
+            x = layer(x, cos, sin, recompute)
         hidden = self.norm(x)
         if labels is None:
             return hidden

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from ..specs import recompute_policy
 from .model import IGNORE_INDEX, Llama, shift_labels
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,12 +37,18 @@ _BUCKET_ELEMS = 32 * 2**20  # gradients all-reduced in buckets of this many elem
 
 @dataclass(frozen=True)
 class ParallelOptions:
-    """How the plan is applied. `broadcast_from`: rank whose initial weights every rank takes (None: trust the caller)."""
+    """How the plan is applied. `broadcast_from`: rank whose initial weights every rank takes (None: trust the caller).
+    `activation_checkpointing`: the recompute policy, "none" | "selective" | "full" (False / True =
+    selective also accepted; stored normalized), see `Block.forward`."""
 
     fsdp: bool = False
-    activation_checkpointing: bool = False
+    activation_checkpointing: bool | str = "none"
     loss_chunk: int = 4096
     broadcast_from: int | None = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "activation_checkpointing",
+                           recompute_policy(self.activation_checkpointing, allow_auto=False, owner="parallel options"))
 
 
 @dataclass(frozen=True)
@@ -72,7 +79,7 @@ class Runner(Protocol):
 class SingleDevice:
     """The whole sequence on one device with dense causal attention (the reference)."""
 
-    def __init__(self, model: Llama, loss_chunk: int = 4096, activation_checkpointing: bool = False) -> None:
+    def __init__(self, model: Llama, loss_chunk: int = 4096, activation_checkpointing: bool | str = "none") -> None:
         self.model, self.loss_chunk = model, loss_chunk
         model.activation_checkpointing = activation_checkpointing
 
