@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -145,7 +146,8 @@ def train(runner: Runner, optimizer: torch.optim.Optimizer, tokens: Tensor, step
 
     lead = not dist.is_initialized() or dist.get_rank() == 0
     out = []
-    bar = tqdm(range(steps), desc="train", unit="step", disable=not (show and lead))
+    # The bar only on a terminal: in logs (CI, `make demo | tee`) its redraws would garble the per-step lines.
+    bar = tqdm(range(steps), desc="train", unit="step", disable=not (show and lead and sys.stderr.isatty()))
     for i in bar:
         s = train_step(runner, optimizer, tokens, cfg, step=i)
         out.append(s)
