@@ -66,7 +66,7 @@ def main() -> None:
     model = get_model(args.model)
     w = Workload(seq_len=parse_tokens(args.seq_len), activation_checkpointing=True)
     H, Hkv = model.heads, model.kv_heads
-    print(f"{model.name}, S={w.seq_len}, recompute; ms per evaluation (best of {args.reps})")
+    print(f"{model.name}, S={w.seq_len}, recompute {w.recompute}; ms per evaluation (best of {args.reps})")
     print(f"{'GPUs':>5} {'plan':>10} {'estimate':>9} {'simulate':>9} {'linear':>8} {'eff.est':>8} {'eff.sim':>8}")
     for n in [int(x) for x in args.sizes.split(",")]:
         cluster = cluster_of(n)

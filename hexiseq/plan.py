@@ -22,6 +22,7 @@ Everything here is pure bookkeeping on integers; no torch.
 from __future__ import annotations
 
 import json
+import numbers
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
@@ -311,6 +312,8 @@ class Plan:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Plan":
+        if not isinstance(d, dict):
+            raise PlanError(f"plan must be a JSON object, got {type(d).__name__}")
         version = d.get("schema_version")
         if version != SCHEMA_VERSION:
             raise PlanError(f"plan has schema_version {version!r}; this HexiSeq reads schema_version {SCHEMA_VERSION}")
@@ -323,8 +326,13 @@ class Plan:
             raise PlanError(f"plan has unknown keys {sorted(unknown)}")
         try:
             groups = tuple(Group(**g) for g in fields.pop("groups"))
-        except TypeError as e:
+        except (TypeError, ValueError) as e:
             raise PlanError(f"plan group malformed: {e}") from None
+        for key in ("seq_len", "num_heads", "num_kv_heads", "block_size"):
+            if key in fields and (not isinstance(fields[key], numbers.Integral) or isinstance(fields[key], bool)):
+                raise PlanError(f"plan {key} must be an integer, got {fields[key]!r}")
+        if not isinstance(fields.get("meta", {}), dict):
+            raise PlanError(f"plan meta must be a JSON object, got {fields['meta']!r}")
         return cls(groups=groups, **fields)
 
     @classmethod
@@ -350,6 +358,8 @@ class Plan:
         """The same groups, devices and head split over a shorter (or longer) sequence, with chunk
         lengths and token shards in the same proportions (largest-remainder rounding, at least one
         block per chunk). Used to check a production plan numerically on a small machine."""
+        if block_size <= 0:
+            raise PlanError(f"block_size must be positive, got {block_size}")
         k = self.num_groups
         blocks = seq_len // (2 * block_size)
         if seq_len % (2 * block_size) or blocks < k:
@@ -451,6 +461,8 @@ def random_plan(
     rng = random.Random(seed)
     if world_size <= 0:
         raise PlanError(f"world_size must be positive, got {world_size}")
+    if block_size <= 0:
+        raise PlanError(f"block_size must be positive, got {block_size}")
     devices = list(range(world_size))
     rng.shuffle(devices)
     sizes: list[int] = []

@@ -145,13 +145,29 @@ def get_gpu(name: str, catalog: Mapping[str, GPUType] | None = None) -> GPUType:
 def apply_profile(catalog: Mapping[str, GPUType], profile: Mapping[str, Mapping[str, float]]) -> dict[str, GPUType]:
     """Override catalog efficiencies with measured ones: {gpu: {eff_matmul: .., eff_attention: ..}}."""
     out = dict(catalog)
-    for name, fields in profile.items():
-        base = get_gpu(name, catalog)
-        bad = set(fields) - {"eff_matmul", "eff_attention"}
-        if bad:
-            raise SpecError(f"profile for {name!r}: only eff_matmul / eff_attention can be overridden, got {sorted(bad)}")
-        out[name] = replace(base, **fields)
+    for name, fields in check_profile(profile).items():
+        out[name] = replace(get_gpu(name, catalog), **fields)
     return out
+
+
+PROFILE_KEYS = ("eff_matmul", "eff_attention")
+
+
+def check_profile(profile: Any, where: str = "profile") -> dict[str, dict[str, float]]:
+    """`profile` when it is {gpu name: {eff_matmul / eff_attention: number}}; else a SpecError.
+    (The range of the numbers is checked by GPUType when a profile is applied.)"""
+    if not isinstance(profile, Mapping):
+        raise SpecError(f"{where}: 'gpus' must map GPU names to {{eff_matmul: x, eff_attention: y}}, got {profile!r}")
+    for name, fields in profile.items():
+        if not isinstance(fields, Mapping):
+            raise SpecError(f"{where}: entry {name!r} must be a mapping of eff_matmul / eff_attention, got {fields!r}")
+        bad = set(fields) - set(PROFILE_KEYS)
+        if bad:
+            raise SpecError(f"{where}: entry {name!r}: only eff_matmul / eff_attention can be overridden, got {sorted(bad)}")
+        for key, v in fields.items():
+            if not isinstance(v, (int, float)) or isinstance(v, bool):
+                raise SpecError(f"{where}: entry {name!r}: {key} must be a number, got {v!r}")
+    return dict(profile)
 
 
 def load_profile(path: Path | str) -> dict[str, dict[str, float]]:
@@ -159,7 +175,7 @@ def load_profile(path: Path | str) -> dict[str, dict[str, float]]:
     raw = _load_yaml(path)
     if not isinstance(raw, dict) or "gpus" not in raw:
         raise SpecError(f"{path}: a profile needs a top-level 'gpus' mapping")
-    return raw["gpus"]
+    return check_profile(raw["gpus"], str(path))
 
 
 # --------------------------------------------------------------------------- clusters
@@ -340,6 +356,7 @@ class ClusterSpec:
 
     def with_profile(self, profile: Mapping[str, Mapping[str, float]]) -> "ClusterSpec":
         """The same cluster with GPU efficiencies replaced by measured ones."""
+        profile = check_profile(profile)
         new_nodes = []
         for node in self.nodes:
             fields = profile.get(node.gpu.name)
@@ -382,8 +399,12 @@ def load_cluster(path: Path | str, catalog: Mapping[str, GPUType] | None = None)
         bundled = sorted(x.stem for x in (_data_path("clusters")).glob("*.yaml"))
         raise SpecError(f"cluster file not found: {path}; bundled clusters: {', '.join(bundled)}")
     raw = _load_yaml(p)
-    if not isinstance(raw, dict) or "nodes" not in raw:
+    if not isinstance(raw, dict) or not isinstance(raw.get("nodes"), list):
         raise SpecError(f"{p}: a cluster file needs a 'nodes' list")
+    unknown = set(raw) - {"name", "description", "inter_node_latency_us", "nodes", "overrides"}
+    if unknown:  # a misspelt key would otherwise be ignored without a word
+        raise SpecError(f"{p.name}: unknown top-level keys {sorted(unknown)} (known: name, description, "
+                        f"inter_node_latency_us, nodes, overrides)")
     nodes = []
     for n, entry in enumerate(raw["nodes"]):
         where = f"{p.name}: nodes[{n}]"
@@ -404,10 +425,12 @@ def load_cluster(path: Path | str, catalog: Mapping[str, GPUType] | None = None)
             raise SpecError(f"{where}: repeat must be a positive integer, got {repeat!r}")
         nodes.extend([NodeSpec(gpu, entry["count"], entry["nic_gbps"], entry.get("link_bandwidth_gbps"))] * repeat)
     overrides = []
+    if not isinstance(raw.get("overrides") or [], list):
+        raise SpecError(f"{p.name}: overrides must be a list of {{a, b, bandwidth_gbps, latency_us}}")
     for o in raw.get("overrides") or []:
         try:
             overrides.append(LinkOverride(int(o["a"]), int(o["b"]), o["bandwidth_gbps"], o.get("latency_us")))
-        except (KeyError, TypeError) as e:
+        except (KeyError, TypeError, ValueError) as e:
             raise SpecError(f"{p.name}: override {o!r} needs a, b, bandwidth_gbps ({e})") from None
     return ClusterSpec(
         name=str(raw.get("name", p.stem)),
@@ -577,14 +600,8 @@ def model_from_hf_config(path_or_dict: Path | str | Mapping[str, Any], name: str
     if isinstance(path_or_dict, Mapping):
         cfg, default_name = dict(path_or_dict), "hf-model"
     else:
-        import json
-
         p = Path(path_or_dict)
-        if p.is_dir():
-            p = p / "config.json"
-        if not p.exists():
-            raise SpecError(f"Hugging Face config not found: {p}")
-        cfg, default_name = json.loads(p.read_text()), p.parent.name or "hf-model"
+        cfg, default_name = read_hf_config(p), (p if p.is_dir() else p.parent).name or "hf-model"
     try:
         heads = int(cfg["num_attention_heads"])
         return ModelSpec(
@@ -604,6 +621,27 @@ def model_from_hf_config(path_or_dict: Path | str | Mapping[str, Any], name: str
         )
     except KeyError as e:
         raise SpecError(f"Hugging Face config lacks {e.args[0]!r}") from None
+    except (TypeError, ValueError) as e:
+        if isinstance(e, SpecError):  # ModelSpec's own checks
+            raise
+        raise SpecError(f"Hugging Face config has a malformed value: {e}") from None
+
+
+def read_hf_config(path: Path | str) -> dict[str, Any]:
+    """The parsed `config.json` of a checkpoint directory (or the file itself)."""
+    import json
+
+    p = Path(path)
+    p = p / "config.json" if p.is_dir() else p
+    if not p.exists():
+        raise SpecError(f"Hugging Face config not found: {p}")
+    try:
+        cfg = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise SpecError(f"{p}: not valid JSON: {e}") from None
+    if not isinstance(cfg, dict):
+        raise SpecError(f"{p}: a Hugging Face config is a JSON object, got {type(cfg).__name__}")
+    return cfg
 
 
 # --------------------------------------------------------------------------- workload
@@ -687,7 +725,7 @@ def parse_tokens(text: str | int) -> int:
         mult, s = 1024 * 1024, s[:-1]
     try:
         v = int(float(s) * mult)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: "inf"
         raise SpecError(f"not a token count: {text!r} (examples: 4096, 128K, 1M)") from None
     if v <= 0:
         raise SpecError(f"token count must be positive, got {text!r}")

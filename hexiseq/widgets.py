@@ -34,9 +34,11 @@ def show_plan(cluster_name: str, model_name: str, seq_len: int, recompute: bool 
         print(f"infeasible: {e}")
         return None
     d = result.to_dict()
+    sp, gap = d["speedup_vs_best_baseline"], d["gap"]  # None when no baseline fits / no bound
     print(
-        f"HexiSeq {d['throughput_tokens_per_s']:,.0f} tokens/s, {d['speedup_vs_best_baseline']:.3f}x the best baseline, "
-        f"gap {d['gap']:.2%}, recompute {result.recompute}, planned in {d['plan_time_s']:.2f} s"
+        f"HexiSeq {d['throughput_tokens_per_s']:,.0f} tokens/s, "
+        + (f"{sp:.3f}x the best baseline" if sp is not None else "no baseline fits")
+        + f", gap {'n/a' if gap is None else f'{gap:.2%}'}, recompute {result.recompute}, planned in {d['plan_time_s']:.2f} s"
     )
     throughputs = {k: v for k, v in d["baselines"].items() if v}
     throughputs["hexiseq"] = d["throughput_tokens_per_s"]

@@ -62,6 +62,16 @@ def test_errors_exit_2(capsys, argv, msg):
     assert msg in err
 
 
+def test_plan_for_another_cluster_is_refused(capsys, tmp_path):
+    plan = dataclasses.replace(random_plan(8, 65536, 32, 32, seed=2, block_size=128), cluster="testbed-8", model="llama2-7b")
+    path = tmp_path / "plan.json"
+    plan.save(path)
+    rc, _, err = run_cli(capsys, "estimate", "--plan", str(path), "--cluster", "sim-64", "--no-simulate")
+    assert rc == 2 and "made for cluster 'testbed-8', not 'sim-64'" in err and "Traceback" not in err
+    rc, _, _ = run_cli(capsys, "estimate", "--plan", str(path), "--cluster", "testbed-8", "--no-simulate")
+    assert rc == 0
+
+
 def test_parse_layout():
     assert parse_layout("ring", 8) == (8, 1)
     assert parse_layout("Ulysses", 8) == (1, 8)

@@ -22,3 +22,15 @@ def test_info_errors_are_one_line(capsys):
     assert main(["info", "testbed-8", "--model", "nope"]) == 2
     err = capsys.readouterr().err
     assert "unknown model 'nope'" in err and "Traceback" not in err
+
+
+def test_info_model_states_json(capsys):
+    """16 bytes of training state per parameter; 7B replicated exceeds an 80 GiB A100, ZeRO-3 over 8 fits."""
+    from hexiseq.specs import GIB, get_model
+
+    assert main(["info", "testbed-8", "--model", "llama2-7b", "--json"]) == 0
+    fit = json.loads(capsys.readouterr().out)["model_states"]
+    params = get_model("llama2-7b").param_count
+    assert fit["state_gib"] == round(16 * params / GIB, 1)
+    assert fit["zero3_per_device_gib"] == round(16 * params / 8 / GIB, 2)
+    assert fit["replicated_fits"] is False and fit["zero3_fits"] is True

@@ -74,3 +74,11 @@ def test_bare_recompute_means_selective_and_the_text_says_so(capsys):
 def test_unknown_solver_is_a_clear_error(capsys, solver):
     assert main(ARGS + ["--solver", solver]) == 2
     assert "not available" in capsys.readouterr().err
+
+
+def test_non_positive_time_limit_is_a_clear_error(capsys):
+    assert main(ARGS + ["--time-limit", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert "time_limit_s must be positive, got -1.0" in err and "Traceback" not in err
+    assert main(ARGS + ["--ranks", "-1"]) == 2
+    assert "--ranks must be >= 0" in capsys.readouterr().err

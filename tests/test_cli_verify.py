@@ -67,6 +67,8 @@ def test_world_size_and_arguments_are_checked(tmp_path, capsys):
     assert "has 3 ranks but --nproc is 2" in _refused(["verify", "--plan", str(path), "--nproc", "2"], capsys)
     assert "--nproc" in _refused(["verify", "--random-plan"], capsys)
     assert "swiglu/rmsnorm" in _refused(["verify", "--random-plan", "--nproc", "2", "--model", "gpt-3b"], capsys)
+    assert "block_size must be positive, got 0" in _refused(["verify", "--random-plan", "--nproc", "2", "--block-size", "0"], capsys)
+    assert "--timeout must be positive, got 0" in _refused(["verify", "--plan", str(path), "--timeout", "0"], capsys)
     with pytest.raises(SystemExit):  # --plan and --random-plan together
         main(["verify", "--plan", str(path), "--random-plan"])
 

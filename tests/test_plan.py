@@ -64,6 +64,30 @@ def test_other_schema_version_refused():
         Plan.from_dict(d)
 
 
+@pytest.mark.parametrize(
+    "change, msg",
+    [
+        (lambda d: [d], "must be a JSON object, got list"),
+        (lambda d: {**d, "groups": [{**g, "chunk_len": "abc"} for g in d["groups"]]}, "plan group malformed"),
+        (lambda d: {**d, "groups": 5}, "plan group malformed"),
+        (lambda d: {**d, "seq_len": "big"}, "seq_len must be an integer"),
+        (lambda d: {**d, "meta": [1]}, "meta must be a JSON object"),
+    ],
+)
+def test_malformed_plan_files_refused_with_plan_error(change, msg):
+    """A hand-edited or foreign plan file gets a PlanError (the CLI's exit 2), never a traceback."""
+    d = ring_plan(range(2), 512, 8, 8).to_dict()
+    with pytest.raises(PlanError, match=msg):
+        Plan.from_json(json.dumps(change(d)))
+
+
+def test_random_plan_and_scaled_refuse_bad_block_size():
+    with pytest.raises(PlanError, match="block_size must be positive, got 0"):
+        random_plan(2, 256, 8, 8, block_size=0)
+    with pytest.raises(PlanError, match="block_size must be positive, got 0"):
+        random_plan(2, 256, 8, 8).scaled(128, block_size=0)
+
+
 def test_symmetric_constructors():
     r = ring_plan(range(4), 1024, 8, 8)
     assert r.num_groups == 4 and all(g.heads == (8,) for g in r.groups) and r.name == "ring"

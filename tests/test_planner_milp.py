@@ -9,8 +9,15 @@ import pytest
 from hexiseq.costmodel import estimate
 from hexiseq.costmodel.linear import linear_form
 from hexiseq.errors import HexiSeqError
-from hexiseq.planner.groupings import Grouping, candidate_groupings, head_units, node_grouping, split_sizes
-from hexiseq.planner.milp import check_solver, solve_grouping
+from hexiseq.planner.groupings import (
+    Grouping,
+    candidate_groupings,
+    head_units,
+    node_grouping,
+    split_sizes,
+)
+from hexiseq.planner.milp import solve_grouping
+from hexiseq.planner.solvers import check_solver
 from hexiseq.specs import ClusterSpec, Workload, get_model
 
 WL = Workload(seq_len=32768, activation_checkpointing=True)

@@ -1,9 +1,11 @@
 """Specs and catalogs: every bundled file loads, derived bandwidths, parameter counts, bad input."""
 
 import json
+import re
 
 import numpy as np
 import pytest
+import yaml
 
 from hexiseq import ClusterSpec, ModelSpec, SpecError, Workload, get_gpu, get_model, load_cluster, model_catalog
 from hexiseq.specs import (
@@ -78,6 +80,25 @@ def test_profile_overrides_efficiencies(tmp_path):
     assert c.devices[0].gpu.eff_matmul == 0.7 and c.devices[4].gpu.eff_matmul == get_gpu("A100-80GB").eff_matmul
 
 
+@pytest.mark.parametrize(
+    "body, msg",
+    [
+        ("gpus:\n  H100-SXM: {bogus: 1}\n", "only eff_matmul / eff_attention can be overridden, got ['bogus']"),
+        ("gpus:\n  H100-SXM: 5\n", "must be a mapping of eff_matmul / eff_attention"),
+        ("gpus: [1]\n", "'gpus' must map GPU names"),
+        ("gpus:\n  H100-SXM: {eff_matmul: abc}\n", "eff_matmul must be a number, got 'abc'"),
+    ],
+)
+def test_bad_profiles_are_spec_errors(tmp_path, body, msg):
+    """What data/profiles/README.md promises: anything but eff_matmul / eff_attention numbers is refused."""
+    p = tmp_path / "prof.yaml"
+    p.write_text(body)
+    with pytest.raises(SpecError, match=re.escape(msg)):
+        load_profile(p)
+    with pytest.raises(SpecError):  # also when the mapping is handed over directly
+        load_cluster("testbed-8").with_profile(yaml.safe_load(body)["gpus"])
+
+
 @pytest.mark.parametrize("name", [n for n, m in model_catalog().items() if m.published_params])
 def test_param_counts_within_1pct_of_published(name):
     m = get_model(name)
@@ -115,6 +136,24 @@ def test_hf_config_to_modelspec(tmp_path):
     assert m.param_count == get_model("llama3-8b").param_count
     assert get_model(str(tmp_path / "config.json")).kv_heads == 8
 
+    assert model_from_hf_config(tmp_path).name == tmp_path.name  # a directory: its config.json, named after it
+
+
+@pytest.mark.parametrize(
+    "text, msg",
+    [
+        ("{not json", "not valid JSON"),
+        ("[1]", "a Hugging Face config is a JSON object, got list"),
+        ('{"num_hidden_layers": "x", "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 8, "vocab_size": 9}',
+         "malformed value"),
+        ('{"num_hidden_layers": 2}', "lacks 'num_attention_heads'"),
+    ],
+)
+def test_bad_hf_configs_are_spec_errors(tmp_path, text, msg):
+    (tmp_path / "config.json").write_text(text)
+    with pytest.raises(SpecError, match=re.escape(msg)):
+        model_from_hf_config(tmp_path / "config.json")
+
 
 # ---------------------------------------------------------------- bad input
 
@@ -128,6 +167,22 @@ def test_unknown_gpu_in_cluster_file_names_the_node(tmp_path):
     f = tmp_path / "c.yaml"
     f.write_text("nodes:\n  - {gpu: H100-SXM, count: 2, nic_gbps: 25}\n  - {gpu: V100, count: 2, nic_gbps: 25}\n")
     with pytest.raises(SpecError, match=r"nodes\[1\].*unknown GPU type 'V100'"):
+        load_cluster(f)
+
+
+@pytest.mark.parametrize(
+    "body, msg",
+    [
+        ("nodes: 5\n", "needs a 'nodes' list"),
+        ("nodes:\n  - {gpu: H100-SXM, count: 2, nic_gbps: 25}\nlinks: []\n", "unknown top-level keys ['links']"),
+        ("nodes:\n  - {gpu: H100-SXM, count: 2, nic_gbps: 25}\noverrides: 3\n", "overrides must be a list"),
+        ("nodes:\n  - {gpu: H100-SXM, count: 2, nic_gbps: 25}\noverrides:\n  - {a: x, b: 1, bandwidth_gbps: 9}\n", "needs a, b, bandwidth_gbps"),
+    ],
+)
+def test_malformed_cluster_files_are_spec_errors(tmp_path, body, msg):
+    f = tmp_path / "c.yaml"
+    f.write_text(body)
+    with pytest.raises(SpecError, match=re.escape(msg)):
         load_cluster(f)
 
 
@@ -168,8 +223,9 @@ def test_bad_gpu_catalog_field(tmp_path):
 
 def test_workload_and_tokens():
     assert parse_tokens("128K") == 131072 and parse_tokens("1M") == 1 << 20 and parse_tokens("4096") == 4096
-    with pytest.raises(SpecError, match="not a token count"):
-        parse_tokens("lots")
+    for bad in ("lots", "inf", "nan", "-infK"):
+        with pytest.raises(SpecError, match="not a token count"):
+            parse_tokens(bad)
     with pytest.raises(SpecError, match="seq_len must be a positive integer"):
         Workload(seq_len=0)
     with pytest.raises(SpecError, match="param_sharding"):

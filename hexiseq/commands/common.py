@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any, Sequence
 
-from ..specs import RECOMPUTE_POLICIES, ClusterSpec, ModelSpec, Workload, apply_profile, get_model, load_cluster, load_profile, parse_tokens
+from ..specs import RECOMPUTE_POLICIES, ClusterSpec, ModelSpec, Workload, get_model, load_cluster, load_profile, parse_tokens
 
 
 def add_cluster_args(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -14,13 +14,16 @@ def add_cluster_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--profile", help="YAML of measured efficiencies overriding the GPU catalog (data/profiles/)")
 
 
-def add_workload_args(p: argparse.ArgumentParser, seq_required: bool = True) -> None:
+RECOMPUTE_HELP = ("activation checkpointing policy: none, selective (recompute the linear parts; a bare --recompute "
+                  "means this), full (recompute the whole block, attention and its communication included)")
+
+
+def add_workload_args(p: argparse.ArgumentParser, seq_required: bool = True, recompute_help: str | None = None) -> None:
     p.add_argument("--model", default="llama2-7b", help="model name from data/models.yaml or a HF config.json (default llama2-7b)")
     p.add_argument("--seq-len", required=seq_required, help="tokens per sequence, e.g. 131072, 128K, 1M")
     p.add_argument("--global-batch", type=int, default=1, help="sequences per iteration (gradient accumulation)")
-    add_recompute_arg(p, "activation checkpointing policy: none, selective (recompute the linear parts; a bare "
-                         "--recompute means this), full (recompute the whole block, attention and its communication "
-                         "included), auto (the planner picks the fastest that fits)", allow_auto=True)
+    add_recompute_arg(p, recompute_help or RECOMPUTE_HELP + ", auto (the planner picks the fastest that fits; the default)",
+                      allow_auto=True)
     p.add_argument("--sharding", choices=["zero3", "replicated"], default="zero3", help="parameter/optimizer state sharding")
     p.add_argument("--block-size", type=int, default=128, help="chunk alignment in tokens (default 128)")
 
@@ -85,5 +88,3 @@ def _numeric(s: str) -> bool:
 def dump_json(obj: Any) -> None:
     print(json.dumps(obj, indent=2, default=float))
 
-
-_ = apply_profile  # re-exported for commands that build catalogs

@@ -19,7 +19,7 @@ import re
 from ..errors import PlanError, SpecError
 from ..plan import Plan, symmetric_plan
 
-from .common import add_cluster_args, add_workload_args, dump_json, load_cluster_arg, load_workload_args, plan_recompute, print_table
+from .common import RECOMPUTE_HELP, add_cluster_args, add_workload_args, dump_json, load_cluster_arg, load_workload_args, plan_recompute, print_table
 
 _SHORT = {"linear": "linear", "lm_head": "head", "attention": "attn", "alltoall": "a2a", "kv_exchange": "kv", "recompute": "recomp", "param_comm": "params", "optimizer": "optim"}
 
@@ -29,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plan", help="plan JSON file (from `hexiseq plan`)")
     p.add_argument("--layout", help="instead of --plan, a symmetric layout on all devices: ring | ulysses | usp:CPxHP")
     add_cluster_args(p, required=False)
-    add_workload_args(p, seq_required=False)
+    add_workload_args(p, seq_required=False, recompute_help=RECOMPUTE_HELP + "; default: the plan file's policy "
+                      "(meta['recompute']), else none (auto is the planner's choice, not a policy to estimate)")
     p.set_defaults(model=None)
     p.add_argument("--no-simulate", action="store_true", help="skip the step simulator (analytic estimate only)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -73,6 +74,9 @@ def _inputs(args: argparse.Namespace):
         raise SpecError("hexiseq estimate needs a concrete --recompute (none, selective or full): "
                         "auto is the planner's choice (hexiseq plan records it in the plan file)")
     cluster = load_cluster_arg(args)
+    if args.plan and plan.cluster and cluster.name != plan.cluster:
+        raise PlanError(f"plan {args.plan} was made for cluster {plan.cluster!r}, not {cluster.name!r}: its device "
+                        f"numbers mean other GPUs there (plan that cluster, or drop --cluster)")
     model, wl = load_workload_args(args, default_recompute=(plan_recompute(plan) if args.plan else None) or "none")
     if not args.plan:
         cp, hp = parse_layout(args.layout, cluster.size)

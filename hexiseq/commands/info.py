@@ -18,8 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def states_fit(cluster, model) -> dict:
     """Model states (bf16 weights+grads, fp32 master+Adam = 16 B/param) replicated vs sharded over all devices."""
-    per_param = sum(model.state_bytes().values()) / model.param_count
-    total = model.param_count * per_param
+    total = sum(model.state_bytes().values())
     min_mem = min(d.gpu.memory_gib for d in cluster.devices) * GIB
     return {
         "model": model.name,

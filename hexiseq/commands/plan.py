@@ -38,9 +38,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import InfeasibleError
+    from ..errors import HexiSeqError
     from ..planner import plan_cluster
 
+    if args.ranks < 0:
+        raise HexiSeqError(f"--ranks must be >= 0 (0 = all), got {args.ranks}")
     cluster = load_cluster_arg(args)
     model, workload = load_workload_args(args, default_recompute="none" if args.strict else "auto")
     kw = {} if args.time_limit is None else {"time_limit_s": args.time_limit}

@@ -13,8 +13,6 @@ import argparse
 import os
 import statistics
 
-import torch
-
 from ..errors import PlanError
 from ..plan import Plan
 from .common import add_recompute_arg, plan_recompute
@@ -45,28 +43,38 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..runtime.checkpoint import config_from_hf, model_spec_from_checkpoint, read_hf_config
+    from ..runtime.checkpoint import (
+        config_from_hf,
+        model_spec_from_checkpoint,
+        read_hf_config,
+    )
     from ..runtime.parallel import ParallelOptions
-    from ..runtime.verify import prepare_check
     from ..runtime.train import StepJob, TrainConfig, step_worker
+    from ..runtime.verify import check_nproc, prepare_check, scale_for_check
 
     if args.steps <= 0:
         raise PlanError(f"--steps must be positive, got {args.steps}")
+    if args.loss_chunk <= 0:
+        raise PlanError(f"--loss-chunk must be positive, got {args.loss_chunk}")
+    if not args.timeout > 0:
+        raise PlanError(f"--timeout must be positive, got {args.timeout}")
     plan = Plan.load(args.plan)
     recompute = args.recompute or plan_recompute(plan) or "none"
     notes: tuple[str, ...] = ()
+    seq = plan.seq_len if args.full_length else args.seq_len
     if args.init_from:
         spec, cfg = model_spec_from_checkpoint(args.init_from), config_from_hf(read_hf_config(args.init_from))
         plan.check(model=spec)
         name = spec.name
+        plan, scale_notes = scale_for_check(plan, seq)
+        notes = tuple(scale_notes)
     else:
-        seq = plan.seq_len if args.full_length else args.seq_len
         setup = prepare_check(plan, args.model, seq)
         plan, cfg, name, notes = setup.plan, setup.model, setup.model_name, setup.notes
     torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     nproc = args.nproc if args.nproc is not None else plan.world_size
-    if not torchrun and nproc != plan.world_size:
-        raise PlanError(f"plan {plan.name!r} has {plan.world_size} ranks but --nproc is {nproc}")
+    if not torchrun:
+        check_nproc(plan, nproc)
     job = StepJob(
         plan=plan.to_dict(), model=cfg, steps=args.steps, seed=args.seed,
         train=TrainConfig(lr=args.lr, grad_clip=args.grad_clip or None, timeout_s=args.timeout),
@@ -86,10 +94,9 @@ def run(args: argparse.Namespace) -> int:
         if rank != 0:
             return 0
     else:
-        from ..runtime.launch import spawn_world
+        from ..runtime.launch import local_backend, spawn_world
 
-        cuda = torch.cuda.is_available() and torch.cuda.device_count() >= nproc
-        result = spawn_world(step_worker, nproc, job, timeout_s=args.timeout, backend="nccl" if cuda else "gloo")[0]
+        result = spawn_world(step_worker, nproc, job, timeout_s=args.timeout, backend=local_backend(nproc))[0]
     steps = result["steps"]
     steady = [s["tokens_per_s"] for s in steps[1:]] or [steps[0]["tokens_per_s"]]  # the first step warms up
     print(f"done: loss {steps[0]['loss']:.4f} -> {steps[-1]['loss']:.4f}; {statistics.median(steady):,.0f} tokens/s (median after step 1)")

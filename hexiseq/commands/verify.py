@@ -39,6 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.timeout > 0:
+        raise PlanError(f"--timeout must be positive, got {args.timeout}")
     if args.random_plan:
         if not args.nproc or args.nproc <= 0:
             raise PlanError("--random-plan needs --nproc N (N >= 1)")

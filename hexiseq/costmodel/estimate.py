@@ -166,11 +166,6 @@ def exchange_exposed(att: np.ndarray, comm: np.ndarray) -> np.ndarray:
     return np.maximum(c.max(axis=1, initial=0.0), 0.0)
 
 
-def exchange_span(att: np.ndarray, comm: np.ndarray) -> np.ndarray:
-    """[R] E = max_m (Σ_{i=1..m} comm_i + Σ_{i=m..k-1} att_i): the exchange phase of one layer."""
-    return att.sum(axis=1) + exchange_exposed(att, comm)
-
-
 def layer_compute(c: Components) -> tuple[np.ndarray, np.ndarray]:
     """[R] (C_f, C_b): seconds of the compute kernels of one layer's forward and of its backward
     (with the recompute, which runs inside the backward): the window a prefetched collective hides in."""
@@ -221,7 +216,6 @@ def phase_times(c: Components) -> dict[str, np.ndarray]:
     X_f = exchange_exposed(c.att, c.xc_f)
     X_b = exchange_exposed(c.bwd_factor * c.att, c.xc_b)
     a2a = c.a2a_in + c.a2a_out
-    R = len(lin_f)
     p_micro, p_iter = param_exposed(c)
     out = {
         "linear": B * Lyr * 3.0 * lin_f,

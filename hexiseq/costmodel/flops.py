@@ -23,7 +23,8 @@ per-head number).
 
 Forward FLOPs
 -------------
-- attention: 4·d per pair per head per layer (Q·K^T and P·V, 2·d each; softmax ignored);
+- attention: 4·d per pair per head per layer (Q·K^T and P·V, 2·d each; softmax ignored)
+  (`ModelSpec.attention_flops_per_pair`);
 - linear layers per token per layer: 2·(h·H·d + 2·h·H_kv·d + H·d·h + m·h·f) with m = 3 (SwiGLU)
   or 2 (GELU) (`ModelSpec.linear_flops_per_token_per_layer`); norms, RoPE, activations ignored;
 - LM head per token: 2·h·V. The loss (softmax + cross entropy) is elementwise and charged as
@@ -38,9 +39,6 @@ import numpy as np
 
 from ..plan import Plan
 from ..specs import ModelSpec
-
-ATTN_FLOPS_PER_PAIR_PER_DIM = 4.0  # QK^T + PV, 2 FLOPs per multiply-add each
-
 
 def causal_pairs_between(q_start, q_len, k_start, k_len) -> np.ndarray:
     """Visible (query, key) pairs of query block [q_start, q_start+q_len) vs key block
@@ -118,29 +116,14 @@ def rank_attention_pairs(plan: Plan) -> np.ndarray:
     return np.array(plan.heads, dtype=np.float64) * pairs_per_rank(plan).sum(axis=1)
 
 
-def linear_flops_per_token_per_layer(model: ModelSpec) -> float:
-    """Forward FLOPs per token of one layer's matmuls (QKV with GQA, O, MLP)."""
-    return model.linear_flops_per_token_per_layer
-
-
-def attention_flops_per_pair(model: ModelSpec) -> float:
-    """Forward FLOPs per query-key pair per head per layer: 4·d."""
-    return ATTN_FLOPS_PER_PAIR_PER_DIM * model.head_dim
-
-
 def rank_forward_flops(plan: Plan, model: ModelSpec) -> dict[str, np.ndarray]:
     """Forward FLOPs of one sequence per rank, split into 'linear' (layers), 'lm_head', 'attention'."""
     s = np.array(plan.shards, dtype=np.float64)
     return {
         "linear": s * model.layers * model.linear_flops_per_token_per_layer,
         "lm_head": s * model.lm_head_flops_per_token,
-        "attention": rank_attention_pairs(plan) * model.layers * attention_flops_per_pair(model),
+        "attention": rank_attention_pairs(plan) * model.layers * model.attention_flops_per_pair,
     }
-
-
-def model_flops_per_sequence(model: ModelSpec, seq_len: int) -> float:
-    """Useful FLOPs of forward + backward of one sequence (3 × forward), recompute not counted."""
-    return model.training_flops(seq_len)
 
 
 def standard_training_flops(model: ModelSpec, seq_len: int) -> float:

@@ -11,10 +11,11 @@ scheduler and infeasibility explanations.
 from .baselines import BaselineResult, baselines, best_baseline, proportional_plan
 from .explain import MemoryReport, explain_infeasible, memory_report
 from .groupings import Grouping, candidate_groupings
-from .milp import MilpSolution, check_solver, solve_grouping
+from .milp import MilpSolution, solve_grouping
 from .refine import refine
 from .result import PlanResult
 from .scheduler import plan_cluster
+from .solvers import check_solver
 
 __all__ = [
     "BaselineResult", "Grouping", "MemoryReport", "MilpSolution", "PlanResult", "baselines", "best_baseline",

@@ -102,7 +102,13 @@ def may_fit(cluster: ClusterSpec, model: ModelSpec, workload: Workload, options:
     buffers and chunked logits only add. A plan fits only if that total is ≤ the capacity of its
     devices, so it cannot fit when it exceeds Σ_d max(0, (1 - reserved)·cap_d - per-rank states)."""
     from ..costmodel.arrays import recompute_of
-    from ..costmodel.memory import BF16, FP32, checkpoint_token_bytes, state_bytes, token_activation_bytes
+    from ..costmodel.memory import (
+        BF16,
+        FP32,
+        checkpoint_token_bytes,
+        state_bytes,
+        token_activation_bytes,
+    )
 
     policy = recompute_of(workload)
     H, Hkv, d, Lyr = model.heads, model.kv_heads, model.head_dim, model.layers

@@ -39,11 +39,11 @@ from dataclasses import dataclass, field
 from ..errors import HexiSeqError
 from ..plan import Group, Plan
 from ..specs import GIB, ClusterSpec, ModelSpec, Workload
-from .groupings import Grouping, head_units
 from .aggregate import classes as _classes
 from .aggregate import sig as _sig
 from .aggregate import symmetric as _symmetric
-from .solvers import LinearProgram, Outcome, check_solver, solve
+from .groupings import Grouping, head_units
+from .solvers import LinearProgram, Outcome, solve
 
 DEFAULT_REL_GAP = 5e-3  # the MILP stops within 0.5% of its bound: inside the 1% target
 

@@ -42,17 +42,24 @@ import numpy as np
 from ..costmodel import compute_bound, estimate, simulate
 from ..costmodel.bound import min_compute_time, useful_flops
 from ..costmodel.linear import linear_form
-from ..errors import InfeasibleError
+from ..errors import HexiSeqError, InfeasibleError
 from ..plan import Plan
 from ..specs import ClusterSpec, ModelSpec, Workload
 from .baselines import BaselineResult, baselines, best_baseline, policies_of
 from .explain import explain_infeasible, may_fit, memory_report
-from .groupings import Grouping, candidate_groupings, head_units, node_grouping, size_options, spanning_groupings, type_order
-from .milp import MilpSolution, check_solver, solve_grouping
+from .groupings import (
+    Grouping,
+    candidate_groupings,
+    head_units,
+    node_grouping,
+    size_options,
+    spanning_groupings,
+    type_order,
+)
+from .milp import MilpSolution, solve_grouping
 from .refine import refine
 from .result import PlanResult
-
-
+from .solvers import check_solver
 
 SCREEN_LIMIT_S = 0.3  # MILP time limit while screening candidate groupings
 # Candidates are screened by HiGHS on the raw matrix (Pyomo's model building costs ~0.5 s per model
@@ -221,6 +228,9 @@ def plan_cluster(
     caps stage III (default: scaled with the cluster). Raises InfeasibleError with an explanation
     when no plan (and no baseline) fits in memory."""
     check_solver(solver)
+    for what, value in (("time_limit_s", time_limit_s), ("refine_budget_s", refine_budget_s)):
+        if value is not None and not value > 0:
+            raise HexiSeqError(f"{what} must be positive, got {value}")
     t_start = time.perf_counter()
     time_limit_s = time_limit_s if time_limit_s is not None else (5.0 if cluster.size <= 256 else 20.0)
     refine_budget_s = refine_budget_s if refine_budget_s is not None else (1.0 if cluster.size <= 128 else 3.0)

@@ -17,23 +17,11 @@ import torch
 from torch import Tensor
 
 from ..errors import SpecError
-from ..specs import ModelSpec, model_from_hf_config
+from ..specs import ModelSpec, model_from_hf_config, read_hf_config
 from .model import Llama, LlamaConfig, rope_inv_freq
 
 HF_PREFIX = "model."
 _IGNORED = ("rotary_emb.inv_freq",)  # buffers some older checkpoints carry
-
-
-def read_hf_config(path: Path | str) -> dict[str, Any]:
-    """The parsed `config.json` of a checkpoint directory (or the file itself)."""
-    p = Path(path)
-    p = p / "config.json" if p.is_dir() else p
-    if not p.exists():
-        raise SpecError(f"Hugging Face config not found: {p}")
-    try:
-        return json.loads(p.read_text())
-    except json.JSONDecodeError as e:
-        raise SpecError(f"{p}: not valid JSON: {e}") from None
 
 
 def _rope_of(cfg: Mapping[str, Any]) -> tuple[float, dict[str, Any] | None]:

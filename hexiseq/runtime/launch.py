@@ -58,6 +58,13 @@ def _worker(fn: Callable, rank: int, nproc: int, port: int, backend: str, pg_tim
                 pass
 
 
+def local_backend(nproc: int) -> str:
+    """NCCL when this machine has a GPU for every spawned rank, else gloo (CPU)."""
+    import torch
+
+    return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= nproc else "gloo"
+
+
 def run_world(fn: Callable, nproc: int, *args: Any, timeout_s: float = 120.0, backend: str = "gloo",
               pg_timeout_s: float | None = None, threads: int | None = None) -> WorldResult:
     """Run `fn(rank, nproc, *args)` on `nproc` spawned ranks and collect every outcome without raising

@@ -53,12 +53,19 @@ def prepare_check(plan: Plan, model: str | None = None, seq_len: int | None = No
         spec: ModelSpec = get_model(model)
         plan.check(model=spec)
         cfg, name = LlamaConfig.from_spec(spec), spec.name
+    plan, scale_notes = scale_for_check(plan, seq_len)
+    return CheckSetup(plan, cfg, name, tuple(notes + scale_notes))
+
+
+def scale_for_check(plan: Plan, seq_len: int | None = None) -> tuple[Plan, list[str]]:
+    """The plan at `seq_len` tokens (default: plans longer than MAX_CHECK_TOKENS scaled to
+    DEFAULT_CHECK_TOKENS, shorter ones kept), and a note when it was scaled."""
     plan.check()
     target = seq_len if seq_len is not None else (DEFAULT_CHECK_TOKENS if plan.seq_len > MAX_CHECK_TOKENS else None)
-    if target is not None and target != plan.seq_len:
-        notes.append(f"sequence: scaled from {plan.seq_len:,} to {target:,} tokens, same groups, heads and shard proportions")
-        plan = plan.scaled(target)
-    return CheckSetup(plan, cfg, name, tuple(notes))
+    if target is None or target == plan.seq_len:
+        return plan, []
+    note = f"sequence: scaled from {plan.seq_len:,} to {target:,} tokens, same groups, heads and shard proportions"
+    return plan.scaled(target), [note]
 
 
 def rel_err(got: torch.Tensor, ref: torch.Tensor) -> float:
@@ -69,15 +76,15 @@ def rel_err(got: torch.Tensor, ref: torch.Tensor) -> float:
 
 def verify_plan(setup: CheckSetup, seed: int = 0, timeout_s: float = 180.0, tolerance: float | None = None) -> dict[str, Any]:
     """One step under the plan (spawned world) and on one device; the errors between them."""
-    from .launch import spawn_world
+    from .launch import local_backend, spawn_world
     from .train import StepJob, reference_job, step_worker, unpack
 
     plan = setup.plan
-    cuda = torch.cuda.is_available() and torch.cuda.device_count() >= plan.world_size
-    dtype = "bf16" if cuda else "fp32"
+    backend = local_backend(plan.world_size)
+    dtype = "bf16" if backend == "nccl" else "fp32"
     job = StepJob(plan=plan.to_dict(), model=setup.model, steps=1, seed=seed, collect=True)
     t0 = time.perf_counter()
-    ranks = unpack(spawn_world(step_worker, plan.world_size, job, timeout_s=timeout_s, backend="nccl" if cuda else "gloo"))
+    ranks = unpack(spawn_world(step_worker, plan.world_size, job, timeout_s=timeout_s, backend=backend))
     seconds = time.perf_counter() - t0
     ref = reference_job(job, plan.seq_len)
     out = torch.empty_like(ref["output"])
@@ -94,7 +101,7 @@ def verify_plan(setup: CheckSetup, seed: int = 0, timeout_s: float = 180.0, tole
     tol = tolerance if tolerance is not None else TOLERANCE[dtype]
     return {
         "plan": plan.name, "model": setup.model_name, "nproc": plan.world_size, "seq_len": plan.seq_len,
-        "dtype": dtype, "backend": "nccl" if cuda else "gloo", "notes": list(setup.notes),
+        "dtype": dtype, "backend": backend, "notes": list(setup.notes),
         "loss_ref": loss_ref, "loss_dist": loss_dist, **errs, "worst_grad": worst,
         "tolerance": tol, "passed": all(v <= tol for v in errs.values()), "seconds_dist": round(seconds, 3),
     }
@@ -109,13 +116,12 @@ def train_plan(setup: CheckSetup, steps: int = 5, lr: float = 1e-3, seed: int = 
     """A short real training run of the plan on spawned ranks (gloo on CPU, NCCL with a GPU per
     rank): rank 0's per-step records (`step`, `loss`, `grad_norm`, `seconds`, `tokens_per_s`).
     For notebooks; `hexiseq run` is the command-line twin (and runs under torchrun too)."""
-    from .launch import spawn_world
+    from .launch import local_backend, spawn_world
     from .train import StepJob, TrainConfig, step_worker
 
     if steps <= 0:
         raise PlanError(f"steps must be positive, got {steps}")
     plan = setup.plan
-    cuda = torch.cuda.is_available() and torch.cuda.device_count() >= plan.world_size
     job = StepJob(plan=plan.to_dict(), model=setup.model, steps=steps, seed=seed, train=TrainConfig(lr=lr, timeout_s=timeout_s))
-    result = spawn_world(step_worker, plan.world_size, job, timeout_s=timeout_s, backend="nccl" if cuda else "gloo")[0]
+    result = spawn_world(step_worker, plan.world_size, job, timeout_s=timeout_s, backend=local_backend(plan.world_size))[0]
     return list(result["steps"])
