@@ -151,6 +151,16 @@ def test_scaled_plan_keeps_groups_heads_and_proportions():
     _coverage(small)
 
 
+def test_scaling_below_the_plan_shape_is_refused_clearly():
+    # 4 groups need at least 2 x 4 blocks of tokens
+    with pytest.raises(PlanError, match="cannot scale plan 'ring'"):
+        ring_plan(range(4), 1024, 8, 8).scaled(6)
+    # a group of 3 token-only ranks (2 without heads) cannot keep tokens on all of them in 2 tokens
+    plan = Plan(64, 2, 2, (Group((0, 1, 2), 32, (30, 17, 17), (2, 0, 0)),), block_size=1)
+    with pytest.raises(PlanError, match="too few to keep the shape"):
+        plan.scaled(2)
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_scaled_random_plans_are_valid_or_refused_clearly(seed):
     plan = random_plan(1 + seed % 8, 8192, 16, 4, seed=seed, block_size=64)

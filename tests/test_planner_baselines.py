@@ -15,12 +15,7 @@ from hexiseq.planner.baselines import (
     proportional_plan,
     symmetric_candidates,
 )
-from hexiseq.specs import ClusterSpec, Workload, get_model, load_cluster
-
-
-@pytest.fixture(scope="module")
-def mixed():
-    return ClusterSpec.from_nodes("mixed-4", [("H100-SXM", 2, 25), ("A100-80GB", 2, 25)])
+from hexiseq.specs import Workload, get_model, load_cluster
 
 
 @pytest.fixture(scope="module")

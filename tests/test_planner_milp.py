@@ -24,11 +24,6 @@ WL = Workload(seq_len=32768, activation_checkpointing=True)
 
 
 @pytest.fixture(scope="module")
-def mixed():
-    return ClusterSpec.from_nodes("mixed-4", [("H100-SXM", 2, 25), ("A100-80GB", 2, 25)])
-
-
-@pytest.fixture(scope="module")
 def m7():
     return get_model("llama2-7b")
 
