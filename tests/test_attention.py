@@ -1,5 +1,5 @@
 """Distributed attention (forward, dq, dk, dv) against dense single-process causal attention,
-fp32, relative error <= 1e-5, for many uneven plans on 2, 3 and 4 spawned gloo ranks; bad plans
+fp32 (and bf16), relative error within tests/_numerics.py's tolerances, for many uneven plans on 2, 3 and 4 spawned gloo ranks; bad plans
 refused before any collective; a dead peer gives an error, not a hang."""
 
 from __future__ import annotations
@@ -10,13 +10,16 @@ import time
 import pytest
 import torch
 import torch.nn.functional as F
+from _numerics import BF16, FP32
 
 from hexiseq.errors import PlanError
 from hexiseq.plan import Group, Plan, random_plan, ring_plan, symmetric_plan, ulysses_plan
 from hexiseq.runtime import PlanAttention, build_context, derive_context, plan_attention
 from hexiseq.runtime.launch import run_world, spawn_world
 
-TOL = 1e-5
+pytestmark = pytest.mark.numerics
+
+TOL, TOL_BF16 = FP32, BF16  # relative: max |a - b| / max |b| over the sequence
 QUANTITIES = ("out", "dq", "dk", "dv")
 
 
@@ -95,7 +98,7 @@ def _cases(world: int) -> list[tuple[Plan, int]]:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("world", [2, 3, 4])
-def test_matches_dense_attention(world):
+def test_matches_dense_attention(world, within):
     cases = _cases(world)
     jobs = [(p.to_json(), d, "float32") for p, d in cases] + [(p.to_json(), d, "bfloat16") for p, d in cases[-2:]]
     rel = _relative(spawn_world(_check_plans, world, jobs, timeout_s=110))
@@ -103,9 +106,11 @@ def test_matches_dense_attention(world):
     bf16 = {k: r for k, r in rel.items() if k.endswith("bfloat16")}
     worst = {n: max(r[n] for r in fp32.values()) for n in QUANTITIES}
     print(f"world {world}: {len(fp32)} plans, worst fp32 relative errors {worst}; bf16 {bf16}")
-    bad = {name: r for name, r in fp32.items() if max(r.values()) > TOL}
-    assert not bad, bad
-    assert len(bf16) == 2 and all(max(r.values()) < 2e-2 for r in bf16.values()), bf16
+    name = max(fp32, key=lambda k: max(fp32[k].values()))
+    within(max(fp32[name].values()), TOL, f"world {world}: worst fp32 plan {name}")
+    assert len(bf16) == 2
+    name = max(bf16, key=lambda k: max(bf16[k].values()))
+    within(max(bf16[name].values()), TOL_BF16, f"world {world}: worst bf16 plan {name}")
     # the cases really cover what they claim: uneven heads and chunks, ranks without heads or
     # without tokens, fine GQA splits
     plans = [p for p, _ in cases]

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from ..errors import PlanError
 from .comm import P2PBatch, gather_heads, scatter_qkv
 from .groups import BlockPair, RankContext, Round
-from .kernels import local_attention, local_attention_backward, merge_
+from .kernels import acc_dtype, local_attention, local_attention_backward, merge_
 
 
 def _heads(t: Tensor, first: int, rng: tuple[int, int]) -> Tensor:
@@ -59,8 +59,9 @@ class _ExchangeAttention(torch.autograd.Function):
     def forward(fctx: Any, q: Tensor, k: Tensor, v: Tensor, ctx: RankContext, scale: float | None) -> Tensor:
         n, hq, _ = q.shape
         fctx.ctx, fctx.scale = ctx, scale
-        out = torch.zeros(n, hq, v.shape[2], dtype=torch.float32, device=q.device)
-        lse = torch.full((hq, n), float("-inf"), dtype=torch.float32, device=q.device)
+        acc = acc_dtype(q.dtype)
+        out = torch.zeros(n, hq, v.shape[2], dtype=acc, device=q.device)
+        lse = torch.full((hq, n), float("-inf"), dtype=acc, device=q.device)
         if hq:
             expand = _expander(ctx, q.device)
             fetch = _post_fetch(ctx, ctx.rounds[0], k, v) if ctx.rounds else None
@@ -78,9 +79,10 @@ class _ExchangeAttention(torch.autograd.Function):
     def backward(fctx: Any, dout: Tensor) -> tuple[Tensor | None, ...]:
         q, k, v, out, lse = fctx.saved_tensors
         ctx, scale = fctx.ctx, fctx.scale
-        dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-        dk = torch.zeros(k.shape, dtype=torch.float32, device=q.device)
-        dv = torch.zeros(v.shape, dtype=torch.float32, device=q.device)
+        acc = acc_dtype(q.dtype)
+        dq = torch.zeros(q.shape, dtype=acc, device=q.device)
+        dk = torch.zeros(k.shape, dtype=acc, device=q.device)
+        dv = torch.zeros(v.shape, dtype=acc, device=q.device)
         if q.shape[1]:
             dout = dout.contiguous()
             expand, reduce = _expander(ctx, q.device), _reducer(ctx, q.device)
@@ -97,7 +99,7 @@ class _ExchangeAttention(torch.autograd.Function):
                     kr, vr = _unpack(rd, bufs, k.shape[2], v.shape[2])
                     a, b = _attend_backward(rd.pairs, dout, q, expand(kr), expand(vr), out, lse, scale, dq)
                     a, b = reduce(a), reduce(b)
-                grads = _post_grads(ctx, rd, a, b, k.shape[2] + v.shape[2], q.device)
+                grads = _post_grads(ctx, rd, a, b, k.shape[2] + v.shape[2], q.device, acc)
                 if returning is not None:
                     _accumulate(ctx, *returning, dk, dv)
                 returning = (rd, grads)
@@ -106,14 +108,15 @@ class _ExchangeAttention(torch.autograd.Function):
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None
 
 
-def _post_grads(ctx: RankContext, rd: Round, dk: Tensor | None, dv: Tensor | None, width: int, device: torch.device) -> P2PBatch:
-    """Send the dK/dV of the blocks I received in round `rd` back to their owners (fp32, so the
-    owner sums k-1 contributions without bf16 rounding); receive those of the K/V I sent."""
+def _post_grads(ctx: RankContext, rd: Round, dk: Tensor | None, dv: Tensor | None, width: int, device: torch.device,
+                acc: torch.dtype) -> P2PBatch:
+    """Send the dK/dV of the blocks I received in round `rd` back to their owners (in the accumulation
+    dtype, so the owner sums k-1 contributions without bf16 rounding); receive those of the K/V I sent."""
     batch, k0, tag = P2PBatch(), ctx.layout.kv_head_range[0], 2 * rd.index + 1
     for t in rd.recv:
         batch.send(torch.cat([_heads(dk, k0, t.kv_heads).reshape(-1), _heads(dv, k0, t.kv_heads).reshape(-1)]), t.src, tag)
     for t in rd.send:
-        batch.recv(torch.empty(t.tokens * t.num_kv_heads * width, dtype=torch.float32, device=device), t.dst, tag)
+        batch.recv(torch.empty(t.tokens * t.num_kv_heads * width, dtype=acc, device=device), t.dst, tag)
     return batch.start()
 
 
@@ -158,8 +161,8 @@ def _attend(pairs: tuple[BlockPair, ...], q: Tensor, k: Tensor, v: Tensor, out: 
 
 def _attend_backward(pairs: tuple[BlockPair, ...], dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
                      scale: float | None, dq: Tensor) -> tuple[Tensor, Tensor]:
-    dk = torch.zeros(k.shape, dtype=torch.float32, device=q.device)
-    dv = torch.zeros(v.shape, dtype=torch.float32, device=q.device)
+    dk = torch.zeros(k.shape, dtype=acc_dtype(q.dtype), device=q.device)
+    dv = torch.zeros(v.shape, dtype=acc_dtype(q.dtype), device=q.device)
     for p in pairs:
         (qa, qb), (ka, kb) = p.q_rows, p.k_rows
         a, b, c = local_attention_backward(dout[qa:qb], q[qa:qb], k[ka:kb], v[ka:kb], out[qa:qb], lse[:, qa:qb], p.kind, p.offset, scale)

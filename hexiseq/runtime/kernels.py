@@ -3,7 +3,8 @@ the exact backward of such a block given the *merged* (global) out and lse of it
 
 Layout: q [Lq, Hq, d], k and v [Lk, Hk, d] (sequence first, like flash-attn without the batch
 dimension), Hq a multiple of Hk (GQA: query head h uses key head h // (Hq // Hk)).
-out [Lq, Hq, d] in q's dtype, lse [Hq, Lq] in fp32 (natural log; -inf for a query that sees no key).
+out [Lq, Hq, d] in q's dtype, lse [Hq, Lq] in the accumulation dtype `acc_dtype(q.dtype)` (fp32, or
+fp64 for fp64 inputs, so float64 checks stay exact; natural log; -inf for a query that sees no key).
 
 Masks are described by `(kind, offset)`: "full" (every key), "none" (no key) or "causal", where
 query i may see key j iff j <= i + offset. `block_mask` derives them from global positions, so
@@ -31,6 +32,12 @@ FULL, CAUSAL, NONE = "full", "causal", "none"
 MASK_KINDS = (FULL, CAUSAL, NONE)
 # Elements of one fp32 score tile in the masked / math paths (64 MiB): bounds memory per chunk.
 TILE_ELEMENTS = 1 << 24
+
+
+def acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype partial results are accumulated in: fp32 for bf16/fp16/fp32 (the softmax statistics
+    of a bf16 run stay accurate), fp64 for fp64 (equivalence checks at ~1e-12)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def block_mask(q_start: int, q_len: int, k_start: int, k_len: int) -> tuple[str, int]:
@@ -90,8 +97,9 @@ def _reduce_kv(g: Tensor, hk: int) -> Tensor:
 
 def _math_fwd(q: Tensor, k: Tensor, v: Tensor, kind: str, offset: int, scale: float) -> tuple[Tensor, Tensor]:
     hq = q.shape[1]
-    k, v = _expand_kv(k, hq).float(), _expand_kv(v, hq).float()
-    s = torch.einsum("qhd,khd->hqk", q.float(), k) * scale
+    acc = acc_dtype(q.dtype)
+    k, v = _expand_kv(k, hq).to(acc), _expand_kv(v, hq).to(acc)
+    s = torch.einsum("qhd,khd->hqk", q.to(acc), k) * scale
     if kind == CAUSAL:
         s = s + _causal_bias(q.shape[0], k.shape[0], offset, s.dtype, s.device)
     lse = torch.logsumexp(s, dim=-1)
@@ -101,14 +109,15 @@ def _math_fwd(q: Tensor, k: Tensor, v: Tensor, kind: str, offset: int, scale: fl
 
 def _math_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, kind: str, offset: int, scale: float):
     hq, hk = q.shape[1], k.shape[1]
-    kf, vf, qf, dof = _expand_kv(k, hq).float(), _expand_kv(v, hq).float(), q.float(), do.float()
+    acc = acc_dtype(q.dtype)
+    kf, vf, qf, dof = _expand_kv(k, hq).to(acc), _expand_kv(v, hq).to(acc), q.to(acc), do.to(acc)
     s = torch.einsum("qhd,khd->hqk", qf, kf) * scale
     if kind == CAUSAL:
         s = s + _causal_bias(q.shape[0], k.shape[0], offset, s.dtype, s.device)
     p = torch.exp(s - lse[..., None])
     dv = torch.einsum("hqk,qhd->khd", p, dof)
     dp = torch.einsum("qhd,khd->hqk", dof, vf)
-    delta = (dof * o.float()).sum(-1).transpose(0, 1)  # [H, Lq]
+    delta = (dof * o.to(acc)).sum(-1).transpose(0, 1)  # [H, Lq]
     ds = p * (dp - delta[..., None])
     dq = torch.einsum("hqk,khd->qhd", ds, kf) * scale
     dk = torch.einsum("hqk,qhd->khd", ds, qf) * scale
@@ -131,7 +140,7 @@ def _cpu_fwd(q: Tensor, k: Tensor, v: Tensor, kind: str, offset: int, scale: flo
     is_causal = kind == CAUSAL and offset == 0 and q.shape[0] == k.shape[0]
     bias = _causal_bias(q.shape[0], k.shape[0], offset, q.dtype, q.device) if kind == CAUSAL and not is_causal else None
     out, lse = _CPU_FWD(_bhld(q), _bhld(k), _bhld(v), 0.0, is_causal, attn_mask=bias, scale=scale)
-    return out[0].transpose(0, 1), lse[0].float()
+    return out[0].transpose(0, 1), lse[0].to(acc_dtype(q.dtype))
 
 
 def _cpu_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, kind: str, offset: int, scale: float):
@@ -144,7 +153,8 @@ def _cpu_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor
         lse.unsqueeze(0).contiguous(), 0.0, is_causal, attn_mask=bias, scale=scale,
     )
     f = lambda t: t[0].transpose(0, 1)  # noqa: E731
-    return f(dq), _reduce_kv(f(dk).float(), hk).to(k.dtype), _reduce_kv(f(dv).float(), hk).to(v.dtype)
+    acc = acc_dtype(q.dtype)
+    return f(dq), _reduce_kv(f(dk).to(acc), hk).to(k.dtype), _reduce_kv(f(dv).to(acc), hk).to(v.dtype)
 
 
 # --------------------------------------------------------------------------- flash-attn backend
@@ -236,7 +246,7 @@ def local_attention(
     name = backend or select_backend(q)
     fwd = _BACKENDS[name][0]
     out = q.new_zeros(lq, hq, v.shape[2])
-    lse = torch.full((hq, lq), float("-inf"), dtype=torch.float32, device=q.device)
+    lse = torch.full((hq, lq), float("-inf"), dtype=acc_dtype(q.dtype), device=q.device)
     for piece in _pieces(lq, k.shape[0], mask_kind, offset):
         for r0, r1, kend, kind, off in _tiles(piece, hq, name):
             o, l = fwd(q[r0:r1], k[:kend], v[:kend], kind, off, scale)
@@ -250,15 +260,16 @@ def local_attention_backward(
     scale: float | None = None, backend: str | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Gradients of one block. `out`/`lse` are the merged ones of these queries over *all* key blocks,
-    so the block's dq/dk/dv are its exact share of the full gradients. Returned in fp32."""
+    so the block's dq/dk/dv are its exact share of the full gradients. Returned in `acc_dtype(q.dtype)`."""
     _check(q, k, v)
     lq, hq, d = q.shape
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     name = backend or select_backend(q)
     bwd = _BACKENDS[name][1]
-    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-    dk = torch.zeros(k.shape, dtype=torch.float32, device=q.device)
-    dv = torch.zeros(v.shape, dtype=torch.float32, device=q.device)
+    acc = acc_dtype(q.dtype)
+    dq = torch.zeros(q.shape, dtype=acc, device=q.device)
+    dk = torch.zeros(k.shape, dtype=acc, device=q.device)
+    dv = torch.zeros(v.shape, dtype=acc, device=q.device)
     for piece in _pieces(lq, k.shape[0], mask_kind, offset):
         for r0, r1, kend, kind, off in _tiles(piece, hq, name):
             a, b, c = bwd(dout[r0:r1], q[r0:r1], k[:kend], v[:kend], out[r0:r1], lse[:, r0:r1], kind, off, scale)
@@ -269,10 +280,10 @@ def local_attention_backward(
 
 
 def merge_(acc_out: Tensor, acc_lse: Tensor, out: Tensor, lse: Tensor) -> None:
-    """Fold a partial result (out, lse) into the fp32 accumulators in place, with the stable rule
+    """Fold a partial result (out, lse) into the accumulators (acc_dtype) in place, with the stable rule
     o <- o + sigmoid(lse_b - lse_a) * (o_b - o_a), lse <- logaddexp(lse_a, lse_b).
     A side with lse = -inf (no key seen) has weight 0; both -inf leaves the row empty."""
     w = torch.sigmoid(lse - acc_lse)
     w = torch.where(torch.isneginf(lse), torch.zeros_like(w), w)  # also clears -inf - -inf = nan
-    acc_out.add_(w.transpose(0, 1).unsqueeze(-1) * (out.float() - acc_out))
+    acc_out.add_(w.transpose(0, 1).unsqueeze(-1) * (out.to(acc_out.dtype) - acc_out))
     acc_lse.copy_(torch.logaddexp(acc_lse, lse))

@@ -72,7 +72,9 @@ def run_world(fn: Callable, nproc: int, *args: Any, timeout_s: float = 120.0, ba
     if nproc <= 0:
         raise ValueError(f"nproc must be positive, got {nproc}")
     pg_timeout_s = float(pg_timeout_s if pg_timeout_s is not None else timeout_s)
-    threads = threads or max(1, (os.cpu_count() or 1) // nproc)
+    # torch threads per rank: the caller's, else HEXISEQ_RANK_THREADS (the numerics audit varies it), else
+    # the cores shared out so that the ranks do not oversubscribe the machine
+    threads = threads or int(os.environ.get("HEXISEQ_RANK_THREADS") or 0) or max(1, (os.cpu_count() or 1) // nproc)
     # The parent hosts the store on a free port it picked itself, so two worlds never collide.
     store = dist.TCPStore("127.0.0.1", 0, nproc, is_master=True, timeout=timedelta(seconds=pg_timeout_s), wait_for_workers=False)
     ctx = mp.get_context("spawn")

@@ -29,6 +29,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..errors import SpecError
 from ..specs import ModelSpec, recompute_policy
+from .kernels import acc_dtype
 
 AttentionFn = Callable[[Tensor, Tensor, Tensor], Tensor]
 IGNORE_INDEX = -100  # label of a position that has none (the last token of the sequence)
@@ -114,8 +115,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        # Normalize in fp32 (as Llama does) so bf16 runs keep the statistic accurate.
-        xf = x.float()
+        # Normalize in fp32 (as Llama does) so bf16 runs keep the statistic accurate; fp64 stays fp64.
+        xf = x.to(acc_dtype(x.dtype))
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * xf.to(x.dtype)
 
@@ -278,7 +279,8 @@ def shift_labels(tokens: Tensor) -> Tensor:
 
 
 def _ce_sum(h: Tensor, weight: Tensor, labels: Tensor) -> Tensor:
-    logits = F.linear(h, weight).float()  # softmax statistics in fp32 even under bf16 autocast
+    logits = F.linear(h, weight)
+    logits = logits.to(acc_dtype(logits.dtype))  # softmax statistics in fp32 even under bf16 autocast
     return F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="sum")
 
 
@@ -294,7 +296,7 @@ def chunked_loss_sum(hidden: Tensor, weight: Tensor, labels: Tensor, chunk: int 
         raise ValueError(f"loss chunk must be positive, got {chunk}")
     if hidden.shape[0] == 0:
         return (hidden.sum() + weight.sum()) * 0.0
-    total = hidden.new_zeros((), dtype=torch.float32)
+    total = hidden.new_zeros((), dtype=acc_dtype(hidden.dtype))
     for i in range(0, hidden.shape[0], chunk):
         h, y = hidden[i : i + chunk], labels[i : i + chunk]
         if torch.is_grad_enabled() and h.shape[0] > 0:

@@ -176,6 +176,7 @@ class StepJob:
     show: bool = False  # progress bar and per-step lines (hexiseq run)
     warmup_steps: int = 0  # untimed steps first (benchmarks)
     strict_gpus: bool = False  # on CUDA: refuse, rather than warn, when a GPU model differs from the plan
+    dtype: str = "float32"  # parameters and activations on CPU; "float64" for exact equivalence checks
 
 
 def make_tokens(cfg: LlamaConfig, seq_len: int, seed: int) -> Tensor:
@@ -187,8 +188,8 @@ def build_model(job: StepJob, device: torch.device) -> Llama:
     if job.init_from:
         from .checkpoint import load_hf_checkpoint
 
-        return load_hf_checkpoint(job.init_from, device=device)
-    return Llama(job.model).init_weights(job.seed).to(device)
+        return load_hf_checkpoint(job.init_from, device=device, dtype=getattr(torch, job.dtype))
+    return Llama(job.model).init_weights(job.seed).to(device, getattr(torch, job.dtype))
 
 
 def run_job(job: StepJob, seq_len: int, runner_factory: Callable[[Llama], Runner], device: torch.device) -> dict[str, Any]:
@@ -202,7 +203,7 @@ def run_job(job: StepJob, seq_len: int, runner_factory: Callable[[Llama], Runner
     result: dict[str, Any] = {}
     if job.collect:
         pos, hidden = runner.output(tokens)
-        result["positions"], result["output"] = pos.cpu(), hidden.float().cpu()
+        result["positions"], result["output"] = pos.cpu(), _full(hidden)
     for i in range(job.warmup_steps):
         train_step(runner, opt, tokens, job.train, step=-1 - i)
     grads: dict[str, Tensor] = {}
@@ -277,10 +278,10 @@ def unpack(obj: Any) -> Any:
 
 
 def _full(t: Tensor) -> Tensor:
-    """A CPU fp32 copy of a whole tensor (gathering an FSDP shard: a collective, every rank calls it)."""
+    """A CPU copy of a whole tensor, fp32 or fp64 (gathering an FSDP shard: a collective, every rank calls it)."""
     if hasattr(t, "full_tensor"):
         t = t.full_tensor()
-    return t.detach().float().cpu().clone()
+    return t.detach().to("cpu", torch.float64 if t.dtype == torch.float64 else torch.float32).clone()
 
 
 def step_worker_many(rank: int, world_size: int, jobs: list[StepJob]) -> list[dict[str, Any]]:
