@@ -48,6 +48,12 @@ def test_bundled_clusters_load_with_documented_composition(name):
     assert c.size == sum(EXPECTED_CLUSTERS[name].values())
 
 
+def test_devices_are_numbered_in_file_order():
+    c = load_cluster("sim-32")
+    assert [d.index for d in c.devices] == list(range(c.size))
+    assert [d.local_rank for d in c.devices[:9]] == [0, 1, 2, 3, 4, 5, 6, 7, 0]
+
+
 def test_every_bundled_cluster_file_is_covered():
     assert set(bundled_clusters()) == set(EXPECTED_CLUSTERS)
 
@@ -83,10 +89,12 @@ def test_profile_overrides_efficiencies(tmp_path):
 @pytest.mark.parametrize(
     "body, msg",
     [
-        ("gpus:\n  H100-SXM: {bogus: 1}\n", "only eff_matmul / eff_attention can be overridden, got ['bogus']"),
-        ("gpus:\n  H100-SXM: 5\n", "must be a mapping of eff_matmul / eff_attention"),
-        ("gpus: [1]\n", "'gpus' must map GPU names"),
-        ("gpus:\n  H100-SXM: {eff_matmul: abc}\n", "eff_matmul must be a number, got 'abc'"),
+        ("gpus:\n  H100-SXM: {bogus: 1}\n", "gpus.H100-SXM has unknown key 'bogus'; known keys: eff_matmul, eff_attention"),
+        ("gpus:\n  H100-SXM: 5\n", "gpus.H100-SXM must be a mapping (key: value), got 5"),
+        ("gpus: [1]\n", "gpus must be a mapping"),
+        ("gpus:\n  H100-SXM: {eff_matmul: abc}\n", "gpus.H100-SXM.eff_matmul must be a number > 0 and <= 1, got 'abc'"),
+        ("gpus:\n  H100-SMX: {eff_matmul: 0.5}\n", "gpus.H100-SMX is not a GPU type of the catalog; did you mean 'H100-SXM'?"),
+        ("gpus:\n  H100-SXM: {eff_matmul: 1.5}\n", "gpus.H100-SXM.eff_matmul must be at most 1, got 1.5"),
     ],
 )
 def test_bad_profiles_are_spec_errors(tmp_path, body, msg):
@@ -97,6 +105,15 @@ def test_bad_profiles_are_spec_errors(tmp_path, body, msg):
         load_profile(p)
     with pytest.raises(SpecError):  # also when the mapping is handed over directly
         load_cluster("testbed-8").with_profile(yaml.safe_load(body)["gpus"])
+
+
+def test_profile_top_level_keys_are_gpus_and_notes(tmp_path):
+    p = tmp_path / "prof.yaml"
+    p.write_text("notes: measured on a test bench\ngpus:\n  H100-SXM: {eff_matmul: 0.7}\n")
+    assert load_profile(p) == {"H100-SXM": {"eff_matmul": 0.7}}
+    p.write_text("gpus: {}\nnote: x\n")
+    with pytest.raises(SpecError, match=re.escape("unknown key 'note' (did you mean 'notes'?)")):
+        load_profile(p)
 
 
 @pytest.mark.parametrize("name", [n for n, m in model_catalog().items() if m.published_params])
@@ -145,8 +162,8 @@ def test_hf_config_to_modelspec(tmp_path):
         ("{not json", "not valid JSON"),
         ("[1]", "a Hugging Face config is a JSON object, got list"),
         ('{"num_hidden_layers": "x", "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 8, "vocab_size": 9}',
-         "malformed value"),
-        ('{"num_hidden_layers": 2}', "lacks 'num_attention_heads'"),
+         "num_hidden_layers must be an integer from 1 to 4096, got 'x' (a string)"),
+        ('{"num_hidden_layers": 2}', "num_attention_heads is missing (required)"),
     ],
 )
 def test_bad_hf_configs_are_spec_errors(tmp_path, text, msg):
@@ -173,10 +190,10 @@ def test_unknown_gpu_in_cluster_file_names_the_node(tmp_path):
 @pytest.mark.parametrize(
     "body, msg",
     [
-        ("nodes: 5\n", "needs a 'nodes' list"),
-        ("nodes:\n  - {gpu: H100-SXM, count: 2, nic_gbps: 25}\nlinks: []\n", "unknown top-level keys ['links']"),
-        ("nodes:\n  - {gpu: H100-SXM, count: 2, nic_gbps: 25}\noverrides: 3\n", "overrides must be a list"),
-        ("nodes:\n  - {gpu: H100-SXM, count: 2, nic_gbps: 25}\noverrides:\n  - {a: x, b: 1, bandwidth_gbps: 9}\n", "needs a, b, bandwidth_gbps"),
+        ("nodes: 5\n", "nodes must be a list, got 5"),
+        ("nodes:\n  - {gpu: H100-SXM, count: 2, nic_gbps: 25}\nlinks: []\n", "unknown key 'links'; known keys: nodes, name,"),
+        ("nodes:\n  - {gpu: H100-SXM, count: 2, nic_gbps: 25}\noverrides: 3\n", "overrides must be a list, got 3"),
+        ("nodes:\n  - {gpu: H100-SXM, count: 2, nic_gbps: 25}\noverrides:\n  - {a: x, b: 1, bandwidth_gbps: 9}\n", "overrides[0].a must be an integer from 0 to 4095, got 'x' (a string)"),
     ],
 )
 def test_malformed_cluster_files_are_spec_errors(tmp_path, body, msg):
@@ -195,12 +212,12 @@ def test_unknown_model():
 def test_non_positive_bandwidth_refused(tmp_path, bw):
     f = tmp_path / "c.yaml"
     f.write_text(f"nodes:\n  - {{gpu: H100-SXM, count: 2, nic_gbps: {bw}}}\n")
-    with pytest.raises(SpecError, match=r"nic_gbps must be a positive number, got " + str(bw)):
+    with pytest.raises(SpecError, match=r"nodes\[0\]\.nic_gbps must be a number > 0 and <= 10,000 GB/s, got " + str(bw)):
         load_cluster(f)
 
 
 def test_non_positive_override_refused():
-    with pytest.raises(SpecError, match="bandwidth_gbps must be a positive number"):
+    with pytest.raises(SpecError, match="link override: bandwidth_gbps must be a number > 0"):
         ClusterSpec.from_nodes("x", [("H100-SXM", 2, 25)], overrides=[LinkOverride(0, 1, -1.0)])
 
 
@@ -217,7 +234,7 @@ def test_missing_cluster_file_lists_bundled():
 def test_bad_gpu_catalog_field(tmp_path):
     f = tmp_path / "g.yaml"
     f.write_text("X:\n  peak_bf16_tflops: 1\n  memory_gib: 1\n  hbm_bandwidth_gbps: 1\n  link_kind: pcie4\n  link_bandwidth_gbps: 1\n  speed: 3\n")
-    with pytest.raises(SpecError, match=r"unknown fields \['speed'\]"):
+    with pytest.raises(SpecError, match=r"GPU type 'X': unknown key 'speed'"):
         load_gpu_catalog(f)
 
 
@@ -226,7 +243,7 @@ def test_workload_and_tokens():
     for bad in ("lots", "inf", "nan", "-infK"):
         with pytest.raises(SpecError, match="not a token count"):
             parse_tokens(bad)
-    with pytest.raises(SpecError, match="seq_len must be a positive integer"):
+    with pytest.raises(SpecError, match="workload: seq_len must be an integer from 1 to 134,217,728"):
         Workload(seq_len=0)
     with pytest.raises(SpecError, match="param_sharding"):
         Workload(seq_len=8, param_sharding="zero9")

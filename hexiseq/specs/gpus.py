@@ -1,0 +1,90 @@
+"""One GPU model of the catalog (`data/gpus.yaml`): peak, memory, links, default efficiencies.
+
+Units are in the field names: `_gbps` GB/s (1e9 bytes per second, per direction), `_gib` GiB,
+`_tflops` 1e12 FLOP/s, `_us` microseconds.
+
+Adding a field is one declaration in `GPUType`: its type, unit, range and description are read by
+the catalog loader, the JSON Schema, the error messages and the `sources` check. Fields declared
+with `profile=True` are the ones a measured profile may override (`data/profiles/`).
+"""
+
+import dataclasses
+
+from pydantic import field_validator
+from pydantic.dataclasses import dataclass
+
+from .schema import (
+    MAX_BANDWIDTH_GBPS,
+    MAX_LATENCY_US,
+    MAX_MEMORY_GIB,
+    MAX_TFLOPS,
+    STRICT,
+    KnownKeys,
+    StrictStr,
+    did_you_mean,
+    number,
+    one_of,
+    spec_class,
+)
+
+GIB = 2**30
+GB = 1e9
+
+LINK_KINDS = ("nvlink3", "nvlink4", "nvlink5", "pcie4", "pcie5")
+
+_BW_WHY = "10 TB/s per direction is more than any GPU link; is the value in bytes/s or Gbit/s instead of GB/s?"
+
+
+@spec_class(lambda kw: f"GPU type {kw.get('name', '?')!r}")
+@dataclass(frozen=True, config=STRICT)
+class GPUType(KnownKeys):
+    """One GPU model. Efficiencies are fractions of peak reached by training kernels."""
+
+    name: StrictStr
+    peak_bf16_tflops: number("dense BF16 tensor-core peak (no sparsity)", unit="TFLOP/s", gt=0, le=MAX_TFLOPS)
+    memory_gib: number("device memory (vendors quote GB = 1e9 bytes: 80 GB -> 74.5 GiB)", unit="GiB", gt=0, le=MAX_MEMORY_GIB)
+    hbm_bandwidth_gbps: number("device-memory bandwidth", unit="GB/s", gt=0, le=1e6)
+    link_kind: one_of(LINK_KINDS, "GPU-GPU link inside a node")
+    link_bandwidth_gbps: number("that link, per direction, per GPU", unit="GB/s", gt=0, le=MAX_BANDWIDTH_GBPS, limit_why=_BW_WHY)
+    link_latency_us: number("one-message latency over that link", unit="us", gt=0, le=MAX_LATENCY_US) = 3.0
+    eff_matmul: number("fraction of peak reached by large bf16 GEMMs", gt=0, le=1, profile=True) = 0.6
+    eff_attention: number("fraction of peak reached by causal flash attention forward+backward", gt=0, le=1, profile=True) = 0.5
+    sources: dict[StrictStr, StrictStr] = dataclasses.field(default_factory=dict, compare=False)
+    """Citation key (an entry of data/sources) per numeric field: {field name: key}. Optional."""
+
+    @field_validator("sources")
+    @classmethod
+    def _sources_name_fields(cls, sources: dict[str, str]) -> dict[str, str]:
+        numeric = numeric_fields()
+        for key, cite in sources.items():
+            if key not in numeric:
+                raise ValueError(f"sources names {key!r}, which is not a numeric field{did_you_mean(key, numeric)}; "
+                                 f"numeric fields: {', '.join(numeric)}")
+            if not cite.strip():
+                raise ValueError(f"sources.{key} is empty; give a citation key")
+        return sources
+
+    @property
+    def matmul_flops(self) -> float:
+        """Effective FLOP/s of the linear layers."""
+        return self.peak_bf16_tflops * 1e12 * self.eff_matmul
+
+    @property
+    def attention_flops(self) -> float:
+        """Effective FLOP/s of the attention kernel."""
+        return self.peak_bf16_tflops * 1e12 * self.eff_attention
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_gib * GIB
+
+
+def numeric_fields() -> list[str]:
+    """GPUType fields that hold a number (the ones `sources` may cite)."""
+    return [name for name, info in GPUType.__pydantic_fields__.items() if info.annotation in (int, float)]
+
+
+def profile_fields() -> tuple[str, ...]:
+    """GPUType fields a measured profile may override (declared with `profile=True`)."""
+    return tuple(name for name, info in GPUType.__pydantic_fields__.items()
+                 if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("profile"))

@@ -1,0 +1,102 @@
+"""The one reader of Hugging Face `config.json` files (Llama family).
+
+`HFConfig` declares, strictly, every key HexiSeq reads (the planner's ModelSpec and the runtime's
+LlamaConfig both come from it); other keys of a config are kept as they are, since Hugging Face
+configs carry many that do not concern us. `num_hidden_layers: 2.7`, `"hidden_size": "4096"` or
+`true` for a count are refused with the key named.
+"""
+
+from pathlib import Path
+from typing import Any, Mapping, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from ..errors import SpecError
+from .files import read_json
+from .model import ModelSpec
+from .schema import MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH, StrictBool, StrictStr, count, number, validate
+
+DEFAULT_ROPE_THETA = 10000.0
+
+
+class HFConfig(BaseModel):
+    """The keys of a Hugging Face Llama-family `config.json` that HexiSeq reads."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
+
+    num_hidden_layers: count("transformer blocks", le=MAX_LAYERS)
+    hidden_size: count("model width", le=MAX_WIDTH)
+    num_attention_heads: count("query heads", le=MAX_HEADS)
+    num_key_value_heads: Optional[count("key/value heads (absent or null: as many as query heads)", le=MAX_HEADS)] = None
+    intermediate_size: count("MLP inner width", le=MAX_WIDTH)
+    vocab_size: count("vocabulary size", le=MAX_VOCAB)
+    head_dim: Optional[count("per-head dimension (absent or null: hidden_size / num_attention_heads)", le=MAX_WIDTH)] = None
+    tie_word_embeddings: StrictBool = False
+    rope_theta: Optional[number("RoPE base (transformers 4 layout)", gt=0, le=1e12)] = None
+    rope_parameters: Optional[dict[str, Any]] = Field(None, description="RoPE settings (transformers 5 layout; holds rope_theta)")
+    rope_scaling: Optional[dict[str, Any]] = None
+    rms_norm_eps: Optional[number("RMSNorm epsilon", gt=0, le=1)] = None
+    model_type: Optional[StrictStr] = None
+    hidden_act: Optional[StrictStr] = None
+    attention_bias: Optional[StrictBool] = None
+    mlp_bias: Optional[StrictBool] = None
+    sliding_window: Optional[Union[StrictBool, count("sliding-window size", ge=0, le=1 << 31)]] = None
+    use_sliding_window: Optional[StrictBool] = None
+    name_or_path: Optional[StrictStr] = Field(None, alias="_name_or_path")
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_key_value_heads or self.num_attention_heads
+
+    @property
+    def theta(self) -> float:
+        """rope_theta from either layout: transformers 5 nests it in rope_parameters."""
+        nested = (self.rope_parameters or {}).get("rope_theta")
+        if nested is not None:
+            return float(validate(_THETA, nested, "config.json: rope_parameters.rope_theta"))
+        return self.rope_theta if self.rope_theta is not None else DEFAULT_ROPE_THETA
+
+
+_ADAPTER = TypeAdapter(HFConfig)
+_THETA = TypeAdapter(number("RoPE base", gt=0, le=1e12))
+
+
+def parse_hf_config(cfg: Any, where: str = "Hugging Face config") -> HFConfig:
+    """A parsed config dict checked against HFConfig; SpecError naming each bad key."""
+    if not isinstance(cfg, Mapping):
+        raise SpecError(f"{where}: a Hugging Face config is a JSON object, got {type(cfg).__name__}")
+    return validate(_ADAPTER, dict(cfg), where)
+
+
+def read_hf_config(path: Path | str) -> dict[str, Any]:
+    """The parsed, checked `config.json` of a checkpoint directory (or the file itself)."""
+    p = Path(path)
+    p = p / "config.json" if p.is_dir() else p
+    cfg = read_json(p, "Hugging Face config")
+    parse_hf_config(cfg, str(p))
+    return cfg
+
+
+def model_from_hf_config(path_or_dict: Path | str | Mapping[str, Any], name: str | None = None) -> ModelSpec:
+    """A ModelSpec from a Hugging Face Llama `config.json` (path or already-parsed dict)."""
+    if isinstance(path_or_dict, Mapping):
+        raw, default_name, where = dict(path_or_dict), "hf-model", "Hugging Face config"
+    else:
+        p = Path(path_or_dict)
+        raw, default_name = read_hf_config(p), (p if p.is_dir() else p.parent).name or "hf-model"
+        where = str(p / "config.json" if p.is_dir() else p)
+    cfg = parse_hf_config(raw, where)
+    return ModelSpec(
+        name=name or cfg.name_or_path or default_name,
+        layers=cfg.num_hidden_layers,
+        hidden=cfg.hidden_size,
+        heads=cfg.num_attention_heads,
+        kv_heads=cfg.kv_heads,
+        ffn=cfg.intermediate_size,
+        vocab=cfg.vocab_size,
+        mlp="swiglu",
+        norm="rmsnorm",
+        tie_embeddings=cfg.tie_word_embeddings,
+        rope_theta=cfg.theta,
+        head_dim=cfg.head_dim or 0,
+    )
