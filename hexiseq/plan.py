@@ -22,17 +22,16 @@ Everything here is pure bookkeeping on integers; no torch.
 from __future__ import annotations
 
 import json
-import numbers
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from .errors import PlanError
+from .errors import PlanError, SpecError
+from .planfile import SCHEMA_VERSION, parse_plan, plan_kwargs
+from .specs.files import parse_json, read_json, write_text_atomic
 
 if TYPE_CHECKING:  # pragma: no cover
     from .specs import ClusterSpec, ModelSpec, Workload
-
-SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -311,47 +310,25 @@ class Plan:
         return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Plan":
-        if not isinstance(d, dict):
-            raise PlanError(f"plan must be a JSON object, got {type(d).__name__}")
-        version = d.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise PlanError(f"plan has schema_version {version!r}; this HexiSeq reads schema_version {SCHEMA_VERSION}")
-        fields = {k: v for k, v in d.items() if k != "schema_version"}
-        missing = {"seq_len", "num_heads", "num_kv_heads", "groups"} - set(fields)
-        if missing:
-            raise PlanError(f"plan lacks {sorted(missing)}")
-        unknown = set(fields) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise PlanError(f"plan has unknown keys {sorted(unknown)}")
-        try:
-            groups = tuple(Group(**g) for g in fields.pop("groups"))
-        except (TypeError, ValueError) as e:
-            raise PlanError(f"plan group malformed: {e}") from None
-        for key in ("seq_len", "num_heads", "num_kv_heads", "block_size"):
-            if key in fields and (not isinstance(fields[key], numbers.Integral) or isinstance(fields[key], bool)):
-                raise PlanError(f"plan {key} must be an integer, got {fields[key]!r}")
-        if not isinstance(fields.get("meta", {}), dict):
-            raise PlanError(f"plan meta must be a JSON object, got {fields['meta']!r}")
-        return cls(groups=groups, **fields)
+    def from_dict(cls, d: dict[str, Any], where: str = "plan") -> "Plan":
+        """A Plan from its JSON object, checked against the plan file schema (planfile.py):
+        PlanError naming each bad field by its path (`groups[1].chunk_len`)."""
+        return cls(**plan_kwargs(parse_plan(d, where)))
 
     @classmethod
-    def from_json(cls, text: str) -> "Plan":
-        try:
-            d = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise PlanError(f"plan is not valid JSON: {e}") from None
-        return cls.from_dict(d)
+    def from_json(cls, text: str, where: str = "plan") -> "Plan":
+        return cls.from_dict(parse_json(text, where, PlanError), where)
 
     def save(self, path: Path | str) -> None:
-        Path(path).write_text(self.to_json() + "\n")
+        """Write the plan file whole (temporary file + rename: never a partial file)."""
+        try:
+            write_text_atomic(path, self.to_json() + "\n")
+        except SpecError as e:
+            raise PlanError(str(e)) from None
 
     @classmethod
     def load(cls, path: Path | str) -> "Plan":
-        p = Path(path)
-        if not p.exists():
-            raise PlanError(f"plan file not found: {p}")
-        return cls.from_json(p.read_text())
+        return cls.from_dict(read_json(path, "plan file", PlanError), str(path))
 
     # ------------------------------------------------------------------ resizing
     def scaled(self, seq_len: int, block_size: int = 1) -> "Plan":

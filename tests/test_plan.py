@@ -68,10 +68,10 @@ def test_other_schema_version_refused():
     "change, msg",
     [
         (lambda d: [d], "must be a JSON object, got list"),
-        (lambda d: {**d, "groups": [{**g, "chunk_len": "abc"} for g in d["groups"]]}, "plan group malformed"),
-        (lambda d: {**d, "groups": 5}, "plan group malformed"),
+        (lambda d: {**d, "groups": [{**g, "chunk_len": "abc"} for g in d["groups"]]}, r"groups\[1\]\.chunk_len must be an integer"),
+        (lambda d: {**d, "groups": 5}, "groups must be a list, got 5"),
         (lambda d: {**d, "seq_len": "big"}, "seq_len must be an integer"),
-        (lambda d: {**d, "meta": [1]}, "meta must be a JSON object"),
+        (lambda d: {**d, "meta": [1]}, "meta must be a mapping"),
     ],
 )
 def test_malformed_plan_files_refused_with_plan_error(change, msg):

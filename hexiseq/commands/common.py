@@ -4,9 +4,43 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
+from pydantic import TypeAdapter, ValidationError
+
+from ..errors import SpecError
 from ..specs import RECOMPUTE_POLICIES, ClusterSpec, ModelSpec, Workload, get_model, load_cluster, load_profile, parse_tokens
+from ..specs.schema import problems
+from ..specs.workload import BlockSize, GlobalBatch
+
+
+def number_arg(field_type: Any) -> Callable[[str], Any]:
+    """An argparse `type=`: the text as a number, checked against a declared field type (its
+    range and unit), so a bad value is refused with the rule before any work starts."""
+    adapter = TypeAdapter(field_type)
+
+    def parse(text: str) -> Any:
+        value: Any = text
+        for convert in (int, float):
+            try:
+                value = convert(text)
+                break
+            except ValueError:
+                pass
+        try:
+            return adapter.validate_python(value)
+        except ValidationError as e:
+            raise argparse.ArgumentTypeError(problems(e)[0]) from None
+
+    return parse
+
+
+def tokens_arg(text: str) -> int:
+    """An argparse `type=` for token counts: 4096, 128K, 1M (parse_tokens, with its limit)."""
+    try:
+        return parse_tokens(text)
+    except SpecError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_cluster_args(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -20,12 +54,12 @@ RECOMPUTE_HELP = ("activation checkpointing policy: none, selective (recompute t
 
 def add_workload_args(p: argparse.ArgumentParser, seq_required: bool = True, recompute_help: str | None = None) -> None:
     p.add_argument("--model", default="llama2-7b", help="model name from data/models.yaml or a HF config.json (default llama2-7b)")
-    p.add_argument("--seq-len", required=seq_required, help="tokens per sequence, e.g. 131072, 128K, 1M")
-    p.add_argument("--global-batch", type=int, default=1, help="sequences per iteration (gradient accumulation)")
+    p.add_argument("--seq-len", required=seq_required, type=tokens_arg, help="tokens per sequence, e.g. 131072, 128K, 1M")
+    p.add_argument("--global-batch", type=number_arg(GlobalBatch), default=1, help="sequences per iteration (gradient accumulation)")
     add_recompute_arg(p, recompute_help or RECOMPUTE_HELP + ", auto (the planner picks the fastest that fits; the default)",
                       allow_auto=True)
     p.add_argument("--sharding", choices=["zero3", "replicated"], default="zero3", help="parameter/optimizer state sharding")
-    p.add_argument("--block-size", type=int, default=128, help="chunk alignment in tokens (default 128)")
+    p.add_argument("--block-size", type=number_arg(BlockSize), default=128, help="chunk alignment in tokens (default 128)")
 
 
 def add_recompute_arg(p: argparse.ArgumentParser, help: str, allow_auto: bool) -> None:

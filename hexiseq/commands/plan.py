@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..specs import GIB
+from ..specs import GIB, check_output_path
 from .common import add_cluster_args, add_workload_args, dump_json, load_cluster_arg, load_workload_args, print_table
 
 
@@ -43,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.ranks < 0:
         raise HexiSeqError(f"--ranks must be >= 0 (0 = all), got {args.ranks}")
+    if args.out:
+        check_output_path(args.out, "--out")  # before planning, not after minutes of it
     cluster = load_cluster_arg(args)
     model, workload = load_workload_args(args, default_recompute="none" if args.strict else "auto")
     kw = {} if args.time_limit is None else {"time_limit_s": args.time_limit}

@@ -156,3 +156,12 @@ def apply_profile(catalog: Mapping[str, GPUType], profile: Mapping[str, Mapping[
     for name, fields in check_profile(profile, catalog=catalog).items():
         out[name] = replace(catalog[name], **fields)
     return out
+
+
+def catalog_json_schema(cls: type, title: str) -> dict[str, Any]:
+    """JSON Schema of a catalog file: a mapping of entry name -> the class's fields (but `name`)."""
+    entry = TypeAdapter(cls).json_schema()
+    entry["properties"].pop("name", None)
+    entry["required"] = [k for k in entry.get("required", []) if k != "name"]
+    defs = entry.pop("$defs", {})
+    return {"title": title, "type": "object", "additionalProperties": entry, "minProperties": 1, **({"$defs": defs} if defs else {})}

@@ -33,6 +33,10 @@ def data_path(name: str) -> Path:
     return DATA_DIR / name
 
 
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A mapping repeats a key."""
+
+
 class StrictYAMLLoader(yaml.SafeLoader):
     """SafeLoader that refuses repeated keys and reads exponent floats (1e9) as numbers."""
 
@@ -46,7 +50,7 @@ class StrictYAMLLoader(yaml.SafeLoader):
             except TypeError:
                 raise yaml.constructor.ConstructorError(None, None, f"unhashable key {key!r}", key_node.start_mark) from None
             if first is not None:
-                raise yaml.constructor.ConstructorError(
+                raise DuplicateKeyError(
                     None, None,
                     f"duplicate key {key!r} (first at line {first.line + 1}): a repeated key would silently replace "
                     f"the earlier one; merge the two entries into one",
@@ -74,6 +78,8 @@ def read_yaml(path: Path | str) -> Any:
     try:
         with open(p, encoding="utf-8") as f:
             return yaml.load(f, Loader=StrictYAMLLoader)  # noqa: S506 - a SafeLoader subclass
+    except DuplicateKeyError as e:
+        raise SpecError(f"{p}: {_one_line(e)}") from None
     except yaml.YAMLError as e:
         raise SpecError(f"{p}: not valid YAML: {_one_line(e)}") from None
     except (OSError, UnicodeDecodeError) as e:

@@ -45,7 +45,7 @@ MAX_HEADS = 4096
 MAX_WIDTH = 1 << 20  # hidden size, MLP width, head dimension
 MAX_VOCAB = 1 << 24
 
-STRICT = ConfigDict(extra="forbid", str_strict=True, revalidate_instances="never")
+STRICT = ConfigDict(extra="forbid", str_strict=True, revalidate_instances="never", use_attribute_docstrings=True)
 """Config of every schema class: unknown keys are refused (by `KnownKeys`, with a suggestion)."""
 
 StrictStr = pydantic.StrictStr

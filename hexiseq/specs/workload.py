@@ -122,9 +122,10 @@ def parse_tokens(text: str | int) -> int:
         except (ValueError, ZeroDivisionError):  # "lots", "inf", "nan", "1/0"
             raise SpecError(f"not a token count: {text!r} (examples: 4096, 128K, 1M)") from None
     if value.denominator != 1:
-        raise SpecError(f"token count {text!r} is not a whole number of tokens ({float(value):g})")
+        raise SpecError(f"token count {text!r} is not a whole number of tokens")
     if value <= 0:
         raise SpecError(f"token count must be positive, got {text!r}")
     if value > MAX_SEQ_LEN:
-        raise SpecError(f"token count {text!r} = {float(value):.4g} is above the limit of {MAX_SEQ_LEN:,} (128M) tokens")
+        shown = f"{int(value):,}" if value < 10**16 else f"{float(value):.3g}"
+        raise SpecError(f"token count {text!r} ({shown} tokens) is above the limit of {MAX_SEQ_LEN:,} (128M) tokens")
     return int(value)
