@@ -22,7 +22,7 @@ DEFAULT_ROPE_THETA = 10000.0
 class HFConfig(BaseModel):
     """The keys of a Hugging Face Llama-family `config.json` that HexiSeq reads."""
 
-    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True, protected_namespaces=())
 
     num_hidden_layers: count("transformer blocks", le=MAX_LAYERS)
     hidden_size: count("model width", le=MAX_WIDTH)
