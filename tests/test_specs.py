@@ -93,7 +93,7 @@ def test_profile_overrides_efficiencies(tmp_path):
         ("gpus:\n  H100-SXM: 5\n", "gpus.H100-SXM must be a mapping (key: value), got 5"),
         ("gpus: [1]\n", "gpus must be a mapping"),
         ("gpus:\n  H100-SXM: {eff_matmul: abc}\n", "gpus.H100-SXM.eff_matmul must be a number > 0 and <= 1, got 'abc'"),
-        ("gpus:\n  H100-SMX: {eff_matmul: 0.5}\n", "gpus.H100-SMX is not a GPU type of the catalog; did you mean 'H100-SXM'?"),
+        ("gpus:\n  H100-SMX: {eff_matmul: 0.5}\n", "gpus.H100-SMX is not a GPU type of the catalog (did you mean 'H100-SXM'?)"),
         ("gpus:\n  H100-SXM: {eff_matmul: 1.5}\n", "gpus.H100-SXM.eff_matmul must be at most 1, got 1.5"),
     ],
 )

@@ -58,15 +58,9 @@ def get_gpu(name: str, catalog: Mapping[str, GPUType] | None = None) -> GPUType:
     """A GPU type by catalog name (the bundled catalog unless one is given)."""
     catalog = catalog if catalog is not None else gpu_catalog()
     if not isinstance(name, str) or name not in catalog:
-        hint = " " + _suggest(name, catalog) if isinstance(name, str) else ""
-        raise SpecError(f"unknown GPU type {name!r};{hint} known types: {', '.join(sorted(catalog))}")
+        hint = did_you_mean(name, catalog) if isinstance(name, str) else ""
+        raise SpecError(f"unknown GPU type {name!r}{hint}; known types: {', '.join(sorted(catalog))}")
     return catalog[name]
-
-
-def _suggest(name: str, known: Mapping[str, Any]) -> str:
-    """'did you mean 'x'?;' for a near miss, else ''."""
-    hint = did_you_mean(name, known).strip()
-    return f"{hint[1:-1]};" if hint else ""
 
 
 def load_model_catalog(path: Path | str | None = None) -> dict[str, ModelSpec]:
@@ -90,7 +84,7 @@ def get_model(name: str) -> ModelSpec:
         return model_from_hf_config(p)
     if p.suffix == ".json" or (p.is_dir() and (p / "config.json").exists()):
         return model_from_hf_config(p)  # a missing file or a checkpoint directory: its own error
-    raise SpecError(f"unknown model {name!r}; {_suggest(name, catalog)} known models: {', '.join(catalog)} "
+    raise SpecError(f"unknown model {name!r}{did_you_mean(name, catalog)}; known models: {', '.join(catalog)} "
                     f"(or a path to a Hugging Face config.json)")
 
 
@@ -138,8 +132,8 @@ def _check_profile_file(raw: Any, where: str, catalog: Mapping[str, GPUType] | N
     if not isinstance(raw, Mapping) or "gpus" not in raw:
         raise SpecError(f"{where}: a profile needs a top-level 'gpus' mapping (data/profiles/README.md)")
     entries = validate(_PROFILE_FILE, dict(raw), where).gpus
-    unknown = [f"gpus.{name} is not a GPU type of the catalog;{' ' + _suggest(name, catalog) if _suggest(name, catalog) else ''} "
-               f"known types: {', '.join(sorted(catalog))}" for name in entries if name not in catalog]
+    unknown = [f"gpus.{name} is not a GPU type of the catalog{did_you_mean(name, catalog)}; known types: {', '.join(sorted(catalog))}"
+               for name in entries if name not in catalog]
     if unknown:
         raise SpecError(join_problems(where, unknown))
     return {name: e.model_dump(exclude_none=True) for name, e in entries.items()}

@@ -125,7 +125,7 @@ class ClusterSpec(KnownKeys):
     def _build_devices(self) -> "ClusterSpec":
         total = sum(node.count for node in self.nodes)
         if total > MAX_DEVICES:
-            raise _fail(f"has {total} GPUs, above the limit of {MAX_DEVICES} ({_SIZE_WHY}); plan a part of it")
+            raise _fail(f"its nodes hold {total} GPUs, above the limit of {MAX_DEVICES} ({_SIZE_WHY}); plan a part of it")
         devices = []
         for n, node in enumerate(self.nodes):
             link = float(node.link_bandwidth_gbps if node.link_bandwidth_gbps is not None else node.gpu.link_bandwidth_gbps)
@@ -311,7 +311,8 @@ def load_cluster(path: Path | str, catalog: Mapping[str, GPUType] | None = None)
     where = p.name if p.parent == data_path("clusters") else str(path)
     raw = read_yaml(p)
     if not isinstance(raw, dict):
-        raise SpecError(f"{where}: a cluster file is a mapping with a 'nodes' list (data/clusters/README.md), got {type(raw).__name__}")
+        got = "an empty file" if raw is None else f"a {type(raw).__name__}"
+        raise SpecError(f"{where}: a cluster file is a mapping with a 'nodes' list (data/clusters/README.md), got {got}")
     spec = validate(_CLUSTER_FILE, raw, where, context={"catalog": catalog})
     try:
         return spec.to_spec(p.stem)

@@ -60,6 +60,8 @@ def _fmt(v: Any) -> str:
         return "null"
     if isinstance(v, float):
         return _num(v) if math.isfinite(v) else str(v)
+    if isinstance(v, int):
+        return _num(v)
     text = repr(v)
     return text if len(text) <= 60 else text[:57] + "..."
 
