@@ -8,8 +8,6 @@ heads to the model's, chunks to the sequence) is `Plan.validate`'s job, against 
 model and workload the plan is used with.
 """
 
-from __future__ import annotations
-
 from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -32,10 +30,8 @@ class GroupFile(KnownKeys):
 
     devices: Annotated[list[DeviceIndex], Field(min_length=1, description="its devices, in rank order")]
     chunk_len: count("length of each of the group's two zigzag chunks (a multiple of block_size)", unit="tokens", le=MAX_SEQ_LEN)
-    shards: list[Tokens]
-    """s_r per rank: tokens held outside attention (sum = 2 x chunk_len)."""
-    heads: list[Heads]
-    """η_r per rank: query heads held during attention (sum = num_heads)."""
+    shards: Annotated[list[Tokens], Field(description="s_r per rank: tokens held outside attention (sum = 2 x chunk_len)")]
+    heads: Annotated[list[Heads], Field(description="η_r per rank: query heads held during attention (sum = num_heads)")]
 
 
 class PlanMeta(BaseModel):
@@ -57,8 +53,7 @@ class PlanFile(KnownKeys):
     groups: Annotated[list[GroupFile], Field(min_length=1, description="HP groups in ring order")]
     block_size: count("chunk alignment", unit="tokens", le=MAX_BLOCK_SIZE) = 128
     name: StrictStr = "plan"
-    cluster: StrictStr = ""
-    """Name of the cluster the plan was made for (device indices refer to it)."""
+    cluster: Annotated[StrictStr, Field(description="name of the cluster the plan was made for (device indices refer to it)")] = ""
     model: StrictStr = ""
     meta: PlanMeta = Field(default_factory=PlanMeta)
 

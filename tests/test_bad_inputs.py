@@ -237,7 +237,7 @@ PLAN_CASES = [
     Case("plan-for-another-cluster", ("estimate", "--plan", "{f}", "--cluster", "sim-64", "--no-simulate"),
          ("made for cluster 'testbed-8', not 'sim-64'",), file=json.dumps(PLAN), suffix=".json"),
     Case("plan-file-not-found", ("estimate", "--plan", "{tmp}/none.json"), ("plan file not found",)),
-    Case("plan-file-is-a-directory", ("estimate", "--plan", "{tmp}"), ("is a directory, not a JSON plan file",)),
+    Case("plan-file-is-a-directory", ("estimate", "--plan", "{tmp}"), ("is a directory, not a plan file",)),
 ]
 
 # ------------------------------------------------------------------------------------- CLI numbers

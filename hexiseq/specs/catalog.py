@@ -112,10 +112,8 @@ ProfileEntry = _profile_entry()
 class ProfileFile(KnownKeys):
     """A profile: measured efficiencies per GPU type, overriding the catalog's defaults."""
 
-    gpus: dict[StrictStr, ProfileEntry]  # type: ignore[valid-type]
-    """{GPU type name (of data/gpus.yaml): {field: measured value}}."""
-    notes: Optional[StrictStr] = None
-    """Free text: where, when and how it was measured."""
+    gpus: Annotated[dict[StrictStr, ProfileEntry], Field(description="{GPU type name of data/gpus.yaml: {field: measured value}}")]  # type: ignore[valid-type]
+    notes: Annotated[Optional[StrictStr], Field(description="free text: where, when and how it was measured")] = None
 
 
 _PROFILE_FILE = TypeAdapter(ProfileFile)

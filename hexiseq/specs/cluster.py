@@ -279,12 +279,11 @@ class ClusterFile(KnownKeys):
     """A cluster YAML file (data/clusters/README.md). Devices are numbered in file order."""
 
     nodes: Annotated[list[NodeEntry], Field(min_length=1, description="the nodes, in device order")]
-    name: Optional[StrictStr] = None
-    """Cluster name (default: the file name without .yaml); plans record it."""
+    name: Annotated[Optional[StrictStr], Field(description="cluster name (default: the file name without .yaml); plans record it")] = None
     description: StrictStr = ""
     inter_node_latency_us: LatencyUs = 10.0
-    overrides: list[LinkOverride] = dataclasses.field(default_factory=list)
-    """Explicit links on device indices; they win over the derived value, both directions."""
+    overrides: Annotated[list[LinkOverride], Field(
+        description="explicit links on device indices; they win over the derived value, both directions")] = dataclasses.field(default_factory=list)
 
     def to_spec(self, default_name: str) -> ClusterSpec:
         nodes: list[NodeSpec] = []

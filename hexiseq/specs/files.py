@@ -68,13 +68,19 @@ StrictYAMLLoader.add_implicit_resolver(
 )
 
 
-def read_yaml(path: Path | str) -> Any:
-    """Parse a YAML file strictly; a SpecError names the file (and line) for anything wrong."""
+def _input_file(path: Path | str, what: str, error: type[Exception]) -> Path:
+    """`path` when it is an existing file; else `error` saying what is wrong with it."""
     p = Path(path)
     if not p.exists():
-        raise SpecError(f"file not found: {p}")
+        raise error(f"{what} not found: {p}")
     if p.is_dir():
-        raise SpecError(f"{p} is a directory, not a YAML file")
+        raise error(f"{p} is a directory, not a {what}")
+    return p
+
+
+def read_yaml(path: Path | str) -> Any:
+    """Parse a YAML file strictly; a SpecError names the file (and line) for anything wrong."""
+    p = _input_file(path, "YAML file", SpecError)
     try:
         with open(p, encoding="utf-8") as f:
             return yaml.load(f, Loader=StrictYAMLLoader)  # noqa: S506 - a SafeLoader subclass
@@ -117,11 +123,7 @@ def parse_json(text: str, where: str, error: type[Exception] = SpecError) -> Any
 
 def read_json(path: Path | str, what: str = "file", error: type[Exception] = SpecError) -> Any:
     """Parse a JSON file strictly; a missing or unreadable file is an `error` naming it."""
-    p = Path(path)
-    if not p.exists():
-        raise error(f"{what} not found: {p}")
-    if p.is_dir():
-        raise error(f"{p} is a directory, not a JSON {what}")
+    p = _input_file(path, what, error)
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:

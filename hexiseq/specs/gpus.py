@@ -50,9 +50,9 @@ class GPUType(KnownKeys):
     link_latency_us: number("one-message latency over that link", unit="us", gt=0, le=MAX_LATENCY_US) = 3.0
     eff_matmul: number("fraction of peak reached by large bf16 GEMMs", gt=0, le=1, profile=True) = 0.6
     eff_attention: number("fraction of peak reached by causal flash attention forward+backward", gt=0, le=1, profile=True) = 0.5
-    sources: Annotated[dict[StrictStr, StrictStr], Field(json_schema_extra=lambda s: s.update(propertyNames={"enum": numeric_fields()}))] = (
-        dataclasses.field(default_factory=dict, compare=False))
-    """Citation key (an entry of data/sources) per numeric field: {field name: key}. Optional."""
+    sources: Annotated[dict[StrictStr, StrictStr], Field(
+        description="citation key (an entry of data/sources) per numeric field: {field name: key}; optional",
+        json_schema_extra=lambda s: s.update(propertyNames={"enum": numeric_fields()}))] = dataclasses.field(default_factory=dict, compare=False)
 
     @field_validator("sources")
     @classmethod

@@ -45,7 +45,7 @@ MAX_HEADS = 4096
 MAX_WIDTH = 1 << 20  # hidden size, MLP width, head dimension
 MAX_VOCAB = 1 << 24
 
-STRICT = ConfigDict(extra="forbid", str_strict=True, revalidate_instances="never", use_attribute_docstrings=True)
+STRICT = ConfigDict(extra="forbid", str_strict=True, revalidate_instances="never")
 """Config of every schema class: unknown keys are refused (by `KnownKeys`, with a suggestion)."""
 
 StrictStr = pydantic.StrictStr
@@ -259,13 +259,15 @@ def _message(err: Mapping[str, Any]) -> str:
 
 
 def problems(error: ValidationError, positional: list[str] | None = None, data: Any = None) -> list[str]:
-    """One line per problem: 'nodes[1].count must be an integer (>= 1), got true (a boolean)'."""
+    """One line per problem: 'nodes[1].count must be an integer from 1 to 4096, got true (a boolean)'.
+    A missing top-level key of `data` names a present key it may be a typo of."""
     out = []
     for err in error.errors(include_url=False):
         path = _path(err["loc"], positional)
         msg = _message(err)
-        if err["type"] in ("missing", "missing_argument") and isinstance(data, Mapping) and err["loc"]:
-            msg += did_you_mean(err["loc"][-1], data.keys()).replace("did you mean", "found")
+        if err["type"] in ("missing", "missing_argument") and isinstance(data, Mapping) and len(err["loc"]) == 1:
+            close = difflib.get_close_matches(str(err["loc"][0]), [str(k) for k in data], n=1, cutoff=0.6)
+            msg += f" (found {close[0]!r}: a typo?)" if close else ""
         if not path and msg.startswith("has "):
             msg = msg[4:]
         out.append(f"{path} {msg}" if path else msg)
@@ -280,10 +282,7 @@ def join_problems(where: str, lines: list[str], limit: int = 12) -> str:
     return f"{where}: {len(lines)} problems:\n" + "\n".join(shown)
 
 
-E = TypeVar("E", bound=HexiSeqError)
-
-
-def validate(adapter: pydantic.TypeAdapter, data: Any, where: str, error: type[E] = SpecError, context: Any = None) -> Any:  # type: ignore[assignment]
+def validate(adapter: pydantic.TypeAdapter, data: Any, where: str, error: type[HexiSeqError] = SpecError, context: Any = None) -> Any:
     """`adapter.validate_python(data)`, any problem raised as one `error` naming `where`."""
     try:
         return adapter.validate_python(data, context=context)
