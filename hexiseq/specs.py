@@ -68,6 +68,8 @@ class GPUType:
     link_latency_us: float = 3.0
     eff_matmul: float = 0.6
     eff_attention: float = 0.5
+    # Citation key (data/validation/sources.yaml) per numeric field; read, not used in any computation.
+    sources: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         _positive(
