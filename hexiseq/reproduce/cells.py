@@ -1,0 +1,124 @@
+"""One cell computed: HexiSeq planned and every baseline the planner tuned, each judged by the
+cost model, as a JSON-ready record (what the cache stores and the results table is made of).
+
+The systems are whatever `PlanResult.baselines` holds, in its order, after HexiSeq: adding a
+baseline to the planner adds a system here with no change. A cell where nothing fits (the planner
+raises) is a record with status "infeasible" and the planner's explanation; a cell where HexiSeq
+fits but a baseline does not has that baseline's row with `feasible: False`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import os
+import platform
+import time
+from typing import Any
+
+from ..errors import HexiSeqError
+from ..specs import get_model
+
+HEXISEQ = "hexiseq"
+
+
+def machine_info() -> dict[str, Any]:
+    """What a wall-clock figure was measured on (timings are only comparable on one machine)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (math.nan,) * 3
+    return {"cpu": cpu, "cores": os.cpu_count(), "load_avg_1m": round(load[0], 2), "python": platform.python_version(),
+            "system": f"{platform.system()} {platform.release()}"}
+
+
+def _clean(x: Any) -> Any:
+    """NaN/inf -> None, tuples -> lists: valid JSON."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x
+
+
+def _system(name: str, plan: Any, cluster: Any, model: Any, workload: Any, est: Any = None, **fields: Any) -> dict[str, Any]:
+    """The row facts of one system that fits: its estimate's memory and phase times."""
+    from ..costmodel import estimate
+
+    est = est if est is not None else estimate(plan, cluster, model, workload)
+    crit = est.ranks[est.critical_rank]
+    headroom = min(r.capacity_gib - r.memory_gib for r in est.ranks)
+    return {
+        "system": name,
+        "feasible": True,
+        "devices_used": plan.world_size,
+        "memory_headroom_gib": headroom,
+        "memory_peak_frac": max(r.memory_gib / r.capacity_gib for r in est.ranks),
+        "critical_phase": est.critical_phase,
+        "phases_s": dict(crit.time_s),  # the critical rank's time by cost-model phase
+        "estimate_time_s": est.iteration_time_s,
+        **fields,
+    }
+
+
+def run_cell(cell: Any) -> dict[str, Any]:
+    """Plan one cell (HexiSeq and every baseline) and return its record (module doc)."""
+    from ..planner import plan_cluster
+
+    cluster, model, wl = cell.cluster.build(), get_model(cell.model), cell.workload_spec()
+    record: dict[str, Any] = {
+        "inputs": cell.compute_params(),
+        "cluster": {"name": cluster.name, "gpus": cluster.size, "nodes": len(cluster.nodes), "types": cluster.gpu_types,
+                    "peak_pflops": cluster.peak_pflops, "matmul_pflops": sum(d.gpu.matmul_flops for d in cluster.devices) / 1e15,
+                    "memory_gib": cluster.memory_gib},
+        "model": cell.model,
+        "seq_len": cell.seq_len,
+        "global_batch": wl.global_batch,
+        "machine": machine_info(),
+        "computed_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    t0 = time.perf_counter()
+    try:
+        result = plan_cluster(cluster, model, wl, progress=False)
+    except HexiSeqError as e:
+        record.update(status="infeasible", reason=str(e), wall_s=time.perf_counter() - t0,
+                      systems=[{"system": HEXISEQ, "feasible": False, "plan_time_s": time.perf_counter() - t0, "reason": str(e)}])
+        return _clean(record)
+    wall = time.perf_counter() - t0
+    systems = [
+        _system(HEXISEQ, result.plan, cluster, model, wl.with_recompute(result.recompute), result.estimate,
+                tokens_per_s=result.tokens_per_s, step_time_s=result.iteration_time_s, recompute=result.recompute,
+                config=result.grouping_label, plan_time_s=result.plan_time_s, gap=result.gap, search_gap=result.search_gap,
+                efficiency_vs_bound=result.efficiency_vs_bound)
+    ]
+    for name, b in result.baselines.items():
+        if b.feasible:
+            systems.append(_system(name, b.plan, cluster, model, wl.with_recompute(b.recompute), tokens_per_s=b.tokens_per_s,
+                                   step_time_s=b.iteration_time_s, recompute=b.recompute, config=b.config,
+                                   efficiency_vs_bound=b.tokens_per_s / result.bound_tokens_per_s))
+        else:
+            systems.append({"system": name, "feasible": False, "config": b.config,
+                            "reason": "; ".join(b.notes) or f"none of its {b.tried} configurations fits in memory"})
+    summary = result.to_dict(include_plan=False)
+    summary.pop("estimate", None)  # per-rank detail: large, and the rows keep what the figures need
+    bs, bb = result.best_symmetric_baseline, result.best_baseline
+    record.update(
+        status="ok",
+        wall_s=wall,
+        systems=systems,
+        best_symmetric=bs.name if bs else None,
+        speedup=result.speedup_vs_best_symmetric,
+        best_baseline=bb.name if bb else None,
+        speedup_vs_all=result.speedup_vs_best_baseline,
+        bound_tokens_per_s=result.bound_tokens_per_s,
+        planner=summary,
+        plan=result.plan.to_dict(),
+    )
+    return _clean(record)

@@ -1,0 +1,291 @@
+"""`reproduce`: scenarios -> cells (cached) -> results table -> figures and the paper comparison.
+
+A results directory holds:
+
+    results.csv          one row per cell and system (table.py)
+    meta.json            the version, the command, per-scenario facts (quick or full), the machine
+    paper_comparison.md  every figure the paper publishes vs ours (comparison.py)
+    figures/             PNG + PDF of every figure (figures.py, plan_figures.py)
+    plans/<scenario>.json  the plan and cluster each allocation picture shows
+    cache/               one JSON per finished cell (cache.py; not meant to be committed)
+
+Rows of scenarios not in a run are kept from the directory's previous results.csv (with their own
+version column), so reproducing one scenario does not drop the others.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pandas as pd
+
+from ..specs import DATA_DIR, ClusterSpec, LinkOverride, NodeSpec, get_gpu
+from .cache import REPO_DIR, CellCache, cell_key, model_version, version_inputs, write_atomic
+from .cells import machine_info, run_cell
+from .table import frame, read_csv, rows_of, write_csv
+
+RESULT_DIR = DATA_DIR / "results"
+QUICK_DIR = REPO_DIR / "out" / "reproduce-quick"
+GENERATED_PREFIXES = ("systems_", "allocation_", "phases_", "sensitivity_")
+FIXED_FIGURES = ("speedup_vs_length", "speedup_vs_gpu_types", "flop_comparable_pairs", "planner_time")
+
+
+def cluster_to_dict(c: ClusterSpec) -> dict[str, Any]:
+    return {"name": c.name, "description": c.description, "inter_node_latency_us": c.inter_node_latency_us,
+            "nodes": [{"gpu": n.gpu.name, "count": n.count, "nic_gbps": n.nic_gbps, "link_bandwidth_gbps": n.link_bandwidth_gbps} for n in c.nodes],
+            "overrides": [{"a": o.a, "b": o.b, "bandwidth_gbps": o.bandwidth_gbps, "latency_us": o.latency_us} for o in c.overrides]}
+
+
+def cluster_from_dict(d: dict[str, Any]) -> ClusterSpec:
+    nodes = tuple(NodeSpec(get_gpu(n["gpu"]), n["count"], n["nic_gbps"], n.get("link_bandwidth_gbps")) for n in d["nodes"])
+    return ClusterSpec(d["name"], nodes, d.get("inter_node_latency_us", 10.0), tuple(LinkOverride(**o) for o in d.get("overrides", ())),
+                       d.get("description", ""))
+
+
+@dataclass
+class Results:
+    """A results directory read back (or just written)."""
+
+    directory: Path
+    table: pd.DataFrame
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def quick(self) -> bool:
+        return any(s.get("quick") for s in self.meta.get("scenarios", {}).values())
+
+    @property
+    def stale(self) -> bool:
+        """Computed with other code or data than this checkout's (see cache.model_version)."""
+        return bool(len(self.table)) and set(self.table["version"]) != {model_version()}
+
+    def scenarios(self) -> list[str]:
+        return list(dict.fromkeys(self.table["scenario"]))
+
+    def comparison(self) -> list[Any]:
+        from .comparison import compare
+
+        return compare(self.table)
+
+    def comparison_markdown(self) -> str:
+        from .comparison import markdown
+
+        return markdown(self.comparison(), self.meta)
+
+    def allocation(self, scenario: str) -> tuple[Any, ClusterSpec, dict[str, Any]] | None:
+        """(plan, cluster, cell labels) of the scenario's allocation picture, if saved."""
+        from ..plan import Plan
+
+        p = self.directory / "plans" / f"{scenario}.json"
+        if not p.exists():
+            return None
+        d = json.loads(p.read_text())
+        return Plan.from_dict(d["plan"]), cluster_from_dict(d["cluster"]), d["cell"]
+
+    def figures(self) -> Iterator[tuple[str, Any]]:
+        """(name, Figure) for every figure of these results, made one at a time."""
+        from . import figures as F
+        from .plan_figures import plot_allocation
+
+        df = self.table
+        fixed: dict[str, Callable[[], Any]] = {
+            "speedup_vs_length": lambda: F.fig_speedup_vs_length(df),
+            "speedup_vs_gpu_types": lambda: F.fig_speedup_vs_gpu_types(df),
+            "flop_comparable_pairs": lambda: F.fig_pairs(df),
+            "planner_time": lambda: F.fig_planner_time(df),
+        }
+        for name in FIXED_FIGURES:
+            yield name, fixed[name]()
+        for sweep in F.sensitivity_sweeps(df):
+            yield f"sensitivity_{sweep}", F.fig_sensitivity(df, sweep)
+        for sc in self.scenarios():
+            yield f"systems_{sc}", F.fig_systems(df, sc)
+            yield f"phases_{sc}", F.fig_phases(df, sc)
+            alloc = self.allocation(sc)
+            if alloc is not None:
+                plan, cluster, cell = alloc
+                yield f"allocation_{sc}", plot_allocation(plan, cluster, title=f"{sc}: {cell['label']}")
+
+
+def load_results(directory: Path | str = RESULT_DIR) -> Results | None:
+    """The results in `directory`, or None when it has no results.csv."""
+    directory = Path(directory)
+    csv = directory / "results.csv"
+    if not csv.exists():
+        return None
+    meta_path = directory / "meta.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    return Results(directory, read_csv(csv), meta)
+
+
+class _Progress:
+    """A bar in a terminal or a notebook; one line per computed cell in a log (no redraws)."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.done, self.bar, self.lines = total, 0, None, False
+        if not enabled:
+            return
+        if "ipykernel" in sys.modules:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, desc="reproduce", unit="cell")
+        elif sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc="reproduce", unit="cell", file=sys.stderr)
+        else:
+            self.lines = True
+
+    def step(self, label: str, seconds: float | None) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.set_postfix_str(label + (" (cached)" if seconds is None else ""), refresh=False)
+            self.bar.update()
+        elif self.lines and seconds is not None:
+            print(f"[{self.done}/{self.total}] {label}: {seconds:.1f} s", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _identity(cell: Any) -> tuple:
+    return (cell.scenario, cell.cluster.name, cell.model, cell.seq_len, cell.role, cell.sweep, cell.sweep_value)
+
+
+def reproduce(
+    scenarios: list[str] | tuple[str, ...] | None = None,
+    quick: bool = False,
+    out: Path | str | None = None,
+    force: bool = False,
+    progress: bool = True,
+    draw: bool = True,
+    command: str | None = None,
+) -> Results:
+    """Plan every cell of the scenarios (default: all bundled) for HexiSeq and every baseline,
+    reusing cached cells unless `force`; write results.csv, meta.json, the figures and the paper
+    comparison into `out` (default: data/results, or out/reproduce-quick with `quick`)."""
+    from .scenarios import load_scenarios
+
+    t0 = time.perf_counter()
+    out = Path(out) if out is not None else (QUICK_DIR if quick else RESULT_DIR)
+    loaded = load_scenarios(scenarios, quick=quick)  # every bad input fails here, before any planning
+    cells = [c for sc in loaded for c in sc.cells]
+    version = model_version(refresh=True)
+    cache = CellCache(out / "cache")
+    records: dict[str, dict[str, Any]] = {}
+    by_cell: dict[tuple, dict[str, Any]] = {}
+    rows: list[dict[str, Any]] = []
+    computed = 0
+    bar = _Progress(len(cells), progress)
+    try:
+        for cell in cells:
+            key = cell_key(cell, version)
+            rec = records.get(key) or (None if force else cache.get(key))
+            seconds = None
+            if rec is None:
+                t = time.perf_counter()
+                rec = run_cell(cell)
+                cache.put(key, rec)
+                computed += 1
+                seconds = time.perf_counter() - t
+            records[key] = rec
+            by_cell[_identity(cell)] = rec
+            rows += rows_of(cell, rec, version)
+            bar.step(cell.label, seconds)
+    finally:
+        bar.close()
+    names = [sc.name for sc in loaded]
+    previous = load_results(out)
+    table = frame(rows)
+    meta_scenarios = {}
+    if previous is not None:
+        kept = previous.table[~previous.table["scenario"].isin(names)]
+        table = pd.concat([kept, table], ignore_index=True) if len(kept) else table
+        meta_scenarios = {k: v for k, v in previous.meta.get("scenarios", {}).items() if k not in names}
+    now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    for sc in loaded:
+        meta_scenarios[sc.name] = {"file": str(Path(sc.path).resolve().relative_to(REPO_DIR)) if Path(sc.path).resolve().is_relative_to(REPO_DIR) else sc.path,
+                                   "description": sc.description, "quick": sc.quick, "cells": len(sc.cells), "version": version, "at": now}
+    meta = {
+        "command": command or f"hexiseq reproduce {' '.join(names)}" + (" --quick" if quick else "") + (f" --out {out}" if out != RESULT_DIR else ""),
+        "version": version,
+        "version_inputs": version_inputs(),
+        "cells": int(table["system"].eq("hexiseq").sum()),
+        "scenarios": meta_scenarios,
+        "last_run": {"at": now, "computed": computed, "cached": len(cells) - computed, "wall_s": None, "machine": machine_info()},
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(table, out / "results.csv")
+    results = Results(out, read_csv(out / "results.csv"), meta)
+    _save_plans(results, loaded, by_cell)
+    if draw:
+        draw_outputs(results)
+    meta["last_run"]["wall_s"] = round(time.perf_counter() - t0, 1)
+    write_atomic(out / "meta.json", json.dumps(meta, indent=1, default=str) + "\n")
+    return results
+
+
+def _save_plans(results: Results, loaded: list[Any], by_cell: dict[tuple, dict[str, Any]]) -> None:
+    """plans/<scenario>.json for each scenario of this run: the allocation picture's plan."""
+    from .figures import cell_label, representative_cell
+
+    for sc in loaded:
+        row = representative_cell(results.table, sc.name)
+        path = results.directory / "plans" / f"{sc.name}.json"
+        if row is None:
+            path.unlink(missing_ok=True)
+            continue
+        cell = next(c for c in sc.cells if c.cluster.name == row["cluster"] and c.model == row["model"] and c.seq_len == row["seq_len"]
+                    and c.role == row["pair_role"] and c.sweep == row["sweep"])
+        rec = by_cell[_identity(cell)]
+        doc = {"cell": {"scenario": sc.name, "label": cell_label(row), "cluster": row["cluster"], "model": row["model"], "seq_len": int(row["seq_len"])},
+               "cluster": cluster_to_dict(cell.cluster.build()), "plan": rec["plan"]}
+        write_atomic(path, json.dumps(doc) + "\n")
+
+
+def draw_outputs(results: Results, log: Callable[[str], None] | None = None) -> list[Path]:
+    """Every figure (PNG + PDF) and paper_comparison.md into the results directory; figures of
+    earlier runs that these results no longer make are removed."""
+    from .style import save
+
+    fig_dir = results.directory / "figures"
+    written: list[Path] = []
+    for name, fig in results.figures():
+        written += save(fig, fig_dir, name)
+        if log:
+            log(f"figure {name}")
+    keep = set(written)
+    for p in list(fig_dir.glob("*.png")) + list(fig_dir.glob("*.pdf")):
+        if p not in keep and (p.stem.startswith(GENERATED_PREFIXES) or p.stem in FIXED_FIGURES):
+            p.unlink()
+    write_atomic(results.directory / "paper_comparison.md", results.comparison_markdown())
+    return written
+
+
+def redraw(directory: Path | str = RESULT_DIR) -> Results:
+    """Figures and comparison again from a results directory's CSV and plans (no planning)."""
+    from ..errors import HexiSeqError
+
+    results = load_results(directory)
+    if results is None:
+        raise HexiSeqError(f"{directory}: no results.csv to draw from; run `hexiseq reproduce --out {directory}` first")
+    draw_outputs(results)
+    return results
+
+
+def notebook_results(directory: Path | str = RESULT_DIR, quick_out: Path | str = QUICK_DIR, progress: bool = True) -> Results:
+    """What the paper-figures notebook shows: the results in `directory` when there are any,
+    else the quick grid, computed (or taken from its cache) into `quick_out`."""
+    found = load_results(directory)
+    if found is not None:
+        return found
+    print(f"{directory} holds no results: computing the quick grid into {quick_out} "
+          "(the full grid: `hexiseq reproduce`)", flush=True)
+    return reproduce(quick=True, out=quick_out, progress=progress)
