@@ -1,79 +1,300 @@
-"""Interactive plan explorer for Jupyter: pick a cluster, a model and a sequence length, plan,
-and see the allocation, the comparison with the baselines and the per-rank breakdown.
+"""Interactive plan explorer for Jupyter: pick a cluster, a model and a sequence length, press
+Plan, and see the allocation, the comparison with every baseline and the time of each rank.
 
-Only wiring lives here: planning is `hexiseq.planner.plan_cluster`, plots are `hexiseq.viz`.
+`plan_view(settings)` does the work and returns what to show (no widgets: tested directly);
+`PlanExplorer` is the ipywidgets panel around it. While a plan is being made the controls and
+the button are disabled (clicks do not queue up) and a status line counts the seconds; a result
+always names the cluster, model and length it is for, and is cleared as soon as a control
+changes, so no result ever sits under settings it was not made for. An infeasible setting shows
+the planner's explanation instead of a result. Planning is `hexiseq.planner.plan_cluster`; the
+figures are `hexiseq.reproduce.plan_figures`.
 """
 
 from __future__ import annotations
 
+import html
+import io
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import HexiSeqError
-from .specs import Workload, bundled_clusters, get_model, load_cluster, model_catalog
+from .specs import Workload, bundled_clusters, get_model, load_cluster, model_catalog, parse_tokens
 
 SEQ_CHOICES = [("8K", 8192), ("16K", 16384), ("32K", 32768), ("64K", 65536), ("128K", 131072),
                ("256K", 262144), ("512K", 524288), ("1M", 1048576)]
+TICK_S = 0.25  # how often the elapsed time is redrawn while planning
+
+
+@dataclass(frozen=True)
+class Settings:
+    cluster: str
+    model: str
+    seq_len: int
+    recompute: str = "auto"
+    sharding: str = "zero3"
+
+    @property
+    def label(self) -> str:
+        from .reproduce.style import tokens_label
+
+        return f"{self.cluster} · {self.model} · {tokens_label(self.seq_len)} tokens"
+
+
+@dataclass
+class PlanView:
+    """What the explorer shows for one setting: a headline and details, or the explanation of
+    why nothing fits (or of the error); the figures as (name, Figure)."""
+
+    settings: Settings
+    ok: bool
+    headline: str
+    details: list[str] = field(default_factory=list)
+    explanation: str = ""
+    figures: list[tuple[str, Any]] = field(default_factory=list)
+    result: Any = None
+    seconds: float = 0.0
+
+
+def _left_out_text(result: Any, cluster: Any, systems: list[dict[str, Any]]) -> str | None:
+    """Which devices the plan leaves out, and the evidence that leaving them out is faster."""
+    from .reproduce.plan_figures import left_out
+    from .reproduce.style import si_label
+
+    out = left_out(result.plan, cluster)
+    if not out:
+        return None
+    n = sum(len(v) for v in out.values())
+    which = ", ".join(f"{len(v)}x {t} ({cluster.devices[v[0]].name}{'…' + cluster.devices[v[-1]].name if len(v) > 1 else ''})" for t, v in out.items())
+    text = (f"{n} of {cluster.size} devices left out: {which}. The planner also searched groupings that use them and found "
+            "those slower (their share of the work would cost more in communication and waiting than their compute returns)")
+    full = [s for s in systems if s.get("feasible") and s["system"] != "hexiseq" and s.get("devices_used") == cluster.size]
+    if full:
+        b = max(full, key=lambda s: s["tokens_per_s"])
+        text += (f"; the best plan known here that uses every device ({b['system']}, {b['config']}) reaches {si_label(b['tokens_per_s'])} tokens/s, "
+                 f"{1 - b['tokens_per_s'] / result.tokens_per_s:.0%} less")
+    else:
+        text += "; no baseline that uses every device fits in memory"
+    return text + "."
+
+
+def plan_view(s: Settings) -> PlanView:
+    """Plan one setting and build what the explorer shows (module doc)."""
+    from .planner import plan_cluster
+    from .reproduce.cells import systems_of
+    from .reproduce.plan_figures import plot_allocation, plot_cell_systems, plot_rank_phases
+    from .reproduce.style import si_label
+
+    t0 = time.perf_counter()
+    try:
+        cluster, model = load_cluster(s.cluster), get_model(s.model)
+        wl = Workload(seq_len=s.seq_len, activation_checkpointing=s.recompute, param_sharding=s.sharding)
+        result = plan_cluster(cluster, model, wl, progress=False)
+    except HexiSeqError as e:
+        return PlanView(s, False, f"{s.label}: nothing fits", explanation=str(e), seconds=time.perf_counter() - t0)
+    systems = systems_of(result, cluster, model, wl)
+    bs, bb = result.best_symmetric_baseline, result.best_baseline
+    head = f"{s.label}: HexiSeq {result.tokens_per_s:,.0f} tokens/s, "
+    if bs is not None:
+        head += f"{result.speedup_vs_best_symmetric:.2f}x the best CP/HP baseline ({bs.name})"
+        if bb is not None and bb.name != bs.name:
+            head += f", {result.speedup_vs_best_baseline:.2f}x the best of all baselines ({bb.name})"
+    elif bb is not None:
+        head += f"no CP/HP baseline fits; {result.speedup_vs_best_baseline:.2f}x the best other baseline ({bb.name})"
+    else:
+        head += "and no baseline fits in memory: HexiSeq's is the only plan that does"
+    gap = result.gap
+    details = [f"recompute {result.recompute}; gap {'n/a' if gap != gap else f'{gap:.2%}'} (how far the plan can be from the "
+               f"optimum of the planner's model); {si_label(result.bound_tokens_per_s)} tokens/s compute bound; planned in {result.plan_time_s:.1f} s"]
+    lo = _left_out_text(result, cluster, systems)
+    if lo:
+        details.append(lo)
+    details += [n for n in result.notes if n not in details]
+    est = result.estimate
+    if est is None:
+        from .costmodel import estimate
+
+        est = estimate(result.plan, cluster, model, wl.with_recompute(result.recompute))
+    figures = [
+        ("allocation", plot_allocation(result.plan, cluster)),
+        ("systems", plot_cell_systems(systems, title=f"{s.label}: HexiSeq and every baseline", bound_tokens_per_s=result.bound_tokens_per_s)),
+        ("phases", plot_rank_phases(est, title="HexiSeq: time by phase")),
+    ]
+    return PlanView(s, True, head, details, figures=figures, result=result, seconds=time.perf_counter() - t0)
 
 
 def show_plan(cluster_name: str, model_name: str, seq_len: int, recompute: bool | str = "auto", sharding: str = "zero3") -> Any:
-    """Plan one case and display its summary and the three plots; returns the PlanResult
-    (or None when the case is infeasible, after printing why)."""
-    import matplotlib.pyplot as plt
+    """Plan one case, print its headline and details (or why nothing fits) and display its
+    figures; returns the PlanResult, or None when nothing fits."""
     from IPython.display import display
 
-    from .costmodel import estimate
-    from .planner import plan_cluster
-    from .viz import plot_comparison, plot_layout, plot_rank_breakdown
-
-    cluster = load_cluster(cluster_name)
-    model = get_model(model_name)
-    wl = Workload(seq_len=seq_len, activation_checkpointing=recompute, param_sharding=sharding)
-    try:
-        result = plan_cluster(cluster, model, wl, progress=False)
-    except HexiSeqError as e:
-        print(f"infeasible: {e}")
-        return None
-    d = result.to_dict()
-    sp, gap = d["speedup_vs_best_baseline"], d["gap"]  # None when no baseline fits / no bound
-    print(
-        f"HexiSeq {d['throughput_tokens_per_s']:,.0f} tokens/s, "
-        + (f"{sp:.3f}x the best baseline" if sp is not None else "no baseline fits")
-        + f", gap {'n/a' if gap is None else f'{gap:.2%}'}, recompute {result.recompute}, planned in {d['plan_time_s']:.2f} s"
-    )
-    throughputs = {k: v for k, v in d["baselines"].items() if v}
-    throughputs["hexiseq"] = d["throughput_tokens_per_s"]
-    est = estimate(result.plan, cluster, model, wl.with_recompute(result.recompute))  # the policy the planner chose
-    for fig in (
-        plot_layout(result.plan, cluster),
-        plot_comparison(throughputs, bound=est.bound_tokens_per_s, title=f"{cluster.name}, {model.name}, {seq_len // 1024}K tokens"),
-        plot_rank_breakdown(est, title="HexiSeq: time per rank by phase"),
-    ):
+    view = plan_view(Settings(cluster_name, model_name, parse_tokens(seq_len), _policy(recompute), sharding))
+    print(view.headline)
+    for line in view.details:
+        print("  " + line)
+    if view.explanation:
+        print(view.explanation)
+    for _, fig in view.figures:
         display(fig)
-        plt.close(fig)
-    return result
+    return view.result
 
 
-def plan_explorer(cluster: str = "testbed-8", model: str = "llama2-7b", seq_len: int = 131072) -> Any:
-    """An ipywidgets panel: dropdowns for cluster / model / length, recompute and sharding
-    toggles, a Plan button; results render below."""
-    import ipywidgets as W
+def _policy(recompute: bool | str) -> str:
+    from .specs import recompute_policy
+
+    return recompute_policy(recompute)
+
+
+def _png(fig: Any) -> bytes:
+    from .reproduce.style import style
+
+    buf = io.BytesIO()
+    with style():
+        fig.savefig(buf, format="png", dpi=100)
+    return buf.getvalue()
+
+
+class PlanExplorer:
+    """The ipywidgets panel (module doc). `panel` is the widget to display; `plan()` plans the
+    current settings (in a worker thread unless `background=False`); `wait()` joins it."""
+
+    def __init__(self, cluster: str = "testbed-8", model: str = "llama2-7b", seq_len: int = 131072, recompute: str = "auto",
+                 sharding: str = "zero3", background: bool = True) -> None:
+        import ipywidgets as W
+
+        self.background = background
+        seq_options = SEQ_CHOICES if any(v == seq_len for _, v in SEQ_CHOICES) else sorted(SEQ_CHOICES + [(str(seq_len), seq_len)], key=lambda x: x[1])
+        self.w_cluster = W.Dropdown(options=bundled_clusters(), value=cluster, description="cluster")
+        self.w_model = W.Dropdown(options=list(model_catalog()), value=model, description="model")
+        self.w_seq = W.SelectionSlider(options=seq_options, value=seq_len, description="tokens")
+        self.w_rec = W.Dropdown(options=["auto", "none", "selective", "full"], value=recompute, description="recompute")
+        self.w_shard = W.ToggleButtons(options=["zero3", "replicated"], value=sharding, description="states")
+        self.button = W.Button(description="Plan", button_style="primary", icon="play", tooltip="plan these settings")
+        self.status = W.HTML()
+        self.result = W.HTML()
+        self.figures = W.VBox()
+        for w, cls in ((self.button, "hexiseq-plan-button"), (self.status, "hexiseq-status"), (self.result, "hexiseq-result"), (self.figures, "hexiseq-figures")):
+            w.add_class(cls)
+        self.controls = [self.w_cluster, self.w_model, self.w_seq, self.w_rec, self.w_shard]
+        self.panel = W.VBox([W.HBox([self.w_cluster, self.w_model]), W.HBox([self.w_seq, self.w_rec]), W.HBox([self.w_shard, self.button]),
+                             self.status, self.result, self.figures])
+        self.panel.add_class("hexiseq-explorer")
+        self.view: PlanView | None = None
+        self._busy = False
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.button.on_click(lambda _: self.plan())
+        for w in self.controls:
+            w.observe(self._changed, names="value")
+        self.status.value = "Press <b>Plan</b> to plan these settings."
+
+    def settings(self) -> Settings:
+        return Settings(self.w_cluster.value, self.w_model.value, int(self.w_seq.value), self.w_rec.value, self.w_shard.value)
+
+    @property
+    def busy(self) -> bool:
+        return self._busy
+
+    def plan(self) -> bool:
+        """Plan the current settings; False (and nothing happens) while a plan is being made."""
+        with self._lock:
+            if self._busy:
+                return False
+            self._busy = True
+        s = self.settings()
+        self._set_enabled(False)
+        self.view = None
+        self.result.value = ""
+        self.figures.children = ()
+        if self.background:
+            self._thread = threading.Thread(target=self._work, args=(s,), daemon=True, name="hexiseq-plan")
+            self._thread.start()
+        else:
+            self._work(s)
+        return True
+
+    def wait(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # ------------------------------------------------------------------ internals
+    def _set_enabled(self, on: bool) -> None:
+        for w in self.controls:
+            w.disabled = not on
+        self.button.disabled = not on
+        self.button.description = "Plan" if on else "Planning…"
+        self.button.icon = "play" if on else "hourglass-half"
+
+    def _work(self, s: Settings) -> None:
+        t0 = time.monotonic()
+        stop = threading.Event()
+
+        def tick() -> None:
+            while True:
+                self.status.value = f"⏳ planning <b>{html.escape(s.label)}</b> … {time.monotonic() - t0:.1f} s"
+                if stop.wait(TICK_S):
+                    return
+
+        ticker = threading.Thread(target=tick, daemon=True, name="hexiseq-plan-clock")
+        ticker.start()
+        try:
+            view = plan_view(s)
+            images = [(name, _png(fig)) for name, fig in view.figures]
+        except Exception as e:  # a bug, not bad input: shown whole, never swallowed
+            view = PlanView(s, False, f"{s.label}: error", explanation="".join(traceback.format_exception(e)))
+            images = []
+        finally:
+            stop.set()
+            ticker.join()
+        if self.settings() == s:
+            self._show(view, images, time.monotonic() - t0)
+        else:  # the controls were changed under the running plan (in code): its result is not for them
+            self.status.value = f"Settings changed while planning: press <b>Plan</b> to plan {html.escape(self.settings().label)}."
+        with self._lock:
+            self._busy = False
+        self._set_enabled(True)
+
+    def _show(self, view: PlanView, images: list[tuple[str, bytes]], seconds: float) -> None:
+        import ipywidgets as W
+
+        self.view = view
+        if view.ok:
+            items = "".join(f"<li>{html.escape(d)}</li>" for d in view.details)
+            self.result.value = f"<div><b>{html.escape(view.headline)}</b><ul style='margin:2px 0'>{items}</ul></div>"
+            self.status.value = f"✔ planned {html.escape(view.settings.label)} in {seconds:.1f} s"
+        else:
+            self.result.value = (f"<div style='border-left:4px solid #c44e52;padding:4px 8px;background:#fbf1f1'><b>{html.escape(view.headline)}</b>"
+                                 f"<pre style='white-space:pre-wrap;margin:4px 0 0 0'>{html.escape(view.explanation)}</pre></div>")
+            self.status.value = f"✘ {html.escape(view.settings.label)}: no plan ({seconds:.1f} s)"
+        boxes = []
+        for name, png in images:
+            img = W.Image(value=png, format="png", layout=W.Layout(max_width="100%", height="auto"))
+            img.add_class(f"hexiseq-{name}")
+            boxes.append(img)
+        self.figures.children = tuple(boxes)
+
+    def _changed(self, change: Any) -> None:
+        if self._busy:
+            return  # controls are disabled while planning; a programmatic change waits for the result
+        if self.view is not None and self.view.settings != self.settings():
+            self.view = None
+            self.result.value = ""
+            self.figures.children = ()
+        if self.view is None:
+            self.status.value = f"Settings changed: press <b>Plan</b> to plan {html.escape(self.settings().label)}."
+
+
+def plan_explorer(cluster: str = "testbed-8", model: str = "llama2-7b", seq_len: int = 131072, plan_now: bool = True) -> PlanExplorer:
+    """Display the explorer panel; with `plan_now` the initial settings are planned right away
+    (in the cell, so an executed notebook holds the result)."""
     from IPython.display import display
 
-    w_cluster = W.Dropdown(options=bundled_clusters(), value=cluster, description="cluster")
-    w_model = W.Dropdown(options=list(model_catalog()), value=model, description="model")
-    w_seq = W.SelectionSlider(options=SEQ_CHOICES, value=seq_len, description="tokens")
-    w_rec = W.Dropdown(options=["auto", "none", "selective", "full"], value="auto", description="recompute")
-    w_shard = W.ToggleButtons(options=["zero3", "replicated"], value="zero3", description="states")
-    button = W.Button(description="Plan", button_style="primary")
-    out = W.Output()
-
-    def on_click(_: Any = None) -> None:
-        out.clear_output()
-        with out:
-            show_plan(w_cluster.value, w_model.value, w_seq.value, w_rec.value, w_shard.value)
-
-    button.on_click(on_click)
-    panel = W.VBox([W.HBox([w_cluster, w_model]), W.HBox([w_seq, w_rec]), W.HBox([w_shard, button]), out])
-    display(panel)
-    on_click()
-    return panel
+    ex = PlanExplorer(cluster, model, seq_len)
+    display(ex.panel)
+    if plan_now:
+        ex.background = False
+        ex.plan()
+        ex.background = True
+    return ex

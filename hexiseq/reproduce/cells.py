@@ -68,6 +68,25 @@ def _system(name: str, plan: Any, cluster: Any, model: Any, workload: Any, est: 
     }
 
 
+def systems_of(result: Any, cluster: Any, model: Any, wl: Any) -> list[dict[str, Any]]:
+    """One dict per system of a PlanResult: HexiSeq first, then every baseline it holds."""
+    systems = [
+        _system(HEXISEQ, result.plan, cluster, model, wl.with_recompute(result.recompute), result.estimate,
+                tokens_per_s=result.tokens_per_s, step_time_s=result.iteration_time_s, recompute=result.recompute,
+                config=result.grouping_label, plan_time_s=result.plan_time_s, gap=result.gap, search_gap=result.search_gap,
+                efficiency_vs_bound=result.efficiency_vs_bound)
+    ]
+    for name, b in result.baselines.items():
+        if b.feasible:
+            systems.append(_system(name, b.plan, cluster, model, wl.with_recompute(b.recompute), tokens_per_s=b.tokens_per_s,
+                                   step_time_s=b.iteration_time_s, recompute=b.recompute, config=b.config,
+                                   efficiency_vs_bound=b.tokens_per_s / result.bound_tokens_per_s))
+        else:
+            systems.append({"system": name, "feasible": False, "config": b.config,
+                            "reason": "; ".join(b.notes) or f"none of its {b.tried} configurations fits in memory"})
+    return systems
+
+
 def run_cell(cell: Any) -> dict[str, Any]:
     """Plan one cell (HexiSeq and every baseline) and return its record (module doc)."""
     from ..planner import plan_cluster
@@ -92,20 +111,7 @@ def run_cell(cell: Any) -> dict[str, Any]:
                       systems=[{"system": HEXISEQ, "feasible": False, "plan_time_s": time.perf_counter() - t0, "reason": str(e)}])
         return _clean(record)
     wall = time.perf_counter() - t0
-    systems = [
-        _system(HEXISEQ, result.plan, cluster, model, wl.with_recompute(result.recompute), result.estimate,
-                tokens_per_s=result.tokens_per_s, step_time_s=result.iteration_time_s, recompute=result.recompute,
-                config=result.grouping_label, plan_time_s=result.plan_time_s, gap=result.gap, search_gap=result.search_gap,
-                efficiency_vs_bound=result.efficiency_vs_bound)
-    ]
-    for name, b in result.baselines.items():
-        if b.feasible:
-            systems.append(_system(name, b.plan, cluster, model, wl.with_recompute(b.recompute), tokens_per_s=b.tokens_per_s,
-                                   step_time_s=b.iteration_time_s, recompute=b.recompute, config=b.config,
-                                   efficiency_vs_bound=b.tokens_per_s / result.bound_tokens_per_s))
-        else:
-            systems.append({"system": name, "feasible": False, "config": b.config,
-                            "reason": "; ".join(b.notes) or f"none of its {b.tried} configurations fits in memory"})
+    systems = systems_of(result, cluster, model, wl)
     summary = result.to_dict(include_plan=False)
     summary.pop("estimate", None)  # per-rank detail: large, and the rows keep what the figures need
     bs, bb = result.best_symmetric_baseline, result.best_baseline

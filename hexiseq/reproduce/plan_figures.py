@@ -97,7 +97,7 @@ def plot_allocation(plan: "Plan", cluster: "ClusterSpec", title: str | None = No
     k, S = plan.num_groups, plan.seq_len
     out = left_out(plan, cluster)
     n_out = sum(len(v) for v in out.values())
-    head = title or f"{plan.cluster or cluster.name} · {plan.model} · {tokens_label(S)} tokens"
+    head = title or " · ".join(x for x in (plan.cluster or cluster.name, plan.model, f"{tokens_label(S)} tokens") if x)
     sub = f"{plan.world_size} ranks in {k} groups" + (f", {n_out} of {cluster.size} devices left out" if n_out else f", all {cluster.size} devices")
     fig.suptitle(f"{head}\n{sub}", fontsize=11, fontweight="bold")
     if plan.world_size <= DETAIL_MAX_RANKS and k <= DETAIL_MAX_GROUPS:

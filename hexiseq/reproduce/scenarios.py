@@ -59,28 +59,36 @@ class ClusterRecipe:
     params: tuple[tuple[str, Any], ...] = ()
 
     def build(self) -> ClusterSpec:
-        return _build(self)
+        return _build(self, _digest(self))
 
     def fingerprint(self) -> str:
         """Everything that defines the cluster the planner sees: the file's bytes (when there is a
         file) and the full content of the built spec (every node and GPU field, links, overrides);
         no paths, so the same cluster has the same fingerprint on every machine."""
-        return _fingerprint(self)
+        return _fingerprint(self, _digest(self))
 
 
-@functools.lru_cache(maxsize=256)
-def _fingerprint(recipe: ClusterRecipe) -> str:
-    c = recipe.build()
+def _digest(recipe: ClusterRecipe) -> str:
+    """The content of the files a recipe reads, read afresh: the build caches below are keyed by
+    it, so an edited cluster file is never served from a cache (a notebook kernel lives long)."""
     h = hashlib.sha256()
     if recipe.source:
         h.update(Path(recipe.source).read_bytes())
-    params = tuple((k, v.fingerprint() if isinstance(v, ClusterRecipe) else v) for k, v in recipe.params)
-    h.update(repr((recipe.kind, params, c.nodes, c.inter_node_latency_us, c.overrides)).encode())
+    for _, v in recipe.params:
+        if isinstance(v, ClusterRecipe):
+            h.update(_digest(v).encode())
     return h.hexdigest()
 
 
 @functools.lru_cache(maxsize=256)
-def _build(recipe: ClusterRecipe) -> ClusterSpec:
+def _fingerprint(recipe: ClusterRecipe, digest: str) -> str:
+    c = recipe.build()
+    params = tuple((k, v.fingerprint() if isinstance(v, ClusterRecipe) else v) for k, v in recipe.params)
+    return hashlib.sha256((digest + repr((recipe.kind, params, c.nodes, c.inter_node_latency_us, c.overrides))).encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=256)
+def _build(recipe: ClusterRecipe, digest: str) -> ClusterSpec:
     if recipe.kind == "file":
         return load_cluster(recipe.source)
     if recipe.kind == "mixed":

@@ -9,6 +9,7 @@ notebooks display them with `IPython.display.display(fig)`.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -41,12 +42,31 @@ def style() -> Iterator[None]:
         yield
 
 
-def new_figure(width: float, height: float, nrows: int = 1, ncols: int = 1, **kw: Any) -> tuple[Any, Any]:
-    """A Figure (object API, no pyplot, constrained layout) and its axes (`subplots` squeeze
-    rules; none with nrows=0, for a caller that lays out its own grid)."""
-    from matplotlib.figure import Figure
+_PYPLOT = contextvars.ContextVar("hexiseq_pyplot_figures", default=False)
 
-    fig = Figure(figsize=(width, height), layout="constrained")
+
+@contextlib.contextmanager
+def pyplot_figures() -> Iterator[None]:
+    """Figures made inside are registered with pyplot (for callers that `plt.show()` them)."""
+    token = _PYPLOT.set(True)
+    try:
+        yield
+    finally:
+        _PYPLOT.reset(token)
+
+
+def new_figure(width: float, height: float, nrows: int = 1, ncols: int = 1, **kw: Any) -> tuple[Any, Any]:
+    """A Figure (object API, constrained layout; not known to pyplot unless inside
+    `pyplot_figures()`) and its axes (`subplots` squeeze rules; none with nrows=0, for a caller
+    that lays out its own grid)."""
+    if _PYPLOT.get():
+        import matplotlib.pyplot as plt
+
+        fig = plt.figure(figsize=(width, height), layout="constrained")
+    else:
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(width, height), layout="constrained")
     return fig, (fig.subplots(nrows, ncols, squeeze=True, **kw) if nrows else None)
 
 
