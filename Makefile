@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast bench notebooks clean
+.PHONY: setup demo test test-fast bench notebooks clean reproduce figures test-browser notebooks-full
 
 setup: $(STAMP)
 
@@ -45,6 +45,26 @@ bench: setup
 
 notebooks: setup
 	$(VENV)/bin/jupyter lab notebooks/
+
+# The paper's experiments on the cost model (issue 13): every cell of data/scenarios/ -> data/results/
+# (results.csv, figures/, paper_comparison.md). REPRODUCE_ARGS=--quick for the small grid (out/reproduce-quick).
+REPRODUCE_ARGS ?=
+reproduce: setup
+	$(VENV)/bin/hexiseq reproduce $(REPRODUCE_ARGS)
+
+# The README's pictures: the results' figures redrawn from data/results/ and the explorer's picture.
+figures: setup
+	$(PY) -m hexiseq.reproduce.readme
+
+# Notebook 01 in a real browser: JupyterLab + Debian's chromium driven by Playwright (no browser
+# download; .ci/run installs chromium). Screenshots in out/browser/.
+test-browser: setup
+	$(PY) -m pip install -q playwright
+	HEXISEQ_BROWSER_TEST=1 $(PY) -m pytest -q -ra -s tests/browser
+
+# Every notebook at full size (the tests run the quick versions); executed copies in out/notebooks/.
+notebooks-full: setup
+	$(PY) benchmarks/bench_notebooks.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

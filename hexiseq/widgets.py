@@ -233,7 +233,7 @@ class PlanExplorer:
 
         def tick() -> None:
             while True:
-                self.status.value = f"⏳ planning <b>{html.escape(s.label)}</b> … {time.monotonic() - t0:.1f} s"
+                self.status.value = f"planning <b>{html.escape(s.label)}</b> … {time.monotonic() - t0:.1f} s"
                 if stop.wait(TICK_S):
                     return
 

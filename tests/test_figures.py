@@ -85,10 +85,13 @@ def table():
 
 
 def _legend_labels(fig) -> set[str]:
+    """Every legend entry of the figure (each legend listing each entry once)."""
     out = set()
     for leg in [*fig.legends, *(ax.get_legend() for ax in fig.axes)]:
         if leg is not None:
-            out |= {t.get_text() for t in leg.get_texts()}
+            texts = [t.get_text() for t in leg.get_texts()]
+            assert len(texts) == len(set(texts)), f"a legend lists an entry twice: {texts}"
+            out |= set(texts)
     return out
 
 
@@ -234,13 +237,13 @@ def test_allocation_picture_is_readable_at_any_scale(n):
     assert "per GPU type" in titles
     assert fig.get_suptitle().startswith(f"{cluster.name} · gpt-13b · 1M tokens")
     labels = _legend_labels(fig)
-    assert {"cluster matmul FLOP/s", "tokens (linear layers)", "attention work"} <= labels
+    assert {"type: share of cluster matmul FLOP/s", "type: share of tokens (linear layers)", "type: share of attention work"} <= labels
     if n == 4:
         assert titles[:2] == ["sequence: tokens held by each rank", "heads: attention computed by each rank"]
         assert "4 of 8 devices left out" in fig.get_suptitle()
     else:  # aggregated by node; a GPU-type entry only for the types present
         assert titles[0] == "per node: tokens (bars) and attention work (ticks)"
-        assert {f"{t}: tokens" for t in cluster.gpu_types} <= labels and "node left out" not in labels
+        assert {f"node: tokens ({t})" for t in cluster.gpu_types} | {"node: attention work"} <= labels and "node left out" not in labels
         assert fig.axes[0].get_xlabel() == "node (0-127, in cluster order)"
 
 

@@ -339,7 +339,7 @@ def fig_sensitivity(df: pd.DataFrame, sweep: str) -> "Figure":
         if r["speedup"].notna().any():
             ax_s.plot(r["sweep_value"], r["speedup"], marker=m, color=HEXISEQ_COLOR, label=f"HexiSeq{tag}")
     ax_s.axhline(1.0, color="0.6", lw=0.8)
-    ax_t.set_yscale("log")
+    ax_t.set_ylim(bottom=0)
     throughput_axis(ax_t.yaxis)
     xs = h["sweep_value"].unique()
     for ax in (ax_t, ax_s):

@@ -68,10 +68,11 @@ def _summary_panel(ax: Any, plan: "Plan", cluster: "ClusterSpec") -> list[Any]:
     names = list(summ)
     y = np.arange(len(names))
     h = 0.26
-    metrics = (("compute_share", "cluster matmul FLOP/s", "///"), ("token_share", "tokens (linear layers)", ""), ("attention_share", "attention work", ".."))
+    metrics = (("compute_share", "type: share of cluster matmul FLOP/s", "///"), ("token_share", "type: share of tokens (linear layers)", ""),
+               ("attention_share", "type: share of attention work", ".."))
     for i, (key, label, hatch) in enumerate(metrics):
         vals = [100 * summ[n][key] for n in names]
-        ax.barh(y + (i - 1) * h, vals, height=h, color=[gpu_color(n) for n in names], edgecolor="0.25", linewidth=0.6, hatch=hatch, label=label)
+        ax.barh(y + (i - 1) * h, vals, height=h, color=[gpu_color(n) for n in names], edgecolor="0.25", linewidth=0.6, hatch=hatch)
     ax.set_yticks(y, [f"{n}\n{summ[n]['used']}/{summ[n]['devices']} used" for n in names])
     ax.invert_yaxis()
     ax.set_xlabel("share of the iteration (%)")
@@ -140,8 +141,8 @@ def plot_allocation(plan: "Plan", cluster: "ClusterSpec", title: str | None = No
         types = [cluster.devices[n[0]].gpu.name for n in nodes]
         for t in dict.fromkeys(types):
             idx = [i for i, tt in enumerate(types) if tt == t]
-            ax.bar(x[idx], tok[idx], width=0.85, color=gpu_color(t), label=f"{t}: tokens")
-        ax.plot(x, att, ls="none", marker="_", ms=max(2.0, min(8.0, 400 / len(nodes))), color="0.1", label="attention work")
+            ax.bar(x[idx], tok[idx], width=0.85, color=gpu_color(t), label=f"node: tokens ({t})")
+        ax.plot(x, att, ls="none", marker="_", ms=max(2.0, min(8.0, 400 / len(nodes))), color="0.1", label="node: attention work")
         unused = [i for i, n in enumerate(nodes) if tok[i] == 0 and att[i] == 0]
         if unused:
             ax.plot(unused, [0] * len(unused), ls="none", marker="x", ms=4, color="0.4", label="node left out")
