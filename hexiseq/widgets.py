@@ -20,7 +20,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import HexiSeqError
+from .errors import HexiSeqError, InfeasibleError
 from .specs import Workload, bundled_clusters, get_model, load_cluster, model_catalog, parse_tokens
 
 SEQ_CHOICES = [("8K", 8192), ("16K", 16384), ("32K", 32768), ("64K", 65536), ("128K", 131072),
@@ -93,7 +93,8 @@ def plan_view(s: Settings) -> PlanView:
         wl = Workload(seq_len=s.seq_len, activation_checkpointing=s.recompute, param_sharding=s.sharding)
         result = plan_cluster(cluster, model, wl, progress=False)
     except HexiSeqError as e:
-        return PlanView(s, False, f"{s.label}: nothing fits", explanation=str(e), seconds=time.perf_counter() - t0)
+        what = "nothing fits" if isinstance(e, InfeasibleError) else "cannot plan these settings"
+        return PlanView(s, False, f"{s.label}: {what}", explanation=str(e), seconds=time.perf_counter() - t0)
     systems = systems_of(result, cluster, model, wl)
     bs, bb = result.best_symmetric_baseline, result.best_baseline
     head = f"{s.label}: HexiSeq {result.tokens_per_s:,.0f} tokens/s, "

@@ -80,11 +80,11 @@ def test_version_follows_every_input(tmp_path, monkeypatch, edit):
     monkeypatch.setattr(cache_mod, "PACKAGE_DIR", pkg)
     monkeypatch.setattr(cache_mod, "REPO_DIR", tmp_path)
     monkeypatch.setattr(cache_mod, "DATA_DIR", tmp_path / "data")
-    before = cache_mod.model_version(refresh=True)
-    assert before == cache_mod.model_version(refresh=True)  # deterministic
+    before = cache_mod.model_version()
+    assert before == cache_mod.model_version()  # deterministic
     f = tmp_path / edit
     f.write_text(f.read_text() + "\n# a change\n")
-    assert cache_mod.model_version(refresh=True) != before
+    assert cache_mod.model_version() != before
 
 
 def test_cell_key_follows_the_cluster_file_and_the_cell(tmp_path):
@@ -134,9 +134,12 @@ def test_reproduce_quick_end_to_end(tmp_path, capsys):
     for _, g in df.groupby(["scenario", "cluster", "model", "seq_len", "pair_role", "sweep", "sweep_value"], dropna=False):
         assert g["system"].is_unique and g["system"].iloc[0] == "hexiseq"
     # sim-32 gpt-70b 128K: HexiSeq fits, no baseline does (the case that crashed the old notebook)
-    hard = df[(df["cluster"] == "sim-32") & (df["model"] == "gpt-70b")]
+    hard = df[(df["cluster"] == "sim-32") & (df["model"] == "gpt-70b") & (df["seq_len"] == 128 * 1024)]
     assert hard[hard["system"] == "hexiseq"]["feasible"].all() and not hard[hard["system"] != "hexiseq"]["feasible"].any()
     assert hard["speedup"].isna().all()
+    # ... and at 1M nothing fits: one row, HexiSeq infeasible, with the planner's explanation
+    none = df[(df["cluster"] == "sim-32") & (df["model"] == "gpt-70b") & (df["seq_len"] == 1 << 20)]
+    assert len(none) == 1 and not none["feasible"].iloc[0] and "does not fit" in none["reason"].iloc[0]
     # figures: PNG and PDF of each; the comparison names every paper figure
     figs = {p.name for p in (out / "figures").iterdir()}
     for name in ("speedup_vs_length", "speedup_vs_gpu_types", "flop_comparable_pairs", "planner_time", "sensitivity_inter_node_bandwidth",

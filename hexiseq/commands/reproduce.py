@@ -14,6 +14,7 @@ scenario, a few minutes on 2 cores). --figures-only redraws figures and comparis
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import shlex
 import sys
 
@@ -32,8 +33,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import HexiSeqError
-    from ..reproduce import QUICK_DIR, RESULT_DIR, redraw, reproduce
 
+    missing = [m for m in ("matplotlib", "seaborn", "pandas") if importlib.util.find_spec(m) is None]
+    if missing:  # before anything imports them
+        raise HexiSeqError(f"hexiseq reproduce draws its figures with {', '.join(missing)}, not installed here: "
+                           "pip install -e '.[notebooks]' (or: make setup)")
+    from ..reproduce import QUICK_DIR, RESULT_DIR, redraw, reproduce
     out = args.out or (QUICK_DIR if args.quick else RESULT_DIR)
     if args.figures_only:
         if args.scenarios or args.force:

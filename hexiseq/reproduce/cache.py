@@ -10,7 +10,6 @@ never reused for code or data it was not computed with; stale entries are simply
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -55,16 +54,9 @@ def version_inputs() -> dict[str, str]:
     return out
 
 
-@functools.lru_cache(maxsize=1)
-def _cached_version() -> str:
-    return model_version(refresh=True)
-
-
-def model_version(refresh: bool = False) -> str:
-    """A short hash of `version_inputs()`: "cm-" + 12 hex digits. Cached per process unless
-    `refresh` (the files are read again)."""
-    if not refresh:
-        return _cached_version()
+def model_version() -> str:
+    """A short hash of `version_inputs()`: "cm-" + 12 hex digits. The files are read on every
+    call (a few milliseconds), so an edit in a running notebook kernel counts at once."""
     blob = json.dumps(version_inputs(), sort_keys=True).encode()
     return "cm-" + hashlib.sha256(blob).hexdigest()[:12]
 

@@ -177,7 +177,7 @@ def reproduce(
     out = Path(out) if out is not None else (QUICK_DIR if quick else RESULT_DIR)
     loaded = load_scenarios(scenarios, quick=quick)  # every bad input fails here, before any planning
     cells = [c for sc in loaded for c in sc.cells]
-    version = model_version(refresh=True)
+    version = model_version()
     cache = CellCache(out / "cache")
     records: dict[str, dict[str, Any]] = {}
     by_cell: dict[tuple, dict[str, Any]] = {}

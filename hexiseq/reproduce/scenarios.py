@@ -24,10 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
 from ..errors import SpecError
-from ..specs import DATA_DIR, ClusterSpec, Workload, get_model, load_cluster, parse_tokens
+from ..specs import DATA_DIR, ClusterSpec, Workload, _load_yaml, get_model, load_cluster, parse_tokens
 
 SCENARIO_DIR = DATA_DIR / "scenarios"
 CLUSTER_DIR = DATA_DIR / "clusters"
@@ -215,10 +213,7 @@ def load_scenario(name_or_path: str | Path, quick: bool = False) -> Scenario:
     from .sensitivity import sweep_cells
 
     path = scenario_path(name_or_path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise SpecError(f"{path}: not valid YAML: {e}") from None
+    raw = _load_yaml(path)  # the specs' reader: one clear error for a missing or malformed file
     if not isinstance(raw, dict):
         raise SpecError(f"{path}: a scenario is a mapping with keys {sorted(SCENARIO_KEYS)}")
     unknown = set(raw) - SCENARIO_KEYS
