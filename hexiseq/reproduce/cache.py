@@ -67,7 +67,9 @@ def cell_key(cell: Any, version: str) -> str:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write a file whole or not at all (a crash leaves the old file, never half a new one)."""
+    """Write a file whole or not at all (a crash leaves the old file, never half a new one).
+    (The specs package of issue #9 brings `write_text_atomic` with this contract: once it is
+    merged, this function should become an import of it.)"""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
