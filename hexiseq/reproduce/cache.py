@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ..specs import DATA_DIR
+from ..specs import DATA_DIR, write_text_atomic
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 REPO_DIR = PACKAGE_DIR.parent
@@ -67,18 +65,9 @@ def cell_key(cell: Any, version: str) -> str:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write a file whole or not at all (a crash leaves the old file, never half a new one).
-    (The specs package of issue #9 brings `write_text_atomic` with this contract: once it is
-    merged, this function should become an import of it.)"""
+    """Write a file whole or not at all (`specs.write_text_atomic`), its directory made first."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, text)
 
 
 class CellCache:

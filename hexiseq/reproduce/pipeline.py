@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -176,6 +177,7 @@ def reproduce(
     t0 = time.perf_counter()
     out = Path(out) if out is not None else (QUICK_DIR if quick else RESULT_DIR)
     loaded = load_scenarios(scenarios, quick=quick)  # every bad input fails here, before any planning
+    _check_out(out)
     cells = [c for sc in loaded for c in sc.cells]
     version = model_version()
     cache = CellCache(out / "cache")
@@ -230,6 +232,18 @@ def reproduce(
     meta["last_run"]["wall_s"] = round(time.perf_counter() - t0, 1)
     write_atomic(out / "meta.json", json.dumps(meta, indent=1, default=str) + "\n")
     return results
+
+
+def _check_out(out: Path) -> None:
+    """The results directory can be made and written: checked before any planning."""
+    from ..errors import SpecError
+
+    try:
+        (out / "cache").mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SpecError(f"--out {out}: cannot create the results directory: {e.strerror or e}") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise SpecError(f"--out {out}: the directory is not writable")
 
 
 def _save_plans(results: Results, loaded: list[Any], by_cell: dict[tuple, dict[str, Any]]) -> None:

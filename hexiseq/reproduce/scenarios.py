@@ -25,12 +25,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import SpecError
-from ..specs import DATA_DIR, ClusterSpec, Workload, get_model, load_cluster, parse_tokens
-
-try:  # the specs' strict reader (the specs package of issue #9), else the specs module's
-    from ..specs import read_yaml as _read_yaml
-except ImportError:  # pragma: no cover - depends on which specs is merged
-    from ..specs import _load_yaml as _read_yaml
+from ..specs import DATA_DIR, ClusterSpec, Workload, get_model, load_cluster, parse_tokens, read_yaml
 
 SCENARIO_DIR = DATA_DIR / "scenarios"
 CLUSTER_DIR = DATA_DIR / "clusters"
@@ -218,7 +213,7 @@ def load_scenario(name_or_path: str | Path, quick: bool = False) -> Scenario:
     from .sensitivity import sweep_cells
 
     path = scenario_path(name_or_path)
-    raw = _read_yaml(path)  # the specs' reader: one clear error for a missing or malformed file
+    raw = read_yaml(path)  # the specs' strict reader: one clear error for a missing or malformed file
     if not isinstance(raw, dict):
         raise SpecError(f"{path}: a scenario is a mapping with keys {sorted(SCENARIO_KEYS)}")
     unknown = set(raw) - SCENARIO_KEYS
