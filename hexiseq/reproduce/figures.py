@@ -161,7 +161,7 @@ def fig_speedup_vs_gpu_types(df: pd.DataFrame) -> "Figure":
     pos = {t: i for i, t in enumerate(order)}
     data = g.assign(types=g["gpu_types"].astype(int))
     ax.boxplot([data.loc[data["types"] == t, "speedup"].to_numpy() for t in order], positions=list(range(len(order))), widths=0.5,
-               showfliers=False, patch_artist=True, orientation="vertical", boxprops={"facecolor": "0.92", "edgecolor": "0.5"},
+               showfliers=False, patch_artist=True, boxprops={"facecolor": "0.92", "edgecolor": "0.5"},
                medianprops={"color": "0.4"}, whiskerprops={"color": "0.5"}, capprops={"color": "0.5"})
     colors = series_colors(data["scenario"])
     sns.stripplot(data=data, x="types", y="speedup", order=order, hue="scenario", palette=colors, ax=ax, size=4.5, jitter=0.15, legend=False)
