@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from .errors import HexiSeqError
@@ -22,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="hexiseq",
         description="Plan and run long-context training on heterogeneous GPU clusters (asymmetric CP x HP).",
     )
+    parser.add_argument("--debug", dest="debug_all", action="store_true", help="show Python tracebacks of failures")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMANDS:
@@ -38,14 +40,58 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    debug = args.debug_all or getattr(args, "debug", False)
     try:
         return int(args.func(args) or 0)
-    except HexiSeqError as e:
-        print(f"hexiseq {args.command}: error: {e}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as e:
+        return report(e, args.command, debug, getattr(args, "timeout", None))
+
+
+def report(e: Exception, command: str, debug: bool, pg_timeout_s: float | None = None) -> int:
+    """Print one message for a failure and return the exit code: 2 for bad input, 1 for a fault.
+    A spawned world's failure is already one message (its tracebacks follow with --debug); a
+    torchrun process prints one line naming the root cause; anything else is re-raised with --debug."""
+    from .runtime.launch import WorldError, torchrun_env
+
+    if isinstance(e, WorldError):
+        print(f"hexiseq {command}: error: {e}", file=sys.stderr)
+        if debug:
+            print(e.details(), file=sys.stderr)
+        return e.rc
+    if debug:
+        raise e
+    if torchrun_env():
+        from .runtime.failures import kill_stopped, torchrun_line
+
+        line, rc, stopped = torchrun_line(e, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), pg_timeout_s)
+        print(f"hexiseq {command}: {line}", file=sys.stderr, flush=True)
+        write_torchrun_error_file(f"hexiseq {command}: {line}")
+        kill_stopped(stopped)  # last: torchrun ends this process as soon as it sees the peer die
+        return rc
+    if isinstance(e, HexiSeqError):
+        print(f"hexiseq {command}: error: {e}", file=sys.stderr)
+        return 2
+    print(f"hexiseq {command}: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback, and report it)",
+          file=sys.stderr)
+    return 1
+
+
+def write_torchrun_error_file(message: str) -> None:
+    """Give torchrun's failure summary our one line instead of "error_file: <N/A>" (the format of
+    torch.distributed.elastic's error handler)."""
+    import json
+    import time
+
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if path:
+        try:
+            with open(path, "w") as f:
+                json.dump({"message": {"message": message, "extraInfo": {"py_callstack": message, "timestamp": str(int(time.time()))}}}, f)
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":  # pragma: no cover
