@@ -9,6 +9,7 @@ the `model.` prefix and RoPE uses the same half-rotation convention, so weights 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -104,35 +105,118 @@ def model_spec_from_checkpoint(path: Path | str, name: str | None = None) -> Mod
 
 def _weight_files(directory: Path, index_name: str, single: str, pattern: str) -> list[Path]:
     """The files an index names (other files, e.g. a `consolidated.safetensors`, are not ours), else
-    the single file, else every file matching `pattern`."""
+    the single file, else every file matching `pattern`. A directory with both an index and the
+    single file is refused (two checkpoints mixed in one directory), as is an index naming a file
+    that is not there."""
     index = directory / index_name
     if index.exists():
-        return [directory / f for f in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
+        if (directory / single).exists():
+            raise SpecError(f"{directory} holds both {index_name} and {single}: two checkpoints are mixed in one directory; "
+                            "keep one of them (delete the other, or save into an empty directory)")
+        try:
+            names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise SpecError(f"{index}: not a readable checkpoint index ({type(e).__name__}: {e}); re-save the checkpoint") from None
+        missing = [n for n in names if not (directory / n).is_file()]
+        if missing:
+            raise SpecError(f"{index} names {len(missing)} shard{'s' * (len(missing) > 1)} that {'are' if len(missing) > 1 else 'is'} "
+                            f"not in {directory}: {', '.join(missing[:4])}{'...' * (len(missing) > 4)}; the checkpoint is incomplete")
+        return [directory / n for n in names]
     if (directory / single).exists():
         return [directory / single]
     return sorted(directory.glob(pattern))
 
 
-def _read_weights(directory: Path) -> dict[str, Tensor]:
+def weight_files(directory: Path) -> tuple[str, list[Path]]:
+    """("safetensors" | "torch", the weight files) of a checkpoint directory; SpecError when none."""
     st_files = _weight_files(directory, "model.safetensors.index.json", "model.safetensors", "*.safetensors")
     if st_files:
-        from safetensors.torch import load_file
-
-        out: dict[str, Tensor] = {}
-        for f in st_files:
-            out.update(load_file(str(f)))
-        return out
+        return "safetensors", st_files
     bin_files = _weight_files(directory, "pytorch_model.bin.index.json", "pytorch_model.bin", "pytorch_model*.bin")
     bin_files = bin_files or sorted(directory.glob("*.pt")) or sorted(directory.glob("*.pth"))
     if not bin_files:
         raise SpecError(f"{directory}: no *.safetensors, pytorch_model*.bin, *.pt or *.pth weights")
-    out = {}
-    for f in bin_files:
-        sd = torch.load(f, map_location="cpu", weights_only=True)  # tensors only: no code is unpickled
+    return "torch", bin_files
+
+
+def _corrupt(f: Path, e: Exception) -> SpecError:
+    return SpecError(f"{f}: cannot be read as a checkpoint file ({type(e).__name__}: {str(e).strip()[:200]}); it is corrupt or "
+                     "was cut short: re-save or re-download it")
+
+
+def _read_weights(directory: Path, header_only: bool = False) -> dict[str, Any]:
+    """name -> tensor of every weight file (with `header_only`, name -> (shape, dtype, file) read from
+    safetensors headers without loading the data). Unreadable files are named in a SpecError."""
+    kind, files = weight_files(directory)
+    out: dict[str, Any] = {}
+    for f in files:
+        try:
+            if kind == "safetensors":
+                from safetensors import safe_open
+
+                with safe_open(str(f), framework="pt") as st:
+                    for k in st.keys():
+                        if header_only:
+                            sl = st.get_slice(k)
+                            out[k] = (tuple(sl.get_shape()), _st_dtype(sl.get_dtype()), f)
+                        else:
+                            out[k] = st.get_tensor(k)
+                continue
+            sd = torch.load(f, map_location="cpu", weights_only=True)  # tensors only: no code is unpickled
+        except SpecError:
+            raise
+        except Exception as e:
+            if kind == "torch" and "weights_only" in str(e):
+                raise SpecError(f"{f}: refused: it holds pickled objects other than tensors, and unpickling them could run "
+                                f"code (torch.load weights_only: {str(e).strip().splitlines()[0][:160]})") from None
+            raise _corrupt(f, e) from None
         if not isinstance(sd, Mapping):
             raise SpecError(f"{f}: expected a state dict (name -> tensor), got {type(sd).__name__}")
-        out.update(sd)
+        for k, v in sd.items():
+            if not isinstance(v, Tensor):
+                raise SpecError(f"{f}: entry {k!r} is a {type(v).__name__}, not a tensor")
+            out[k] = (tuple(v.shape), v.dtype, f) if header_only else v
     return out
+
+
+def _st_dtype(name: str) -> torch.dtype:
+    """torch dtype of a safetensors dtype name (F32, BF16, I64, ...)."""
+    table = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+             "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool}
+    return table.get(name, torch.uint8)
+
+
+def _check_entry(name: str, shape: tuple[int, ...], dtype: torch.dtype, want: tuple[int, ...], where: Path | str) -> None:
+    if tuple(shape) != tuple(want):
+        raise SpecError(f"checkpoint tensor {name} has shape {tuple(shape)}, the config implies {tuple(want)} ({where})")
+    if not dtype.is_floating_point:
+        raise SpecError(f"checkpoint tensor {name} has dtype {str(dtype).removeprefix('torch.')}; weights must be floating "
+                        f"point ({where})")
+
+
+def check_finite(sd: Mapping[str, Tensor], where: Path | str) -> None:
+    """Refuse weights with NaN or Inf entries (they would train to 'loss nan')."""
+    for name, t in sd.items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise SpecError(f"checkpoint tensor {name} has {bad} NaN/Inf entr{'ies' if bad > 1 else 'y'} of {t.numel()} ({where}); "
+                            "the checkpoint is broken: use an earlier one")
+
+
+def inspect_checkpoint(path: Path | str) -> LlamaConfig:
+    """Check a checkpoint directory before any work, reading only headers: config.json readable, the
+    weight files readable, every tensor of the model present with its shape and a floating dtype.
+    Returns the model config. (NaN/Inf are found when the weights are loaded, before training.)"""
+    directory = Path(path)
+    if not directory.is_dir():
+        raise SpecError(f"checkpoint directory not found: {directory}")
+    cfg = config_from_hf(read_hf_config(directory))
+    headers = hf_to_ours(_read_weights(directory, header_only=True), cfg)
+    with torch.device("meta"):
+        want = Llama(cfg).state_dict()
+    for name, (shape, dtype, f) in headers.items():
+        _check_entry(name, shape, dtype, tuple(want[name].shape), f)
+    return cfg
 
 
 def hf_to_ours(sd: Mapping[str, Tensor], cfg: LlamaConfig) -> dict[str, Tensor]:
@@ -154,19 +238,26 @@ def hf_to_ours(sd: Mapping[str, Tensor], cfg: LlamaConfig) -> dict[str, Tensor]:
     return ours
 
 
-def load_hf_checkpoint(path: Path | str, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> Llama:
-    """Our model with the weights of a Hugging Face Llama checkpoint directory."""
+def load_hf_checkpoint(path: Path | str, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+                       notes: list[str] | None = None) -> Llama:
+    """Our model with the weights of a Hugging Face Llama checkpoint directory. Refuses (SpecError,
+    naming the file or tensor) unreadable files, mixed or incomplete directories, missing or
+    misshapen tensors, integer dtypes and NaN/Inf weights. Temporaries of an interrupted save next to
+    the directory are ignored, with a note appended to `notes`."""
+    from ..atomic import stale_temporaries
+
     directory = Path(path)
     if not directory.is_dir():
         raise SpecError(f"checkpoint directory not found: {directory}")
+    if notes is not None:
+        notes.extend(f"ignored {p.name} next to {directory.name}: left by an interrupted save" for p in stale_temporaries(directory))
     cfg = config_from_hf(read_hf_config(directory))
     with torch.device("meta"):
         model = Llama(cfg)
     sd = hf_to_ours(_read_weights(directory), cfg)
     for name, t in sd.items():
-        want = model.state_dict()[name].shape
-        if tuple(t.shape) != tuple(want):
-            raise SpecError(f"checkpoint tensor {name} has shape {tuple(t.shape)}, the config implies {tuple(want)}")
+        _check_entry(name, tuple(t.shape), t.dtype, tuple(model.state_dict()[name].shape), directory)
+    check_finite(sd, directory)
     model = model.to_empty(device=device).to(dtype)
     model.load_state_dict({k: v.to(dtype) for k, v in sd.items()}, strict=False)
     if cfg.tie_embeddings:
@@ -181,16 +272,25 @@ def save_hf_checkpoint(
     dtype: torch.dtype | None = None,
     max_shard_bytes: int = 5 * 2**30,
     state_dict: Mapping[str, Tensor] | None = None,
+    notes: list[str] | None = None,
 ) -> Path:
-    """Write `config.json` + `model*.safetensors` (sharded with an index above `max_shard_bytes`).
+    """Write `config.json` + `model*.safetensors` (sharded with an index above `max_shard_bytes`),
+    atomically: the files are written and fsync'd in a temporary sibling directory that then replaces
+    `path` whole (hexiseq.atomic), so a reader — or a save killed midway — sees the old checkpoint or
+    the new one, never a mix. `path` must be absent, empty, or a checkpoint (`check_save_target`).
 
     `state_dict` overrides the model's own (e.g. a full state dict gathered from FSDP shards with
     `torch.distributed.checkpoint.state_dict.get_model_state_dict(..., full_state_dict=True)`).
+    Notes (stale temporaries removed) are appended to `notes`.
     """
     from safetensors.torch import save_file
 
-    directory = Path(path)
-    directory.mkdir(parents=True, exist_ok=True)
+    from ..atomic import atomic_dir, remove_stale
+
+    directory = check_save_target(path)
+    cleaned = remove_stale(directory)
+    if notes is not None:
+        notes.extend(cleaned)
     cfg = model.cfg
     sd = dict(state_dict if state_dict is not None else model.state_dict())
     if cfg.tie_embeddings:
@@ -206,15 +306,44 @@ def save_hf_checkpoint(
             size = 0
         shards[-1][k] = v
         size += nbytes
-    if len(shards) == 1:
-        save_file(shards[0], str(directory / "model.safetensors"), metadata={"format": "pt"})
-    else:
-        weight_map = {}
-        for i, shard in enumerate(shards):
-            fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-            save_file(shard, str(directory / fname), metadata={"format": "pt"})
-            weight_map.update({k: fname for k in shard})
-        total = sum(v.numel() * v.element_size() for v in tensors.values())
-        (directory / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
-    (directory / "config.json").write_text(json.dumps(config_to_hf(cfg, dtype), indent=2) + "\n")
+    with atomic_dir(directory) as tmp:
+        (tmp / "config.json").write_text(json.dumps(config_to_hf(cfg, dtype), indent=2) + "\n")
+        if len(shards) == 1:
+            save_file(shards[0], str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        else:
+            weight_map = {}
+            for i, shard in enumerate(shards):
+                fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+                save_file(shard, str(tmp / fname), metadata={"format": "pt"})
+                weight_map.update({k: fname for k in shard})
+            total = sum(v.numel() * v.element_size() for v in tensors.values())
+            (tmp / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+    return directory
+
+
+_CHECKPOINT_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                     "pytorch_model.bin.index.json", "generation_config.json")
+
+
+def check_save_target(path: Path | str) -> Path:
+    """Refuse, before any work, a place a checkpoint cannot be saved to: an existing file, a
+    directory holding anything but a checkpoint (it would be replaced whole), or an unwritable
+    parent. An existing checkpoint directory is fine: a save replaces it atomically."""
+    directory = Path(path)
+    if directory.exists() and not directory.is_dir():
+        raise SpecError(f"cannot save to {directory}: it is an existing file; give a directory path (a checkpoint is a directory)")
+    if directory.is_dir():
+        others = sorted(p.name for p in directory.iterdir()
+                        if p.name not in _CHECKPOINT_FILES and not (p.name.startswith("model-") and p.name.endswith(".safetensors"))
+                        and not (p.name.startswith("pytorch_model-") and p.name.endswith(".bin")))
+        if others:
+            raise SpecError(f"cannot save to {directory}: it holds files that are not a checkpoint ({', '.join(others[:4])}"
+                            f"{'...' * (len(others) > 4)}) and a save replaces the whole directory; give a new or empty directory")
+    parent = directory.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise SpecError(f"cannot save to {directory}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise SpecError(f"cannot save to {directory}: {parent} is not writable")
     return directory
