@@ -15,7 +15,8 @@ import statistics
 
 from ..errors import PlanError
 from ..plan import Plan
-from .common import add_recompute_arg, plan_recompute
+from .checks import check_args
+from .common import add_recompute_arg, add_world_args, plan_recompute
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,32 +39,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--loss-chunk", type=int, default=4096, help="tokens per chunk of the LM head + loss (default 4096)")
     p.add_argument("--seed", type=int, default=0, help="weights and data (default 0)")
     p.add_argument("--strict-gpus", action="store_true", help="refuse (not just warn) when a rank's GPU model differs from the plan's device")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds before the world is killed / a collective times out")
+    add_world_args(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..runtime.checkpoint import (
-        config_from_hf,
-        model_spec_from_checkpoint,
-        read_hf_config,
-    )
+    from ..runtime.checkpoint import check_save_target, inspect_checkpoint, model_spec_from_checkpoint
     from ..runtime.parallel import ParallelOptions
     from ..runtime.train import StepJob, TrainConfig, step_worker
     from ..runtime.verify import check_nproc, prepare_check, scale_for_check
 
-    if args.steps <= 0:
-        raise PlanError(f"--steps must be positive, got {args.steps}")
-    if args.loss_chunk <= 0:
-        raise PlanError(f"--loss-chunk must be positive, got {args.loss_chunk}")
-    if not args.timeout > 0:
-        raise PlanError(f"--timeout must be positive, got {args.timeout}")
+    check_args(args, "--steps", "--loss-chunk", "--timeout", "--time-limit", "--lr", "--grad-clip", "--seed", "--seq-len", "--nproc")
+    if args.save:  # before any work: a save that fails after training would lose the trained weights
+        check_save_target(args.save)
     plan = Plan.load(args.plan)
     recompute = args.recompute or plan_recompute(plan) or "none"
     notes: tuple[str, ...] = ()
     seq = plan.seq_len if args.full_length else args.seq_len
     if args.init_from:
-        spec, cfg = model_spec_from_checkpoint(args.init_from), config_from_hf(read_hf_config(args.init_from))
+        cfg = inspect_checkpoint(args.init_from)  # readable, complete, right shapes, floating dtypes
+        spec = model_spec_from_checkpoint(args.init_from)
         plan.check(model=spec)
         name = spec.name
         plan, scale_notes = scale_for_check(plan, seq)
@@ -87,8 +82,9 @@ def run(args: argparse.Namespace) -> int:
         for note in notes:
             print(f"  note: {note}")
     if torchrun:  # this process is one rank; check_world (in step_worker) refuses a wrong world size
-        from ..runtime.launch import init_from_env
+        from ..runtime.launch import arm_time_limit, init_from_env
 
+        arm_time_limit(args.time_limit, lambda: time_limit_exit(args.time_limit))
         rank, world = init_from_env(timeout_s=args.timeout)
         result = step_worker(rank, world, job)
         if rank != 0:
@@ -96,10 +92,19 @@ def run(args: argparse.Namespace) -> int:
     else:
         from ..runtime.launch import local_backend, spawn_world
 
-        result = spawn_world(step_worker, nproc, job, timeout_s=args.timeout, backend=local_backend(nproc))[0]
+        result = spawn_world(step_worker, nproc, job, timeout_s=args.time_limit, pg_timeout_s=args.timeout, backend=local_backend(nproc))[0]
     steps = result["steps"]
     steady = [s["tokens_per_s"] for s in steps[1:]] or [steps[0]["tokens_per_s"]]  # the first step warms up
     print(f"done: loss {steps[0]['loss']:.4f} -> {steps[-1]['loss']:.4f}; {statistics.median(steady):,.0f} tokens/s (median after step 1)")
     if args.save:
         print(f"saved to {args.save}")
     return 0
+
+
+def time_limit_exit(limit_s: float) -> None:
+    """A torchrun process past --time-limit: one line, then exit 1 (torchrun ends the others)."""
+    import sys
+
+    rank = os.environ.get("RANK", "?")
+    print(f"hexiseq run: rank {rank}: stopped at the --time-limit of {limit_s:g} s", file=sys.stderr, flush=True)
+    os._exit(1)

@@ -17,7 +17,8 @@ from ..errors import PlanError
 from ..plan import Plan, random_plan
 from ..runtime.verify import check_nproc, prepare_check, verify_plan
 from ..specs import get_model
-from .common import dump_json
+from .checks import check_args
+from .common import add_world_args, dump_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,14 +34,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", help="Llama-family model of data/models.yaml or a HF config.json (default: tiny for a random "
                    "plan, a proxy with the plan's heads for a plan file)")
     p.add_argument("--tolerance", type=float, help="largest accepted relative error (default: 1e-4 in fp32, 1e-1 in bf16; fp32 rounding is ~1e-6)")
-    p.add_argument("--timeout", type=float, default=180.0, help="seconds before the spawned world is killed (default 180)")
+    add_world_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.timeout > 0:
-        raise PlanError(f"--timeout must be positive, got {args.timeout}")
+    check_args(args, "--timeout", "--time-limit", "--tolerance", "--seed", "--seq-len")
     if args.random_plan:
         if not args.nproc or args.nproc <= 0:
             raise PlanError("--random-plan needs --nproc N (N >= 1)")
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         plan = Plan.load(args.plan)
         check_nproc(plan, args.nproc)
         setup = prepare_check(plan, args.model, args.seq_len)
-    res = verify_plan(setup, seed=args.seed, timeout_s=args.timeout, tolerance=args.tolerance)
+    res = verify_plan(setup, seed=args.seed, timeout_s=args.timeout, tolerance=args.tolerance, time_limit_s=args.time_limit)
     if args.json:
         dump_json(res)
     else:

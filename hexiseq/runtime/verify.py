@@ -76,17 +76,19 @@ def rel_err(got: torch.Tensor, ref: torch.Tensor) -> float:
     return (got - ref).abs().max().item() / (scale if scale > 0 else 1.0)
 
 
-def verify_plan(setup: CheckSetup, seed: int = 0, timeout_s: float = 180.0, tolerance: float | None = None) -> dict[str, Any]:
-    """One step under the plan (spawned world) and on one device; the errors between them."""
+def verify_plan(setup: CheckSetup, seed: int = 0, timeout_s: float = 300.0, tolerance: float | None = None,
+                time_limit_s: float | None = None) -> dict[str, Any]:
+    """One step under the plan (spawned world) and on one device; the errors between them.
+    `timeout_s` bounds each collective, `time_limit_s` (None: none) the whole distributed step."""
     from .launch import local_backend, spawn_world
-    from .train import StepJob, reference_job, step_worker, unpack
+    from .train import StepJob, TrainConfig, reference_job, step_worker, unpack
 
     plan = setup.plan
     backend = local_backend(plan.world_size)
     dtype = "bf16" if backend == "nccl" else "fp32"
-    job = StepJob(plan=plan.to_dict(), model=setup.model, steps=1, seed=seed, collect=True)
+    job = StepJob(plan=plan.to_dict(), model=setup.model, steps=1, seed=seed, collect=True, train=TrainConfig(timeout_s=timeout_s))
     t0 = time.perf_counter()
-    ranks = unpack(spawn_world(step_worker, plan.world_size, job, timeout_s=timeout_s, backend=backend))
+    ranks = unpack(spawn_world(step_worker, plan.world_size, job, timeout_s=time_limit_s, pg_timeout_s=timeout_s, backend=backend))
     seconds = time.perf_counter() - t0
     ref = reference_job(job, plan.seq_len)
     out = torch.empty_like(ref["output"])
@@ -114,7 +116,8 @@ def check_nproc(plan: Plan, nproc: int | None) -> None:
         raise PlanError(f"plan {plan.name!r} has {plan.world_size} ranks but --nproc is {nproc}")
 
 
-def train_plan(setup: CheckSetup, steps: int = 5, lr: float = 1e-3, seed: int = 0, timeout_s: float = 600.0) -> list[dict[str, Any]]:
+def train_plan(setup: CheckSetup, steps: int = 5, lr: float = 1e-3, seed: int = 0, timeout_s: float = 300.0,
+               time_limit_s: float | None = None) -> list[dict[str, Any]]:
     """A short real training run of the plan on spawned ranks (gloo on CPU, NCCL with a GPU per
     rank): rank 0's per-step records (`step`, `loss`, `grad_norm`, `seconds`, `tokens_per_s`).
     For notebooks; `hexiseq run` is the command-line twin (and runs under torchrun too)."""
@@ -125,5 +128,6 @@ def train_plan(setup: CheckSetup, steps: int = 5, lr: float = 1e-3, seed: int = 
         raise PlanError(f"steps must be positive, got {steps}")
     plan = setup.plan
     job = StepJob(plan=plan.to_dict(), model=setup.model, steps=steps, seed=seed, train=TrainConfig(lr=lr, timeout_s=timeout_s))
-    result = spawn_world(step_worker, plan.world_size, job, timeout_s=timeout_s, backend=local_backend(plan.world_size))[0]
+    result = spawn_world(step_worker, plan.world_size, job, timeout_s=time_limit_s, pg_timeout_s=timeout_s,
+                         backend=local_backend(plan.world_size))[0]
     return list(result["steps"])
