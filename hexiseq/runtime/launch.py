@@ -61,8 +61,31 @@ class WorldResult:
         return [r for r in range(nproc) if r not in self.values and r not in self.failures]
 
 
+def _die_with_parent() -> None:
+    """A rank outlives no parent: SIGKILL when the launcher dies, even by SIGKILL (Linux prctl;
+    elsewhere a watcher thread), so that an orphaned world does not train on alone."""
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        if ctypes.CDLL(None, use_errno=True).prctl(1, 9) == 0:  # PR_SET_PDEATHSIG, SIGKILL
+            if os.getppid() != parent:  # the parent died before prctl took effect
+                os._exit(1)
+            return
+    except (AttributeError, OSError):
+        pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def _worker(fn: Callable, rank: int, nproc: int, port: int, backend: str, pg_timeout_s: float, threads: int,
             args: tuple, results: "mp.Queue") -> None:
+    _die_with_parent()
     try:
         torch.set_num_threads(threads)
         if backend == "nccl":  # bind the GPU before NCCL creates its communicator
@@ -194,10 +217,12 @@ def torchrun_env() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def init_from_env(backend: str | None = None, timeout_s: float = DEFAULT_PG_TIMEOUT_S, rank: int | None = None) -> tuple[int, int]:
+def init_from_env(backend: str | None = None, timeout_s: float = DEFAULT_PG_TIMEOUT_S, rank: int | None = None,
+                  device_index: int | None = None) -> tuple[int, int]:
     """Initialize the default group from torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR/PORT);
     NCCL with the local GPU when CUDA is present, gloo otherwise. `rank` overrides RANK (the plan's
-    rank of this process's device). `timeout_s` bounds every collective. Also starts this rank's
+    rank of this process's device), `device_index` the GPU it binds (default LOCAL_RANK). `timeout_s`
+    bounds every collective. Also starts this rank's
     heartbeat board in the store (failures.py), so that a failing rank can name a stopped peer.
     Returns (rank, world_size)."""
     if not dist.is_initialized():
@@ -205,7 +230,7 @@ def init_from_env(backend: str | None = None, timeout_s: float = DEFAULT_PG_TIME
             raise RuntimeError("init_from_env: RANK / WORLD_SIZE are not set; launch with torchrun")
         backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
         if backend == "nccl":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)) if device_index is None else device_index)
         rank = int(os.environ["RANK"]) if rank is None else rank
         world = int(os.environ["WORLD_SIZE"])
         dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s), rank=rank, world_size=world)

@@ -60,20 +60,32 @@ class Shard:
     labels: Tensor
 
 
-def shard_sequence(tokens: Tensor, layout: "RankLayout") -> Shard:
-    """The rank's rows of a whole sequence; labels come from global positions (not the shard's order)."""
+def shard_sequence(tokens: Tensor, layout: "RankLayout", labels: Tensor | None = None) -> Shard:
+    """The rank's rows of a whole sequence; labels come from global positions (not the shard's order).
+    `labels` [S]: the target of each position (default: the next token, none for the last)."""
     idx = torch.tensor(layout.token_indices(), dtype=torch.long, device=tokens.device)
-    return Shard(tokens[idx], idx, shift_labels(tokens)[idx])
+    labels = shift_labels(tokens) if labels is None else labels
+    return Shard(tokens[idx], idx, labels[idx])
 
 
 class Runner(Protocol):
-    """What the training step needs: a loss to backpropagate, then gradients made global."""
+    """What the training step needs. A batch is a list of this rank's `Shard`s, one per sequence
+    (gradient accumulation); `label_count` is the batch's labelled positions over all ranks, by which
+    every shard's loss sum is divided, so that the summed gradients are those of the batch mean."""
 
     model: torch.nn.Module
 
-    def loss(self, tokens: Tensor) -> tuple[Tensor, float]: ...
+    def positions(self, seq_len: int) -> list[int]: ...
+    def shard(self, tokens: Tensor, labels: Tensor | None = None) -> Shard: ...
+    def label_count(self, batch: list[Shard]) -> float: ...
+    def shard_loss(self, shard: Shard, count: float) -> Tensor: ...
+    def global_sum(self, value: Tensor) -> Tensor: ...
     def sync_gradients(self) -> None: ...
     def output(self, tokens: Tensor) -> tuple[Tensor, Tensor]: ...
+
+
+def _labelled(batch: list[Shard]) -> int:
+    return sum(int((s.labels != IGNORE_INDEX).sum()) for s in batch)
 
 
 class SingleDevice:
@@ -83,10 +95,26 @@ class SingleDevice:
         self.model, self.loss_chunk = model, loss_chunk
         model.activation_checkpointing = activation_checkpointing
 
+    def positions(self, seq_len: int) -> list[int]:
+        return list(range(seq_len))
+
+    def shard(self, tokens: Tensor, labels: Tensor | None = None) -> Shard:
+        labels = shift_labels(tokens) if labels is None else labels
+        return Shard(tokens, torch.arange(tokens.shape[0], device=tokens.device), labels)
+
+    def label_count(self, batch: list[Shard]) -> float:
+        return float(max(1, _labelled(batch)))
+
+    def shard_loss(self, shard: Shard, count: float) -> Tensor:
+        return self.model(shard.tokens, labels=shard.labels, loss_chunk=self.loss_chunk) / count
+
+    def global_sum(self, value: Tensor) -> Tensor:
+        return value
+
     def loss(self, tokens: Tensor) -> tuple[Tensor, float]:
-        labels = shift_labels(tokens)
-        count = int((labels != IGNORE_INDEX).sum().clamp(min=1))
-        loss = self.model(tokens, labels=labels, loss_chunk=self.loss_chunk) / count
+        """(mean loss of one whole sequence, for backward; its value)."""
+        shard = self.shard(tokens)
+        loss = self.shard_loss(shard, self.label_count([shard]))
         return loss, float(loss.detach())
 
     def sync_gradients(self) -> None:
@@ -131,19 +159,41 @@ class PlanParallel:
             fully_shard(layer)
         fully_shard(self.model)
 
-    def loss(self, tokens: Tensor) -> tuple[Tensor, float]:
-        """(this rank's share of the global mean loss, for backward; the global mean loss, for logging)."""
-        shard = shard_sequence(tokens, self.layout)
-        count = torch.tensor([(shard.labels != IGNORE_INDEX).sum().item()], dtype=torch.float64, device=tokens.device)
-        dist.all_reduce(count)  # labelled tokens of the whole sequence
-        local = self.model(shard.tokens, shard.positions, shard.labels, self.options.loss_chunk) / count.clamp(min=1).item()
-        total = local.detach().clone().double().reshape(1)
-        dist.all_reduce(total)
+    def positions(self, seq_len: int | None = None) -> list[int]:
+        """Global positions of this rank's tokens (the rows it reads of each sequence)."""
+        return self.layout.token_indices()
+
+    def shard(self, tokens: Tensor, labels: Tensor | None = None) -> Shard:
+        return shard_sequence(tokens, self.layout, labels)
+
+    def label_count(self, batch: list[Shard]) -> float:
+        """Labelled positions of the whole batch, all ranks (one all-reduce)."""
+        device = batch[0].tokens.device if batch else torch.device("cpu")
+        count = torch.tensor([float(_labelled(batch))], dtype=torch.float64, device=device)
+        dist.all_reduce(count)
+        return float(count.clamp(min=1).item())
+
+    def shard_loss(self, shard: Shard, count: float) -> Tensor:
+        """This rank's share of the batch mean loss (for backward)."""
+        local = self.model(shard.tokens, shard.positions, shard.labels, self.options.loss_chunk) / count
         if self.options.fsdp:
             # FSDP's reduce-scatter averages over the ranks; we need the sum. Scaling the loss keeps to
-            # plain SUM collectives (its divide-factor path uses PREMUL_SUM, which gloo lacks).
+            # plain SUM collectives (its divide-factor path uses PREMUL_SUM, which gloo lacks). Logged
+            # values undo the factor (global_sum).
             local = local * dist.get_world_size()
-        return local, float(total.item())
+        return local
+
+    def global_sum(self, value: Tensor) -> Tensor:
+        """Sum of a per-rank value over the ranks (the logged loss: each rank's shares, summed)."""
+        total = value.detach().clone().double().reshape(1)
+        dist.all_reduce(total)
+        return total[0] / (dist.get_world_size() if self.options.fsdp else 1)
+
+    def loss(self, tokens: Tensor) -> tuple[Tensor, float]:
+        """(this rank's share of the global mean loss of one sequence, for backward; the global mean loss)."""
+        shard = self.shard(tokens)
+        local = self.shard_loss(shard, self.label_count([shard]))
+        return local, float(self.global_sum(local))
 
     def sync_gradients(self) -> None:
         """Sum every parameter's gradient over the ranks (FSDP already did, in its reduce-scatter)."""

@@ -1,6 +1,7 @@
 """The training step and a short training loop, on one device or under a Plan.
 
-- AdamW (decoupled weight decay on matrices only), global-norm gradient clipping;
+- AdamW (decoupled weight decay on matrices only), linear warmup then cosine decay (`lr_at`),
+  gradient accumulation over the global batch (a step is a list of sequences), global-norm clipping;
 - bf16 autocast on CUDA (fp32 master weights), plain fp32 on CPU;
 - a start-up check that the running world matches the Plan (size; on CUDA the GPU model of each
   rank against the Plan's cluster device) and process-group timeouts, so a mismatch fails loudly
@@ -11,12 +12,13 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -25,17 +27,35 @@ from torch import Tensor
 from ..errors import PlanError
 from ..plan import Plan
 from .model import Llama, LlamaConfig
-from .parallel import ParallelOptions, PlanParallel, Runner, SingleDevice
+from .parallel import ParallelOptions, PlanParallel, Runner, Shard, SingleDevice
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    lr: float = 1e-3
+    lr: float = 1e-3  # peak learning rate
     betas: tuple[float, float] = (0.9, 0.95)
     eps: float = 1e-8
     weight_decay: float = 0.1
     grad_clip: float | None = 1.0  # max global gradient norm; None: no clipping
     timeout_s: float = 300.0  # every collective of the step
+    warmup_steps: int = 0  # linear warmup from lr/warmup to lr
+    schedule: str = "constant"  # "constant" | "cosine" (decay to min_lr_ratio * lr at the last step)
+    min_lr_ratio: float = 0.1
+
+
+def lr_at(cfg: TrainConfig, step: int, total_steps: int) -> float:
+    """Learning rate of step `step` (0-based) of `total_steps`: linear warmup over the first
+    `warmup_steps` steps, then constant or a cosine decay from lr to min_lr_ratio * lr at the last step."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    if cfg.schedule == "constant":
+        return cfg.lr
+    if cfg.schedule != "cosine":
+        raise ValueError(f"unknown schedule {cfg.schedule!r} (constant, cosine)")
+    span = max(1, total_steps - 1 - cfg.warmup_steps)
+    progress = min(1.0, (step - cfg.warmup_steps) / span)
+    floor = cfg.lr * cfg.min_lr_ratio
+    return floor + (cfg.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def compute_device(rank: int) -> torch.device:
@@ -115,28 +135,48 @@ class StepStats:
 def train_step(
     runner: Runner,
     optimizer: torch.optim.Optimizer,
-    tokens: Tensor,
+    batch: Tensor | Sequence[Shard],
     cfg: TrainConfig,
     step: int = 0,
     grads_hook: Callable[[torch.nn.Module], None] | None = None,
+    lr: float | None = None,
+    tokens: int | None = None,
 ) -> StepStats:
-    """Forward + backward of one sequence, gradients summed over ranks, clipping, AdamW update."""
+    """One optimizer step over a batch: forward + backward of every sequence (this rank's shards;
+    a whole-sequence tensor is one sequence), gradients accumulated and summed over ranks, clipping,
+    AdamW at `lr` (default: the optimizer's). The loss is the mean over the batch's labelled positions.
+    `tokens`: tokens the whole world processed (for tokens/s; default the whole-sequence length)."""
     model = runner.model
+    if isinstance(batch, Tensor):
+        tokens = int(batch.numel()) if tokens is None else tokens
+        batch = [runner.shard(batch)]
+    device = batch[0].tokens.device
     t0 = time.perf_counter()
+    if lr is not None:
+        for g in optimizer.param_groups:
+            g["lr"] = lr
     optimizer.zero_grad(set_to_none=True)
-    with autocast(tokens.device):
-        loss, value = runner.loss(tokens)
-    loss.backward()
+    count = runner.label_count(list(batch))
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    for i, shard in enumerate(batch):
+        if hasattr(model, "set_requires_gradient_sync"):  # FSDP2: reduce-scatter on the last sequence only
+            model.set_requires_gradient_sync(i == len(batch) - 1)
+        with autocast(device):
+            loss = runner.shard_loss(shard, count)
+        loss.backward()
+        total += loss.detach().double()
     runner.sync_gradients()
+    value = float(runner.global_sum(total))
     if grads_hook is not None:
         grads_hook(model)
     params = [p for p in model.parameters() if p.grad is not None]
     max_norm = cfg.grad_clip if cfg.grad_clip is not None else float("inf")
     norm = torch.nn.utils.clip_grad_norm_(params, max_norm)  # same global grads on every rank -> same norm
     optimizer.step()
-    if tokens.device.type == "cuda":
+    if device.type == "cuda":
         torch.cuda.synchronize()
-    return StepStats(step, value, float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm), int(tokens.numel()), time.perf_counter() - t0)
+    norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+    return StepStats(step, value, norm, int(tokens or 0), time.perf_counter() - t0)
 
 
 def train(runner: Runner, optimizer: torch.optim.Optimizer, tokens: Tensor, steps: int, cfg: TrainConfig,
