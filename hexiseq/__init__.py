@@ -18,8 +18,16 @@ from .specs import (
 
 __version__ = "0.1.0"
 
+
+def launch(*args, **kwargs):
+    """Start a training run of a plan in the background: see hexiseq.runs.launch."""
+    from .runs import launch as _launch
+
+    return _launch(*args, **kwargs)
+
+
 __all__ = [
     "ClusterSpec", "Device", "GPUType", "Group", "HexiSeqError", "InfeasibleError", "ModelSpec", "Plan",
     "PlanError", "RankLayout", "SpecError", "Workload", "even_split", "get_gpu", "get_model", "gpu_catalog",
-    "load_cluster", "model_catalog", "random_plan", "ring_plan", "symmetric_plan", "ulysses_plan",
+    "launch", "load_cluster", "model_catalog", "random_plan", "ring_plan", "symmetric_plan", "ulysses_plan",
 ]

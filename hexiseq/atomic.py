@@ -32,6 +32,16 @@ def fsync_dir(path: Path | str) -> None:
         os.close(fd)
 
 
+def fsync_files(paths) -> None:
+    """fsync each file of `paths`."""
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def fsync_tree(root: Path) -> None:
     """fsync every file and directory under `root` (files first, then their directories)."""
     for dirpath, _dirs, files in os.walk(root, topdown=False):
@@ -113,6 +123,24 @@ def remove_stale(path: Path | str) -> list[str]:
     return notes
 
 
+def publish(tmp: Path, path: Path) -> None:
+    """Put the finished (fsync'd) directory `tmp` in place of `path` in one step: a rename, or an
+    exchange with the existing `path` (whose old contents are then deleted)."""
+    if path.exists():
+        if not path.is_dir():
+            raise FileExistsError(f"{path} exists and is not a directory")
+        if _exchange(tmp, path):
+            shutil.rmtree(tmp)  # tmp now holds the old directory
+        else:  # two renames: a moment without `path`, never a mixed directory
+            old = path.with_name(f".{path.name}{_OLD}{os.getpid()}-{secrets.token_hex(4)}")
+            os.rename(path, old)
+            os.rename(tmp, path)
+            shutil.rmtree(old)
+    else:
+        os.rename(tmp, path)
+    fsync_dir(path.parent)
+
+
 @contextlib.contextmanager
 def atomic_dir(path: Path | str) -> Iterator[Path]:
     """`with atomic_dir(target) as tmp:` write the files into `tmp`; on a clean exit they replace
@@ -125,19 +153,7 @@ def atomic_dir(path: Path | str) -> Iterator[Path]:
     try:
         yield tmp
         fsync_tree(tmp)
-        if path.exists():
-            if not path.is_dir():
-                raise FileExistsError(f"{path} exists and is not a directory")
-            if _exchange(tmp, path):
-                shutil.rmtree(tmp)  # tmp now holds the old directory
-            else:  # two renames: a moment without `path`, never a mixed directory
-                old = path.with_name(f".{path.name}{_OLD}{os.getpid()}-{secrets.token_hex(4)}")
-                os.rename(path, old)
-                os.rename(tmp, path)
-                shutil.rmtree(old)
-        else:
-            os.rename(tmp, path)
-        fsync_dir(path.parent)
+        publish(tmp, path)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

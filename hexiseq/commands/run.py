@@ -1,110 +1,259 @@
-"""`hexiseq run --plan FILE --nproc N [--steps K] [--model tiny]`: a short real training run of a plan.
+"""`hexiseq run --plan FILE [--data PATH] [--steps K] [--out RUN_DIR]`: a real training run of a plan.
 
 On this machine the ranks are spawned processes (gloo on CPU; NCCL when there is a GPU per rank);
-under `torchrun` each process runs its own rank. The data is one synthetic sequence of the plan's
-length (seeded random token ids), trained on for K steps; rank 0 prints the loss and tokens/s of
-every step. Start from pretrained weights with `--init-from` (a Hugging Face checkpoint directory)
-and write the result with `--save`.
+under `torchrun` each process is the rank of its device (node and local rank follow the cluster
+file). The data: a text file or folder (tokenized with --tokenizer's tokenizer.json, else
+byte-level), or token files (.bin / .npy, memory-mapped), packed into sequences of the plan's
+length; without --data, one synthetic sequence. AdamW with warmup and a cosine schedule, gradient
+accumulation over --global-batch sequences, clipping. Everything is recorded in the run directory
+(--out, default runs/<timestamp>): config, plan, metrics.jsonl, summary.json (measured vs predicted
+step time), TensorBoard events, console log and DCP checkpoints; `--resume RUN_DIR` continues it
+exactly, also under another plan (`--plan new.json`: the checkpoint is resharded).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import statistics
+import sys
+from pathlib import Path
 
-from ..errors import PlanError
+from ..errors import HexiSeqError
 from ..plan import Plan
 from .checks import check_args
-from .common import add_recompute_arg, add_world_args, plan_recompute
+from .common import add_recompute_arg, add_world_args
+
+# Defaults of the options a resumed run takes from its config (given on --resume they are refused).
+DEFAULTS = {"steps": 5, "lr": 1e-3, "grad_clip": 1.0, "global_batch": 1, "seed": 0, "dtype": "float32", "schedule": "cosine",
+            "min_lr_ratio": 0.1, "weight_decay": 0.1, "loss_chunk": 4096, "checkpoint_every": 0, "keep_checkpoints": 2}
+FIXED_ON_RESUME = ("data", "tokenizer", "labels", "token_dtype", "model", "init_from", "seq_len", "lr", "grad_clip",
+                   "global_batch", "seed", "dtype", "schedule", "min_lr_ratio", "weight_decay", "warmup_steps", "recompute",
+                   "loss_chunk", "out")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="a short training run of a plan (spawned ranks or torchrun)", description=__doc__)
-    p.add_argument("--plan", required=True, help="plan JSON file")
-    p.add_argument("--nproc", type=int, help="ranks to spawn (default and only valid value: the plan's world size)")
-    p.add_argument("--steps", type=int, default=5, help="training steps (default 5)")
-    p.add_argument("--model", help="Llama-family model of data/models.yaml or a HF config.json (default: a small proxy "
+    p = sub.add_parser("run", help="a real training run of a plan (spawned ranks or torchrun), recorded in a run directory",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--plan", help="plan JSON file (with --resume: a new plan for the run, e.g. for a cluster that lost a node)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its newest checkpoint (config from RUN_DIR)")
+    p.add_argument("--checkpoint", metavar="NAME", help="with --resume: the checkpoint to continue from (e.g. step-00000020)")
+    p.add_argument("--out", metavar="RUN_DIR", help="the run directory (default runs/<timestamp>; required under torchrun)")
+    d = p.add_argument_group("data")
+    d.add_argument("--data", help="text file or folder (*.txt, *.md), or token file (.bin uint16, .npy 1-D stream or 2-D [N, S])")
+    d.add_argument("--tokenizer", help="a Hugging Face tokenizer.json (or its folder) for text; default: byte-level")
+    d.add_argument("--labels", help="labels .npy of 2-D token data, Hugging Face convention (-100 = ignored)")
+    d.add_argument("--token-dtype", help="dtype of a raw .bin token file (default uint16)")
+    m = p.add_argument_group("model and plan")
+    m.add_argument("--nproc", type=int, help="ranks to spawn (default and only valid value: the plan's world size)")
+    m.add_argument("--model", help="Llama-family model of data/models.yaml or a HF config.json (default: a small proxy "
                    "Llama with the plan's head counts)")
-    p.add_argument("--seq-len", type=int, help="scale the plan to this many tokens, same groups, heads and shard proportions "
-                   "(default: plans over 8192 tokens are scaled to 2048 unless --full-length)")
-    p.add_argument("--full-length", action="store_true", help="run the plan at its own length (for a real GPU run)")
-    p.add_argument("--init-from", help="Hugging Face checkpoint directory to start from (overrides --model)")
-    p.add_argument("--save", help="write the trained weights here in Hugging Face layout")
-    p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default 1e-3)")
-    p.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm (default 1.0; 0 disables)")
-    add_recompute_arg(p, "activation checkpointing policy: none, selective (a bare --recompute), full "
+    m.add_argument("--init-from", help="Hugging Face checkpoint directory to start from (overrides --model)")
+    m.add_argument("--seq-len", type=int, help="scale the plan to this many tokens, same groups, heads and shard proportions "
+                   "(default: plans over 8192 tokens are scaled to 2048 unless --full-length; 2-D token data: its length)")
+    m.add_argument("--full-length", action="store_true", help="run the plan at its own length (for a real GPU run)")
+    add_recompute_arg(m, "activation checkpointing policy: none, selective (a bare --recompute), full "
                          "(default: the plan file's policy, meta['recompute'], else none)", allow_auto=False)
-    p.add_argument("--fsdp", action="store_true", help="shard parameters with FSDP2 (for large models on GPUs)")
-    p.add_argument("--loss-chunk", type=int, default=4096, help="tokens per chunk of the LM head + loss (default 4096)")
-    p.add_argument("--seed", type=int, default=0, help="weights and data (default 0)")
-    p.add_argument("--strict-gpus", action="store_true", help="refuse (not just warn) when a rank's GPU model differs from the plan's device")
+    m.add_argument("--fsdp", action="store_true", help="shard parameters with FSDP2 (for large models on GPUs)")
+    m.add_argument("--loss-chunk", type=int, help="tokens per chunk of the LM head + loss (default 4096)")
+    m.add_argument("--dtype", choices=["float32", "float64"], help="CPU parameters and activations (default float32; float64 "
+                   "for exact comparisons); CUDA runs bf16 autocast")
+    m.add_argument("--strict-gpus", action="store_true", help="refuse (not just warn) when a rank's GPU model differs from the plan's device")
+    m.add_argument("--node", type=int, help="torchrun: this node's index among the plan's nodes (default: torchrun's node rank)")
+    t = p.add_argument_group("training")
+    t.add_argument("--steps", type=int, help="optimizer steps (default 5; with --resume: the run's, or more)")
+    t.add_argument("--global-batch", type=int, help="sequences per step, gradients accumulated (default 1)")
+    t.add_argument("--lr", type=float, help="peak AdamW learning rate (default 1e-3)")
+    t.add_argument("--warmup-steps", type=int, help="linear warmup steps (default: a tenth of the steps, at most 100)")
+    t.add_argument("--schedule", choices=["cosine", "constant"], help="after warmup (default cosine, to --min-lr-ratio x lr)")
+    t.add_argument("--min-lr-ratio", type=float, help="final learning rate of the cosine, as a fraction of --lr (default 0.1)")
+    t.add_argument("--weight-decay", type=float, help="AdamW weight decay on matrices (default 0.1)")
+    t.add_argument("--grad-clip", type=float, help="max gradient norm (default 1.0; 0 disables)")
+    t.add_argument("--seed", type=int, help="weights and data order (default 0)")
+    o = p.add_argument_group("record")
+    o.add_argument("--checkpoint-every", type=int, help="DCP checkpoint every K steps (default 0: at the end, and when stopped)")
+    o.add_argument("--keep-checkpoints", type=int, help="newest checkpoints kept (default 2)")
+    o.add_argument("--save", help="also write the final weights here in Hugging Face layout (as hexiseq export)")
+    o.add_argument("--plot", action="store_true", help="save the loss curve as RUN_DIR/loss.png")
+    o.add_argument("--no-tensorboard", action="store_true", help="no TensorBoard event files")
+    o.add_argument("--json", action="store_true", help="print the summary as JSON (progress goes to stderr)")
     add_world_args(p)
     p.set_defaults(func=run)
 
 
+def _given(args: argparse.Namespace, key: str) -> bool:
+    value = getattr(args, key)
+    return value not in (None, False)
+
+
 def run(args: argparse.Namespace) -> int:
-    from ..runtime.checkpoint import check_save_target, inspect_checkpoint, model_spec_from_checkpoint
-    from ..runtime.parallel import ParallelOptions
-    from ..runtime.train import StepJob, TrainConfig, step_worker
-    from ..runtime.verify import check_nproc, prepare_check, scale_for_check
+    from ..runtime.launch import torchrun_env
 
-    check_args(args, "--steps", "--loss-chunk", "--timeout", "--time-limit", "--lr", "--grad-clip", "--seed", "--seq-len", "--nproc")
+    check_args(args, "--steps", "--loss-chunk", "--timeout", "--time-limit", "--lr", "--grad-clip", "--seed", "--seq-len",
+               "--nproc", "--warmup-steps", "--global-batch", "--checkpoint-every", "--weight-decay", "--min-lr-ratio")
+    if args.keep_checkpoints is not None and args.keep_checkpoints < 1:
+        raise HexiSeqError(f"--keep-checkpoints must be at least 1, got {args.keep_checkpoints}")
+    torchrun = torchrun_env()
     if args.save:  # before any work: a save that fails after training would lose the trained weights
+        from ..runtime.checkpoint import check_save_target
+
         check_save_target(args.save)
+    if args.resume:
+        given = [k for k in FIXED_ON_RESUME if _given(args, k)]
+        if given:
+            raise HexiSeqError(f"--resume continues the run as configured; {', '.join('--' + k.replace('_', '-') for k in given)} "
+                               "cannot change (start a new run with --init-from to change them)")
+        run_dir, cfg, resume, session, notes = _prepare_resume(args)
+    else:
+        if not args.plan:
+            raise HexiSeqError("give --plan FILE (or --resume RUN_DIR)")
+        if torchrun and not args.out:
+            raise HexiSeqError("under torchrun give --out RUN_DIR (on a filesystem every node sees): the processes must agree on it")
+        if torchrun:  # the world against the plan first: nothing is written for a process that has no place
+            _placement(Plan.load(args.plan), args)
+        run_dir, cfg, notes = _prepare_new(args, torchrun)
+        resume, session = None, 0
+    plan = cfg.plan_obj()
+    if not torchrun and args.nproc is not None and args.nproc != plan.world_size:
+        raise HexiSeqError(f"plan {plan.name!r} has {plan.world_size} ranks but --nproc is {args.nproc}")
+    return _execute(args, run_dir, cfg, resume, session, notes, torchrun)
+
+
+def _prepare_new(args: argparse.Namespace, torchrun: bool):
+    from ..runs.config import resolve
+    from ..runs.rundir import RunDir, default_run_dir
+
     plan = Plan.load(args.plan)
-    recompute = args.recompute or plan_recompute(plan) or "none"
-    notes: tuple[str, ...] = ()
-    seq = plan.seq_len if args.full_length else args.seq_len
-    if args.init_from:
-        cfg = inspect_checkpoint(args.init_from)  # readable, complete, right shapes, floating dtypes
-        spec = model_spec_from_checkpoint(args.init_from)
-        plan.check(model=spec)
-        name = spec.name
-        plan, scale_notes = scale_for_check(plan, seq)
-        notes = tuple(scale_notes)
-    else:
-        setup = prepare_check(plan, args.model, seq)
-        plan, cfg, name, notes = setup.plan, setup.model, setup.model_name, setup.notes
-    torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
-    nproc = args.nproc if args.nproc is not None else plan.world_size
+    out = Path(args.out) if args.out else default_run_dir()
+    existed = out.exists()
     if not torchrun:
-        check_nproc(plan, nproc)
-    job = StepJob(
-        plan=plan.to_dict(), model=cfg, steps=args.steps, seed=args.seed,
-        train=TrainConfig(lr=args.lr, grad_clip=args.grad_clip or None, timeout_s=args.timeout),
-        options=ParallelOptions(fsdp=args.fsdp, activation_checkpointing=recompute, loss_chunk=args.loss_chunk),
-        init_from=args.init_from, save_to=args.save, show=True, strict_gpus=args.strict_gpus,
-    )
-    if not torchrun or os.environ.get("RANK") == "0":
-        print(f"hexiseq run: plan {plan.name!r}, {plan.world_size} ranks, {plan.seq_len} tokens, model {name}, {args.steps} steps, "
-              f"recompute {recompute}")
-        for note in notes:
-            print(f"  note: {note}")
-    if torchrun:  # this process is one rank; check_world (in step_worker) refuses a wrong world size
-        from ..runtime.launch import arm_time_limit, init_from_env
+        run = RunDir.create(out)
+    else:  # every process checks, none writes before the process group exists (all have passed this check)
+        run = RunDir(out)
+        if run.config.exists():
+            raise HexiSeqError(f"--out {out}: already holds a run; continue it with --resume {out}, or give another --out")
+        run.path.mkdir(parents=True, exist_ok=True)
+    steps = args.steps or DEFAULTS["steps"]
+    opt = {k: getattr(args, k) if getattr(args, k) is not None else DEFAULTS[k] for k in DEFAULTS}
+    warmup = args.warmup_steps if args.warmup_steps is not None else min(100, steps // 10)
+    try:
+        cfg = resolve(plan, run.data, model=args.model, init_from=args.init_from, seq_len=args.seq_len, full_length=args.full_length,
+                      data=args.data, tokenizer=args.tokenizer, labels=args.labels, token_dtype=args.token_dtype, steps=steps,
+                      global_batch=opt["global_batch"], seed=opt["seed"], dtype=opt["dtype"], lr=opt["lr"], warmup_steps=warmup,
+                      schedule=opt["schedule"], min_lr_ratio=opt["min_lr_ratio"], weight_decay=opt["weight_decay"],
+                      grad_clip=opt["grad_clip"], recompute=args.recompute, fsdp=args.fsdp, loss_chunk=opt["loss_chunk"],
+                      checkpoint_every=opt["checkpoint_every"], keep_checkpoints=opt["keep_checkpoints"],
+                      strict_gpus=args.strict_gpus, tensorboard=not args.no_tensorboard, timeout_s=args.timeout)
+    except BaseException:
+        if not existed:  # nothing half-made is left behind
+            import shutil
 
-        arm_time_limit(args.time_limit, lambda: time_limit_exit(args.time_limit))
-        rank, world = init_from_env(timeout_s=args.timeout)
-        result = step_worker(rank, world, job)
-        if rank != 0:
-            return 0
+            if torchrun:  # other processes may be writing there too: only an empty directory goes
+                shutil.rmtree(run.data, ignore_errors=True)
+                try:
+                    run.path.rmdir()
+                except OSError:
+                    pass
+            else:
+                shutil.rmtree(run.path, ignore_errors=True)
+        raise
+    return run, cfg, list(cfg.notes)
+
+
+def _prepare_resume(args: argparse.Namespace):
+    from ..runs import checkpoint as ckpt
+    from ..runs.config import RunConfig, for_resume
+    from ..runs.rundir import RunDir
+
+    run = RunDir.existing(args.resume)
+    data = run.read_json(run.config)
+    if data is None:
+        raise HexiSeqError(f"--resume {run.path}: config.json is unreadable")
+    cfg = RunConfig.from_dict(data)
+    cfg, notes = for_resume(cfg, Plan.load(args.plan) if args.plan else None, args.steps, args.timeout)
+    found = ckpt.find(run.checkpoints, args.checkpoint)  # verified against its manifest: corrupt ones are refused, named
+    if found is None:
+        notes.append("no checkpoint yet: the run starts from step 0")
+        return run, cfg, None, 0, notes
+    path, trainer = found
+    if trainer["step"] >= cfg.steps:
+        raise HexiSeqError(f"--resume {run.path}: checkpoint {path.name} is at step {trainer['step']} of {cfg.steps}: the run is "
+                           "complete; give --steps N (more) to train further")
+    session = int(trainer.get("session", 0)) + 1
+    notes.append(f"resuming from {path.name} (step {trainer['step']}, written by {trainer['world_size']} ranks)")
+    return run, cfg, path, session, notes
+
+
+def _execute(args, run, cfg, resume, session, notes, torchrun: bool) -> int:
+    from ..runs.launch import execute_spawned, execute_torchrun
+    from ..runs.progress import Console
+
+    plan = cfg.plan_obj()
+    start = 0
+    if resume is not None:
+        start = int(json.loads((resume / "trainer.json").read_text())["step"])
+    console = Console(stream=sys.stderr if args.json else sys.stdout)
+    header = [f"hexiseq run: plan {plan.name!r}, {plan.world_size} ranks, {plan.seq_len} tokens x {cfg.global_batch}, model "
+              f"{cfg.model_name}, steps {start + 1}-{cfg.steps}, recompute {cfg.options['activation_checkpointing']}, lr "
+              f"{cfg.train['lr']:g} ({cfg.train['schedule']}, warmup {cfg.train['warmup_steps']})"]
+    header += [f"  note: {n}" for n in notes]
+    header.append(f"  run directory: {run.path}")
+    if not torchrun:
+        _write_run_files(run, cfg, resume, start, session)
+        console.attach(run.console)
+        for line in header:
+            console.print(line)
+        summary = execute_spawned(run, cfg, resume, session, console, start, args.timeout, args.time_limit)
     else:
-        from ..runtime.launch import local_backend, spawn_world
+        placement, cluster = _placement(plan, args)
+        if placement.rank == 0:
+            console.attach(run.console)
+            for line in header:
+                console.print(line)
+        summary = execute_torchrun(run, cfg, resume, session, console, start, placement, cluster, args.timeout, args.time_limit,
+                                   on_time_limit=lambda: time_limit_exit(args.time_limit),
+                                   before_training=lambda rank: _write_run_files(run, cfg, resume, start, session) if rank == 0 else None)
+        if summary is None:
+            return 0
+    if args.plot:
+        from ..runs.plots import save_loss_curve
 
-        result = spawn_world(step_worker, nproc, job, timeout_s=args.time_limit, pg_timeout_s=args.timeout, backend=local_backend(nproc))[0]
-    steps = result["steps"]
-    steady = [s["tokens_per_s"] for s in steps[1:]] or [steps[0]["tokens_per_s"]]  # the first step warms up
-    print(f"done: loss {steps[0]['loss']:.4f} -> {steps[-1]['loss']:.4f}; {statistics.median(steady):,.0f} tokens/s (median after step 1)")
+        console.print(f"loss curve: {save_loss_curve(run.path)}")
     if args.save:
-        print(f"saved to {args.save}")
-    return 0
+        from ..runs.export import export
+
+        console.print(f"saved to {export(run.path, args.save)} (Hugging Face layout)")
+    console.close()
+    if args.json:
+        print(json.dumps(summary, indent=2, default=str))
+    return 0 if summary.get("status") in ("completed", "stopped") else 1
+
+
+def _placement(plan: Plan, args: argparse.Namespace):
+    """(this torchrun process's Placement, the plan's cluster): the mapping follows the cluster file."""
+    from ..runtime.placement import placement_from_env
+    from ..specs import load_cluster
+
+    cluster = load_cluster(plan.cluster) if plan.cluster else None
+    return placement_from_env(plan, cluster, os.environ, node=args.node), cluster
+
+
+def _write_run_files(run, cfg, resume, start: int, session: int) -> None:
+    """The record a run starts with: config.json, plan.json (earlier plans kept in plans/), and on
+    resume the metrics cut back to the checkpoint's step."""
+    previous = run.read_json(run.plan)
+    if previous is not None and previous != cfg.plan:
+        (run.path / "plans").mkdir(exist_ok=True)
+        run.write_json(run.path / "plans" / f"plan-until-step-{start:08d}.json", previous)
+    run.write_json(run.config, cfg.to_dict())
+    run.write_json(run.plan, cfg.plan)
+    if resume is not None:
+        run.keep_metrics_until(start)
+    run.set_status("starting", session=session)
 
 
 def time_limit_exit(limit_s: float) -> None:
     """A torchrun process past --time-limit: one line, then exit 1 (torchrun ends the others)."""
-    import sys
-
     rank = os.environ.get("RANK", "?")
     print(f"hexiseq run: rank {rank}: stopped at the --time-limit of {limit_s:g} s", file=sys.stderr, flush=True)
     os._exit(1)

@@ -1,0 +1,15 @@
+"""Runs: real training experiments with a record.
+
+- `launch(plan, data=..., steps=...)` starts a run in the background (notebooks) -> RunHandle
+  (`.metrics`, `.summary`, `.wait()`, `.stop()`, `.watch()`);
+- `load(RUN_DIR)` the per-step metrics as a table, `load_summary(RUN_DIR)` predicted vs measured;
+- data.py (tokenize, pack, each rank's own tokens), config.py (the resolved run), loop.py (a rank's
+  training loop), checkpoint.py (DCP, atomic, verified), rundir.py, progress.py, export.py, plots.py.
+
+The command line twin is `hexiseq run` (and `hexiseq export`).
+"""
+
+from .launch import RunFailed, RunHandle, launch
+from .rundir import load, load_summary
+
+__all__ = ["RunFailed", "RunHandle", "launch", "load", "load_summary"]

@@ -1,0 +1,195 @@
+"""Training checkpoints with torch.distributed.checkpoint (DCP): model, optimizer, schedule position,
+data position, RNG states and step, written atomically and verified before they are loaded.
+
+`RUN_DIR/checkpoints/step-NNNNNNNN/` holds DCP's `.metadata` and `__R_I.distcp` files (each tensor
+written once, with its global shape, so any world size and any plan can load it back: the plan
+partitions activations, not the model state), `trainer.json` (step, samples used, the world that
+wrote it), one `rng-RRRRR.pt` per rank, and `manifest.json` (size and CRC-32 of every file).
+
+Atomic: every rank writes into `.step-NNNNNNNN.tmp/`; once all are done, rank 0 writes the manifest,
+fsyncs the directory and renames it into place (hexiseq.atomic.publish). A checkpoint without its
+manifest, or whose files disagree with it, is refused and named (`verify`); `--resume` never falls
+back to an older one silently.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import zlib
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ..atomic import fsync_dir, fsync_files, fsync_tree, publish
+from ..errors import SpecError
+
+PREFIX = "step-"
+MANIFEST, TRAINER = "manifest.json", "trainer.json"
+
+
+def step_name(step: int) -> str:
+    return f"{PREFIX}{step:08d}"
+
+
+def _crc(path: Path) -> int:
+    crc = 0
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            crc = zlib.crc32(block, crc)
+    return crc
+
+
+def _describe(path: Path) -> dict[str, int]:
+    return {"bytes": path.stat().st_size, "crc32": _crc(path)}
+
+
+def checkpoints(directory: Path) -> list[Path]:
+    """Checkpoint directories of a run, oldest first (temporaries excluded)."""
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if p.is_dir() and p.name.startswith(PREFIX) and p.name[len(PREFIX):].isdigit())
+
+
+def verify(path: Path) -> dict[str, Any]:
+    """Check a checkpoint against its manifest (every file there, same size, same CRC-32); return its
+    trainer state. SpecError naming the checkpoint and the file otherwise."""
+    manifest = path / MANIFEST
+    if not manifest.is_file():
+        raise SpecError(f"checkpoint {path} is incomplete: it has no {MANIFEST} (it was not written by a finished save); "
+                        "use another checkpoint (--checkpoint NAME)")
+    try:
+        files = json.loads(manifest.read_text())["files"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise SpecError(f"checkpoint {path}: {MANIFEST} is unreadable ({type(e).__name__}): the checkpoint is corrupt") from None
+    for name, want in sorted(files.items()):
+        f = path / name
+        if not f.is_file():
+            raise SpecError(f"checkpoint {path} is incomplete: {name} is missing")
+        got = _describe(f)
+        if got["bytes"] != want["bytes"]:
+            raise SpecError(f"checkpoint {path} is corrupt: {name} has {got['bytes']:,} bytes, the manifest says {want['bytes']:,}")
+        if got["crc32"] != want["crc32"]:
+            raise SpecError(f"checkpoint {path} is corrupt: {name} does not match its checksum (CRC-32)")
+    try:
+        return json.loads((path / TRAINER).read_text())
+    except (OSError, ValueError) as e:
+        raise SpecError(f"checkpoint {path}: {TRAINER} is unreadable ({type(e).__name__})") from None
+
+
+def find(directory: Path, name: str | None = None) -> tuple[Path, dict[str, Any]] | None:
+    """The checkpoint to resume from: `name` (e.g. step-00000008), else the newest. Verified; a
+    corrupt or incomplete one is refused with the older complete ones listed. None: no checkpoint."""
+    found = checkpoints(directory)
+    if name is not None:
+        path = directory / name
+        if path not in found:
+            have = ", ".join(p.name for p in found) or "none"
+            raise SpecError(f"--checkpoint {name}: not a checkpoint of this run (checkpoints: {have})")
+    elif not found:
+        return None
+    else:
+        path = found[-1]
+    try:
+        return path, verify(path)
+    except SpecError as e:
+        older = [p.name for p in found if p < path]
+        hint = f"; the older {', '.join(older)} can be resumed with --checkpoint NAME" if older else ""
+        raise SpecError(f"{e}{hint}") from None
+
+
+def rng_state() -> dict[str, Any]:
+    """This process's RNG states as tensors and lists (loadable with weights_only=True)."""
+    import numpy as np
+
+    version, mt, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "python": [version, list(mt), gauss],
+             "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached]}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    import numpy as np
+
+    torch.set_rng_state(state["torch"])
+    version, mt, gauss = state["python"]
+    random.setstate((version, tuple(mt), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def save(directory: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, trainer: dict[str, Any],
+         keep: int = 2) -> Path:
+    """Save a checkpoint of `step` (every rank calls this; collectives inside). Keeps the newest
+    `keep` checkpoints. Returns its path."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    final = directory / step_name(step)
+    tmp = directory / f".{step_name(step)}.tmp"
+    if rank == 0:
+        if tmp.exists():
+            shutil.rmtree(tmp)  # left by a killed save
+        tmp.mkdir(parents=True)
+    dist.barrier()
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
+    mine = tmp / f"rng-{rank:05d}.pt"
+    torch.save(rng_state(), mine)
+    own = [p for p in tmp.iterdir() if p.name.startswith(f"__{rank}_")] + [mine]
+    fsync_files(own)
+    described: list[Any] = [None] * world
+    dist.all_gather_object(described, {p.name: _describe(p) for p in own})
+    if rank == 0:
+        (tmp / TRAINER).write_text(json.dumps({**trainer, "step": step, "world_size": world}, indent=2) + "\n")
+        files = {name: d for part in described for name, d in part.items()}
+        files.update({n: _describe(tmp / n) for n in (".metadata", TRAINER)})
+        (tmp / MANIFEST).write_text(json.dumps({"step": step, "files": files}, indent=2) + "\n")
+        fsync_tree(tmp)
+        publish(tmp, final)
+        for old in checkpoints(directory)[:-keep] if keep > 0 else []:
+            shutil.rmtree(old, ignore_errors=True)
+        fsync_dir(directory)
+    dist.barrier()
+    return final
+
+
+def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """Load a (verified) checkpoint into this rank's model and optimizer, resharding to this world;
+    restore this rank's RNG when the world size is the one that saved. Returns the trainer state."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    trainer = json.loads((path / TRAINER).read_text())
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    state = {"model": model_sd, "optim": optim_sd}
+    dcp.load(state, checkpoint_id=str(path))
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    rng = path / f"rng-{rank:05d}.pt"
+    if trainer.get("world_size") == world and rng.is_file():
+        set_rng_state(torch.load(rng, weights_only=True))
+    return trainer
+
+
+def model_state(path: Path, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The full model weights of a checkpoint, in one process (for export): `model`'s state dict filled."""
+    import torch.distributed.checkpoint as dcp
+
+    import warnings
+
+    sd = model.state_dict()
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.load({"model": sd}, checkpoint_id=str(path))
+    return sd

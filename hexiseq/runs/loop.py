@@ -1,0 +1,247 @@
+"""The body of one rank of a run (spawned, or one torchrun process): build, resume, train, record.
+
+Per step: this rank reads only its own rows of each sequence of the global batch, `train_step`
+accumulates over them, then (outside the timed step) the ranks exchange their peak memory and
+whether a stop was asked for (SIGTERM, or a file RUN_DIR/STOP), so that they stop together at a
+step boundary. Rank 0 appends the step's record to metrics.jsonl (and TensorBoard), checkpoints are
+written every `checkpoint_every` steps, at the end and when stopped, and rank 0 writes summary.json.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..plan import Plan
+from . import checkpoint as ckpt
+from .config import WARMUP_EXCLUDED, RunConfig
+from .data import PackedStream, Sampler, open_dataset
+from .rundir import RunDir
+
+
+@dataclass(frozen=True)
+class RunJob:
+    """What a rank is given (picklable): the run directory, its config, the checkpoint to resume
+    from, the session number (0 for a fresh start, +1 per resume) and, under torchrun, where it runs."""
+
+    run_dir: str
+    config: RunConfig
+    resume: str | None = None
+    session: int = 0
+    placement: dict[str, Any] | None = None  # runtime.placement.Placement fields (torchrun)
+    console: bool = False  # rank 0 prints the progress itself (torchrun: there is no parent)
+
+
+_STOP = {"asked": False}
+
+
+def _ask_stop(signum: int, frame: Any) -> None:
+    _STOP["asked"] = True
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """Peak memory of this rank: CUDA's max allocated on GPU, the process's max resident set on CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
+
+
+class Synthetic:
+    """No --data: one seeded random sequence, the same every step (the executor's smoke test)."""
+
+    def __init__(self, cfg: Any, seq_len: int, seed: int) -> None:
+        from ..runtime.model import shift_labels
+        from ..runtime.train import make_tokens
+
+        tokens = make_tokens(cfg, seq_len, seed)
+        self.tokens, self.labels, self.samples = tokens.numpy(), shift_labels(tokens).numpy(), 1
+
+    def read(self, index: int, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.tokens[positions], self.labels[positions]
+
+
+def _dataset(cfg: RunConfig, seq_len: int) -> tuple[Any, Sampler]:
+    spec = cfg.data_spec()
+    if spec.kind == "synthetic":
+        data: Any = Synthetic(cfg.model_cfg(), seq_len, cfg.seed)
+        return data, Sampler(1, cfg.seed, shuffle=False)
+    data = open_dataset(spec, seq_len)
+    return data, Sampler(data.samples, cfg.seed, shuffle=isinstance(data, PackedStream))
+
+
+class _TensorBoard:
+    def __init__(self, path: Path, enabled: bool) -> None:
+        self.writer = None
+        if enabled:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.writer = SummaryWriter(str(path))
+            except ImportError:  # the optional extra: pip install tensorboard
+                self.writer = None
+
+    def add(self, record: dict[str, Any]) -> None:
+        if self.writer is not None:
+            for key in ("loss", "lr", "grad_norm", "tokens_per_s", "step_time_s"):
+                self.writer.add_scalar(f"train/{key}", record[key], record["step"])
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def run_worker(rank: int, world: int, job: RunJob, progress: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
+    """Train the run of `job` on this rank; returns rank 0's records (other ranks: an empty list)."""
+    from ..runtime.checkpoint import load_hf_checkpoint
+    from ..runtime.groups import build_context
+    from ..runtime.model import Llama
+    from ..runtime.parallel import PlanParallel, Shard
+    from ..runtime.train import check_world, compute_device, lr_at, make_optimizer, train_step
+
+    cfg, run, lead = job.config, RunDir(job.run_dir), rank == 0
+    say = progress if (lead and progress is not None) else (lambda kind, value: None)
+    signal.signal(signal.SIGTERM, _ask_stop)
+    plan = Plan.from_dict(cfg.plan)
+    check_world(plan, strict=cfg.strict_gpus)
+    train = cfg.train_cfg()
+    ctx = build_context(plan, rank, timeout_s=train.timeout_s)
+    if job.placement is not None and torch.cuda.is_available():
+        torch.cuda.set_device(job.placement["cuda_index"])
+        device = torch.device("cuda", job.placement["cuda_index"])
+    else:
+        device = compute_device(rank)
+    if lead:
+        run.set_status("building the model")
+        say("phase", "building the model")
+    dtype = getattr(torch, cfg.dtype)
+    if cfg.init_from and job.resume is None:
+        model = load_hf_checkpoint(cfg.init_from, device=device, dtype=dtype)
+    else:
+        model = Llama(cfg.model_cfg()).init_weights(cfg.seed).to(device, dtype)
+    runner = PlanParallel(model, ctx, cfg.options_obj())
+    opt = make_optimizer(runner.model, train)
+    start = 0
+    if job.resume is not None:
+        if lead:
+            run.set_status("loading the checkpoint", checkpoint=Path(job.resume).name)
+            say("phase", f"loading checkpoint {Path(job.resume).name}")
+        start = int(ckpt.load(Path(job.resume), runner.model, opt)["step"])
+    data, sampler = _dataset(cfg, plan.seq_len)
+    positions = np.asarray(runner.positions(), dtype=np.int64)
+    pos_t = torch.from_numpy(positions).to(device)
+    env: list[Any] = [None] * world
+    dist.all_gather_object(env, {"host": os.uname().nodename, "pid": os.getpid(), "device": str(device),
+                                 "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"})
+    tb = _TensorBoard(run.tensorboard, cfg.tensorboard) if lead else None
+    stop_file = run.path / "STOP"
+    records: list[dict[str, Any]] = []
+    stopped, step = False, start
+    B, S = cfg.global_batch, plan.seq_len
+    if lead:
+        run.set_status("training", step=start, steps=cfg.steps)
+        say("phase", "first step")
+    for step in range(start, cfg.steps):
+        t0 = time.perf_counter()
+        batch = []
+        for m in range(B):
+            tok, lab = data.read(sampler(step * B + m), positions)
+            batch.append(Shard(torch.from_numpy(tok).to(device), pos_t, torch.from_numpy(lab).to(device)))
+        data_s = time.perf_counter() - t0
+        lr = lr_at(train, step, cfg.steps)
+        stats = train_step(runner, opt, batch, train, step, lr=lr, tokens=B * S)
+        # outside the timed step: peak memory of every rank and whether any was asked to stop
+        mine = torch.tensor([peak_memory_mb(device), float(_STOP["asked"] or (lead and stop_file.exists()))],
+                            dtype=torch.float64, device=device)
+        every = [torch.zeros_like(mine) for _ in range(world)]
+        dist.all_gather(every, mine)
+        stopped = any(float(t[1]) > 0 for t in every)
+        record = {"step": step + 1, "loss": stats.loss, "lr": lr, "grad_norm": stats.grad_norm, "step_time_s": stats.seconds,
+                  "tokens_per_s": stats.tokens_per_s, "tokens": stats.tokens, "data_s": data_s,
+                  "peak_mem_mb": [round(float(t[0]), 1) for t in every], "session": job.session,
+                  "warmup": step - start < WARMUP_EXCLUDED, "time": time.time()}
+        done = step + 1
+        save = done == cfg.steps or stopped or (cfg.checkpoint_every and done % cfg.checkpoint_every == 0)
+        if save:
+            if lead:
+                run.set_status("checkpoint", step=done, steps=cfg.steps)
+            t1 = time.perf_counter()
+            trainer = {"samples": done * B, "session": job.session,  # data position: samples used, in the Sampler's order
+                       "schedule": {**{k: cfg.train[k] for k in ("lr", "warmup_steps", "schedule", "min_lr_ratio")},
+                                    "total_steps": cfg.steps, "next_lr": lr_at(train, done, cfg.steps)}}
+            ckpt.save(run.checkpoints, done, runner.model, opt, trainer, keep=cfg.keep_checkpoints)
+            record["checkpoint_s"] = time.perf_counter() - t1
+        if lead:
+            run.append_metrics(record)
+            tb.add(record)
+            records.append(record)
+            say("step", record)
+            run.set_status("training", step=done, steps=cfg.steps)
+        if stopped:
+            break
+    if lead:
+        tb.close()
+        write_summary(run, cfg, env, "stopped" if stopped and step + 1 < cfg.steps else "completed")
+    return {"rank": rank, "steps": records, "stopped": stopped}
+
+
+def measured_step_time(records: list[dict[str, Any]]) -> tuple[float | None, int]:
+    """Median step time over the steps after each session's warm-up, and how many steps it spans
+    (all steps when there are no others)."""
+    steady = [r["step_time_s"] for r in records if not r.get("warmup")]
+    if not steady:
+        steady = [r["step_time_s"] for r in records]
+    return (statistics.median(steady) if steady else None), len(steady)
+
+
+def environment(env: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Versions and machines of a run: torch, CUDA, flash-attn, Python, and per rank its host and GPU."""
+    import platform
+    from importlib import metadata
+
+    try:
+        flash = metadata.version("flash-attn")
+    except metadata.PackageNotFoundError:
+        flash = None
+    cpu = None
+    try:
+        cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), None)
+    except OSError:
+        pass
+    out = {"torch": torch.__version__, "cuda": torch.version.cuda, "flash_attn": flash, "python": platform.python_version(),
+           "cpu": cpu, "cpu_count": os.cpu_count()}
+    if env:
+        out.update({"hostnames": [e["host"] for e in env], "gpus": [e["gpu"] for e in env], "devices": [e["device"] for e in env]})
+    return out
+
+
+def write_summary(run: RunDir, cfg: RunConfig, env: list[dict[str, Any]] | None, status: str, error: str | None = None) -> dict[str, Any]:
+    """summary.json from the config and every record of metrics.jsonl."""
+    records = run.read_metrics()
+    measured, n = measured_step_time(records)
+    plan = cfg.plan_obj()
+    backend = "nccl" if env and env[0]["gpu"] != "cpu" else "gloo"
+    summary = {
+        "status": status, "error": error, "run_dir": str(run.path), "plan": plan.name, "world_size": plan.world_size,
+        "groups": plan.num_groups, "seq_len": plan.seq_len, "global_batch": cfg.global_batch, "model": cfg.model_name,
+        "data": cfg.data_spec().describe(), "steps": cfg.steps, "steps_done": records[-1]["step"] if records else 0,
+        "loss_first": records[0]["loss"] if records else None, "loss_last": records[-1]["loss"] if records else None,
+        "predicted_step_time_s": cfg.predicted.get("step_time_s"), "prediction": cfg.predicted,
+        "measured_step_time_s": measured, "measured_steps": n, "warmup_steps_excluded_per_session": WARMUP_EXCLUDED,
+        "measured_tokens_per_s": cfg.tokens_per_step / measured if measured else None,
+        "measured_on": f"{plan.world_size} {'GPU' if backend == 'nccl' else 'CPU'} processes ({backend})",
+        "emulated": False, "dtype": cfg.dtype if backend == "gloo" else "bf16 autocast", "environment": environment(env),
+        "finished_at": time.time(),
+    }
+    run.write_json(run.summary, summary)
+    run.set_status(status)
+    return summary

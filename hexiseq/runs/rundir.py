@@ -1,0 +1,151 @@
+"""The run directory: a run's record.
+
+```
+RUN_DIR/
+  config.json      the resolved configuration (what `--resume` continues)
+  plan.json        the plan the run executes (plans/ keeps the earlier ones of an elastic resume)
+  metrics.jsonl    one JSON object per step (METRIC_KEYS and more)
+  summary.json     predicted vs measured step time, environment, outcome (`summary_keys`)
+  status.json      what the run is doing now (the launcher's heartbeat and notebooks read it)
+  console.log      what the run printed
+  checkpoints/     DCP checkpoints, step-NNNNNNNN/ (runs/checkpoint.py)
+  tensorboard/     event files, when the tensorboard package is installed
+  data/            tokens of a text source, given sequences
+  loss.png         the loss curve (`hexiseq run --plot`, make demo)
+```
+
+`load(RUN_DIR)` gives the metrics as a table (pandas), `load_summary` the summary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ..atomic import write_text
+from ..errors import HexiSeqError
+
+METRIC_KEYS = ("step", "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s", "peak_mem_mb")
+
+
+def default_run_dir() -> Path:
+    """$HEXISEQ_RUNS/<YYYYmmdd-HHMMSS>, HEXISEQ_RUNS defaulting to ./runs (a suffix when that exists)."""
+    base = Path(os.environ.get("HEXISEQ_RUNS") or "runs") / time.strftime("%Y%m%d-%H%M%S")
+    path, i = base, 1
+    while path.exists():
+        i += 1
+        path = base.with_name(f"{base.name}-{i}")
+    return path
+
+
+class RunDir:
+    """Paths and writers of one run directory (the writers are called by rank 0 / the launcher)."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+
+    config = property(lambda self: self.path / "config.json")
+    plan = property(lambda self: self.path / "plan.json")
+    metrics = property(lambda self: self.path / "metrics.jsonl")
+    summary = property(lambda self: self.path / "summary.json")
+    status = property(lambda self: self.path / "status.json")
+    console = property(lambda self: self.path / "console.log")
+    checkpoints = property(lambda self: self.path / "checkpoints")
+    tensorboard = property(lambda self: self.path / "tensorboard")
+    data = property(lambda self: self.path / "data")
+    inputs = property(lambda self: self.path / "inputs")
+    loss_png = property(lambda self: self.path / "loss.png")
+
+    @classmethod
+    def create(cls, path: Path | str | None) -> "RunDir":
+        """A new run directory; refuses one that already holds a run (resume it instead)."""
+        run = cls(path if path is not None else default_run_dir())
+        if run.path.exists() and not run.path.is_dir():
+            raise HexiSeqError(f"--out {run.path}: is a file; give a directory for the run")
+        if run.path.is_dir() and any(p.name != "inputs" for p in run.path.iterdir()):
+            hint = f"continue it with --resume {run.path}" if run.config.exists() else "it is not a run directory"
+            raise HexiSeqError(f"--out {run.path}: already holds files; {hint}, or give another --out")
+        run.path.mkdir(parents=True, exist_ok=True)
+        return run
+
+    @classmethod
+    def existing(cls, path: Path | str) -> "RunDir":
+        run = cls(path)
+        if not run.config.is_file():
+            raise HexiSeqError(f"--resume {run.path}: not a run directory (no config.json)")
+        return run
+
+    # ---- writers
+    def write_json(self, path: Path, obj: Any) -> None:
+        write_text(path, json.dumps(obj, indent=2, default=_jsonable) + "\n")
+
+    def set_status(self, phase: str, **extra: Any) -> None:
+        self.write_json(self.status, {"phase": phase, "time": time.time(), **extra})
+
+    def append_metrics(self, record: dict[str, Any]) -> None:
+        with open(self.metrics, "a") as f:
+            f.write(json.dumps(record, default=_jsonable) + "\n")
+            f.flush()
+
+    def keep_metrics_until(self, step: int) -> int:
+        """On resume from the checkpoint of `step`: drop the records after it (they are recomputed).
+        Returns how many were dropped."""
+        records = self.read_metrics()
+        kept = [r for r in records if r["step"] <= step]
+        write_text(self.metrics, "".join(json.dumps(r) + "\n" for r in kept))
+        return len(records) - len(kept)
+
+    # ---- readers
+    def read_metrics(self) -> list[dict[str, Any]]:
+        """The per-step records; a line cut short by a kill is skipped."""
+        if not self.metrics.exists():
+            return []
+        out = []
+        for line in self.metrics.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return out
+
+    def read_json(self, path: Path) -> dict[str, Any] | None:
+        try:
+            return json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+
+
+def _jsonable(x: Any) -> Any:
+    if hasattr(x, "item"):
+        return x.item()
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    if isinstance(x, Path):
+        return str(x)
+    raise TypeError(f"not JSON serializable: {type(x).__name__}")
+
+
+def load(run_dir: Path | str):
+    """The metrics of a run as a pandas DataFrame, one row per step (columns METRIC_KEYS and more;
+    `peak_mem_mb` expanded into one column per rank, `peak_mem_mb_r0`, ...)."""
+    import pandas as pd
+
+    run = RunDir(run_dir)
+    if not run.path.is_dir():
+        raise HexiSeqError(f"run directory not found: {run.path}")
+    rows = []
+    for r in run.read_metrics():
+        row = {k: v for k, v in r.items() if k != "peak_mem_mb"}
+        for i, m in enumerate(r.get("peak_mem_mb") or []):
+            row[f"peak_mem_mb_r{i}"] = m
+        rows.append(row)
+    df = pd.DataFrame(rows, columns=None if rows else list(METRIC_KEYS))
+    return df.set_index("step", drop=False) if rows else df
+
+
+def load_summary(run_dir: Path | str) -> dict[str, Any] | None:
+    """summary.json of a run (None while it has none)."""
+    return RunDir(run_dir).read_json(RunDir(run_dir).summary)
