@@ -107,6 +107,7 @@ def test_run_time_limit_from_the_command_line(tmp_path, capsys):
     from hexiseq.plan import random_plan
 
     random_plan(2, 128, 8, 4, seed=4, block_size=8).save(tmp_path / "p.json")
-    assert main(["run", "--plan", str(tmp_path / "p.json"), "--steps", "1000000", "--time-limit", "8"]) == 1
+    assert main(["run", "--plan", str(tmp_path / "p.json"), "--steps", "1000000", "--time-limit", "8",
+                 "--out", str(tmp_path / "run")]) == 1
     err = capsys.readouterr().err
     assert "ranks 0, 1 of 2: was still running at the time limit of 8 s and was killed" in err, err

@@ -103,7 +103,7 @@ def _make(files, case: str) -> None:
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_run_refuses_before_any_work(case, files, capsys):
+def test_run_refuses_before_any_work(case, files, capsys, tmp_path):
     argv, words = CASES[case]
     argv = [a.format(d=files) for a in argv]
     if "--init-from" in argv:
@@ -112,7 +112,7 @@ def test_run_refuses_before_any_work(case, files, capsys):
             _make(files, argv[i])
             argv[i] = str(files / argv[i])
     t0 = time.monotonic()
-    rc = main(["run", "--plan", str(files / "plan.json"), "--steps", "1", *argv])
+    rc = main(["run", "--plan", str(files / "plan.json"), "--steps", "1", *argv, "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err
     assert rc == 2, err
     assert "Traceback" not in err and len(err.strip().splitlines()) <= 2, err
@@ -120,11 +120,12 @@ def test_run_refuses_before_any_work(case, files, capsys):
     assert time.monotonic() - t0 < 5  # refused in the parent: no rank was spawned
 
 
-def test_nan_weights_are_refused_by_the_ranks_in_one_message(files, capfd):
+def test_nan_weights_are_refused_by_the_ranks_in_one_message(files, capfd, tmp_path):
     """NaN weights used to train to 'loss nan' with exit code 0: the ranks find them at load, before
     the first step, and the parent prints one message naming the tensor (exit code 2)."""
     _make(files, "nan")
-    rc = main(["run", "--plan", str(files / "plan.json"), "--steps", "1", "--init-from", str(files / "nan"), "--timeout", "60"])
+    rc = main(["run", "--plan", str(files / "plan.json"), "--steps", "1", "--init-from", str(files / "nan"), "--timeout", "60",
+               "--out", str(tmp_path / "run")])
     err = capfd.readouterr().err
     assert rc == 2, err
     assert "ranks 0, 1 of 2: checkpoint tensor layers.1.self_attn.q_proj.weight has 1 NaN/Inf entry" in err, err
@@ -151,10 +152,12 @@ def test_save_target_is_checked_before_training_and_a_checkpoint_is_replaced_who
 
     target = tmp_path / "ckpt"
     shutil.copytree(files / "sharded", target)
-    assert main(["run", "--plan", str(files / "plan.json"), "--steps", "2", "--model", "tiny", "--save", str(target)]) == 0
+    assert main(["run", "--plan", str(files / "plan.json"), "--steps", "2", "--model", "tiny", "--save", str(target),
+                 "--out", str(tmp_path / "run")]) == 0
     assert sorted(p.name for p in target.iterdir()) == ["config.json", "model.safetensors"]
     trained = load_file(str(target / "model.safetensors"))
     init = Llama(TINY).init_weights(0).state_dict()
     assert not torch.equal(trained["model.layers.0.mlp.up_proj.weight"], init["layers.0.mlp.up_proj.weight"])
     assert not any(p.name.startswith(".ckpt") for p in tmp_path.iterdir())  # no temporaries left
+    assert (tmp_path / "run" / "summary.json").is_file()
     json.loads((target / "config.json").read_text())

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from hexiseq.plan import random_plan
 
@@ -42,12 +43,13 @@ def ours(output: str) -> list[str]:
 
 def test_a_stopped_rank_is_named_and_ends_the_run_within_about_one_timeout(tmp_path):
     random_plan(2, 128, 8, 4, seed=4, block_size=8).save(tmp_path / "plan.json")
-    p = torchrun(["run", "--plan", "plan.json", "--steps", "100000", "--timeout", "6", "--time-limit", "120"], 2, tmp_path)
+    p = torchrun(["run", "--plan", "plan.json", "--steps", "100000", "--timeout", "6", "--time-limit", "120", "--out", "run"], 2, tmp_path)
     lines = []
     for line in p.stdout:  # wait until training runs
         lines.append(line)
-        if "step 3/" in line:
+        if "first step after" in line:
             break
+    time.sleep(1.0)  # a few steps in
     workers = [int(x) for x in subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()]
     assert len(workers) == 2, lines
     victim = max(workers)  # started second: local rank 1 = rank 1 of a one-node run
@@ -69,9 +71,71 @@ def test_bad_input_under_torchrun_is_one_line_per_process(tmp_path):
     random_plan(2, 128, 8, 4, seed=4, block_size=8).save(tmp_path / "plan.json")
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "config.json").write_text("{}")
-    p = torchrun(["run", "--plan", "plan.json", "--steps", "1", "--init-from", "ckpt"], 2, tmp_path)
+    p = torchrun(["run", "--plan", "plan.json", "--steps", "1", "--init-from", "ckpt", "--out", "run"], 2, tmp_path)
     out, _ = p.communicate(timeout=100)
     mine = ours(out)
     assert sorted(ln.split(":")[1] for ln in mine) == [" rank 0/2", " rank 1/2"], out[-3000:]
     assert all("config.json lacks" in ln for ln in mine), mine
     assert not re.search(r'File ".*/hexiseq/', out), out[-3000:]  # torchrun's own ChildFailedError is not ours
+
+
+# ------------------------------------------------------------------------ two nodes on one machine
+
+CLUSTER = """name: two-nodes
+inter_node_latency_us: 10
+nodes:
+  - {gpu: H100-SXM, count: 2, nic_gbps: 25}
+  - {gpu: A100-80GB, count: 2, nic_gbps: 25}
+"""
+
+
+def _cross_node_plan(tmp_path):
+    """4 ranks whose groups span both nodes: plan rank 1 is node 1's first device (torchrun's rank 2)."""
+    from hexiseq.plan import Group, Plan
+
+    (tmp_path / "two-nodes.yaml").write_text(CLUSTER)
+    plan = Plan(256, 8, 4, (Group((0, 2), 48, (40, 56), (3, 5)), Group((1, 3), 80, (100, 60), (4, 4))), block_size=8,
+                name="cross", cluster=str(tmp_path / "two-nodes.yaml"))
+    plan.check().save(tmp_path / "plan.json")
+    return plan
+
+
+@pytest.mark.numerics
+def test_two_torchrun_agents_run_a_two_node_plan(tmp_path, within):
+    """Two agents (--nnodes 2, --node-rank 0/1, a localhost rendezvous) under a 2-node plan: every
+    process takes the plan rank of its device (node, local rank per the cluster file); the first
+    loss equals the single-process loss of the same model and tokens."""
+    from _numerics import FP32
+
+    from hexiseq.runs import load, load_summary
+    from hexiseq.runtime.model import Llama, LlamaConfig
+    from hexiseq.runtime.parallel import SingleDevice
+    from hexiseq.runtime.train import make_tokens
+    from hexiseq.specs import get_model
+
+    _cross_node_plan(tmp_path)
+    port = free_port()
+    args = ["run", "--plan", "plan.json", "--out", "run", "--steps", "3", "--model", "tiny"]
+    agents = [torchrun(args, 2, tmp_path, ["--nnodes", "2", "--node-rank", str(n), "--master-addr", "127.0.0.1",
+                                           "--master-port", str(port)]) for n in (0, 1)]
+    outs = [a.communicate(timeout=180)[0] for a in agents]
+    assert [a.returncode for a in agents] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
+    for s in ("0=node 0/local 0 (device 0", "1=node 1/local 0 (device 2", "2=node 0/local 1 (device 1", "3=node 1/local 1 (device 3"):
+        assert s in outs[0], outs[0][-3000:]
+    summary = load_summary(tmp_path / "run")
+    assert summary["status"] == "completed" and summary["world_size"] == 4 and summary["predicted_step_time_s"] > 0
+    cfg = LlamaConfig.from_spec(get_model("tiny"))
+    ref = SingleDevice(Llama(cfg).init_weights(0))
+    with torch.no_grad():
+        ref_loss = ref.loss(make_tokens(cfg, 256, 0))[1]
+    within(abs(load(tmp_path / "run")["loss"].iloc[0] - ref_loss) / ref_loss, FP32, "two torchrun nodes vs one process: first loss")
+
+
+def test_a_torchrun_world_that_is_not_the_plans_is_refused_on_every_process(tmp_path):
+    _cross_node_plan(tmp_path)
+    p = torchrun(["run", "--plan", "plan.json", "--out", "run", "--steps", "1", "--model", "tiny"], 4, tmp_path)
+    out, _ = p.communicate(timeout=100)
+    mine = ours(out)
+    assert len(mine) == 4 and p.returncode != 0, out[-3000:]
+    assert all("torchrun has 1 node (--nnodes) but plan 'cross' uses 2 nodes of cluster 'two-nodes'" in ln for ln in mine), mine
+    assert not (tmp_path / "run").exists()  # refused before anything was written
