@@ -25,14 +25,21 @@ $(STAMP): pyproject.toml
 
 # The main job on bundled defaults: the mixed H100+A100 testbed, a 7B model, 128K tokens.
 # Plan it (and every baseline), then check the plan numerically and train a few steps under it
-# on this machine (spawned CPU ranks, a proxy model, the plan scaled to a short sequence).
+# on this machine (spawned CPU ranks, a proxy model, the plan scaled to a short sequence). Then a
+# real run: the uneven plan of a 2 H100 + 2 A100 cluster on 4 CPU ranks, trained on the bundled
+# text (run directory out/run-text: metrics, summary with measured vs predicted step time, loss.png).
 DEMO_ARGS ?= --cluster testbed-8 --model llama2-7b --seq-len 128K --recompute auto
 demo: setup
 	@mkdir -p out
 	$(VENV)/bin/hexiseq info testbed-8 --model llama2-7b
 	$(VENV)/bin/hexiseq plan $(DEMO_ARGS) --out out/plan.json
 	$(VENV)/bin/hexiseq verify --plan out/plan.json
-	$(VENV)/bin/hexiseq run --plan out/plan.json --steps 3
+	@rm -rf out/run-testbed out/run-text
+	$(VENV)/bin/hexiseq run --plan out/plan.json --steps 3 --out out/run-testbed
+	@# A real run: the uneven plan for 2 H100 + 2 A100, on 4 CPU ranks, trained on the bundled text
+	$(VENV)/bin/hexiseq plan --cluster mixed-4 --model llama2-7b --seq-len 64K --out out/plan-mixed-4.json
+	$(VENV)/bin/hexiseq run --plan out/plan-mixed-4.json --data data/text/tinyshakespeare.txt --seq-len 1024 \
+		--steps 30 --lr 3e-3 --warmup-steps 3 --out out/run-text --plot
 
 test: setup
 	$(PY) -m pytest -q -ra
