@@ -1,7 +1,7 @@
-"""Writes that a reader sees whole or not at all: a file, or a directory of files.
+"""Directories that a reader sees whole or not at all (checkpoints). Single files:
+`hexiseq.specs.write_text_atomic`.
 
-A file is written next to its target under a temporary name, fsync'd and renamed over it. A
-directory (a checkpoint) is built in a temporary sibling `.NAME.tmp-PID-RANDOM`, every file and the
+A directory is built in a temporary sibling `.NAME.tmp-PID-RANDOM`, every file and the
 directory fsync'd, and then put in place by one rename — or, when a directory of that name exists
 already, by an atomic exchange of the two (Linux `renameat2(RENAME_EXCHANGE)`), after which the old
 one is deleted. A reader therefore sees the old directory or the new one, never a mix; a save
@@ -52,21 +52,6 @@ def fsync_tree(root: Path) -> None:
             finally:
                 os.close(fd)
         fsync_dir(dirpath)
-
-
-def write_text(path: Path | str, text: str) -> None:
-    """Replace a file's contents atomically (temporary sibling, fsync, rename)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}{_TMP}{os.getpid()}-{secrets.token_hex(4)}")
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(path.parent)
 
 
 def _exchange(a: Path, b: Path) -> bool:

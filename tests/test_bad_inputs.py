@@ -29,6 +29,7 @@ class Case:
     suffix: str = ".yaml"
     absent: tuple[str, ...] = ()  # must not appear in stderr
     rc: int = 2
+    setup: Callable[[Any], None] | None = None  # builds more inputs in the fresh directory (checkpoints)
 
 
 def run_cli(argv: list[str]) -> int:
@@ -308,10 +309,165 @@ PROFILE_CASES = [
 ]
 
 # ------------------------------------------------------------------------------ checkpoints and runs
-# Room for the `runs` helper: `hexiseq run` / `verify` cases (checkpoints with NaN or int64 weights,
-# a missing shard, `--save` onto an existing file, --lr NaN/negative, --grad-clip negative, ...)
-# go here, in the same Case form, and are part of the one table below.
-RUN_CASES: list[Case] = []
+# `hexiseq run` / `verify` / `export`: numbers, checkpoints (readable, complete, shapes, floating
+# dtypes, finite), output paths and data, all refused before a rank starts (NaN weights: by the
+# ranks, at load, before the first step, as one message).
+
+RUN_PLAN = ring_plan([0, 1], 128, 8, 4, block_size=8, name="two").to_json()
+
+
+def run_case(id: str, args: tuple[str, ...], *words: str, setup: Callable[[Any], None] | None = None, cmd: str = "run") -> Case:
+    head = ("run", "--plan", "{f}", "--steps", "1", "--out", "{tmp}/run") if cmd == "run" else ("verify", "--plan", "{f}")
+    return Case(id, head + args, words, file=RUN_PLAN, suffix=".json", setup=setup)
+
+
+def checkpoint(edit: Callable[[Any], None] | None = None, sharded: bool = False, kv_heads: int = 4) -> Callable[[Any], None]:
+    """A setup: a tiny-model checkpoint in {tmp}/ckpt (with `kv_heads`), then `edit(directory)`."""
+
+    def make(tmp) -> None:
+        from dataclasses import replace
+
+        from hexiseq.runtime.checkpoint import save_hf_checkpoint
+        from hexiseq.runtime.model import Llama, LlamaConfig
+        from hexiseq.specs import get_model
+
+        cfg = replace(LlamaConfig.from_spec(get_model("tiny")), kv_heads=kv_heads)
+        save_hf_checkpoint(Llama(cfg).init_weights(0), tmp / "ckpt",
+                           max_shard_bytes=200_000 if sharded else 5 * 2**30)
+        if edit is not None:
+            edit(tmp / "ckpt")
+
+    return make
+
+
+def tensors(fn: Callable[[dict], None]) -> Callable[[Any], None]:
+    """An edit of model.safetensors' tensors."""
+
+    def edit(d) -> None:
+        from safetensors.torch import load_file, save_file
+
+        sd = load_file(str(d / "model.safetensors"))
+        fn(sd)
+        save_file(sd, str(d / "model.safetensors"))
+
+    return edit
+
+
+def _truncate(d) -> None:
+    f = d / "model.safetensors"
+    f.write_bytes(f.read_bytes()[:1000])
+
+
+def _mix(d) -> None:  # an index next to a single file: two checkpoints in one directory
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"model.norm.weight": "model.safetensors"}}))
+
+
+def _drop_shard(d) -> None:
+    sorted(d.glob("model-*.safetensors"))[1].unlink()
+
+
+def _set(key: str, value: Callable[[Any], Any]) -> Callable[[dict], None]:
+    return lambda sd: sd.__setitem__(key, value(sd[key]))
+
+
+def _nan(t):
+    t[0, 0] = float("nan")
+    return t
+
+
+def _files(**files: Any) -> Callable[[Any], None]:
+    """A setup writing {tmp}/NAME files (text, bytes, or a numpy array for .npy)."""
+
+    def make(tmp) -> None:
+        import numpy as np
+
+        for name, content in files.items():
+            path = tmp / name.replace("_", ".", 1)
+            if isinstance(content, str):
+                path.write_text(content)
+            elif isinstance(content, bytes):
+                path.write_bytes(content)
+            else:
+                np.save(path, np.asarray(content))
+
+    return make
+
+
+UP = "model.layers.0.mlp.up_proj.weight"
+RUN_CASES: list[Case] = [
+    run_case("issue9-run-lr-nan", ("--lr", "nan"), "argument --lr: must be a number > 0 and <= 1, got nan"),
+    run_case("issue9-run-lr-negative", ("--lr=-1e-3",), "argument --lr", "got -0.001"),
+    run_case("issue9-run-lr-zero", ("--lr", "0"), "argument --lr", "got 0"),
+    run_case("run-lr-huge", ("--lr", "5"), "argument --lr: must be at most 1, got 5", "not training"),
+    run_case("issue9-run-grad-clip-negative", ("--grad-clip=-1",), "argument --grad-clip: must be a number >= 0", "got -1"),
+    run_case("run-grad-clip-inf", ("--grad-clip", "inf"), "argument --grad-clip", "got inf"),
+    run_case("run-steps-zero", ("--steps", "0"), "argument --steps: must be an integer from 1 to 10,000,000, got 0"),
+    run_case("run-steps-huge", ("--steps", "100000000"), "argument --steps: must be at most 10,000,000"),
+    run_case("run-steps-fraction", ("--steps", "2.5"), "argument --steps", "got 2.5 (a fraction)"),
+    run_case("run-timeout-huge", ("--timeout", "1e9"), "argument --timeout: must be at most 604,800 s", "(a week)"),
+    run_case("run-timeout-zero", ("--timeout", "0"), "argument --timeout", "got 0"),
+    run_case("run-time-limit-nan", ("--time-limit", "nan"), "argument --time-limit", "got nan"),
+    run_case("run-seq-len-1e30", ("--seq-len", "1e30"), "argument --seq-len", "above the limit of 134,217,728"),
+    run_case("run-global-batch-zero", ("--global-batch", "0"), "argument --global-batch: must be an integer from 1 to 65,536, got 0"),
+    run_case("run-loss-chunk-zero", ("--loss-chunk", "0"), "argument --loss-chunk", "got 0"),
+    run_case("run-seed-negative", ("--seed=-1",), "argument --seed", "got -1"),
+    run_case("run-warmup-not-below-steps", ("--steps", "3", "--warmup-steps", "3"), "--warmup-steps (3) must be fewer than --steps (3)"),
+    run_case("run-nproc-wrong", ("--nproc", "3"), "has 2 ranks but --nproc is 3"),
+    run_case("run-dtype-unknown", ("--dtype", "float16"), "argument --dtype: invalid choice: 'float16'"),
+    run_case("issue9-run-save-onto-a-file", ("--save", "{f}"), "cannot save to", "it is an existing file; give a directory path"),
+    run_case("run-save-over-other-files", ("--save", "{tmp}"), "holds files that are not a checkpoint", "replaces the whole directory"),
+    run_case("run-out-is-a-file", ("--out", "{f}"), "--out", "is a file"),
+    run_case("run-init-from-missing", ("--init-from", "{tmp}/nowhere"), "checkpoint directory not found"),
+    run_case("issue9-run-init-from-corrupt-safetensors", ("--init-from", "{tmp}/ckpt"), "ckpt/model.safetensors: cannot be read",
+             "corrupt or was cut short", setup=checkpoint(_truncate)),
+    run_case("issue9-run-init-from-int64-weights", ("--init-from", "{tmp}/ckpt"), "layers.0.mlp.up_proj.weight has dtype int64",
+             "floating point", setup=checkpoint(tensors(_set(UP, lambda t: t.long())))),
+    run_case("issue9-run-init-from-nan-weights", ("--init-from", "{tmp}/ckpt", "--timeout", "60"), "ranks 0, 1 of 2: checkpoint tensor",
+             "layers.1.self_attn.q_proj.weight has 1 NaN/Inf entry", setup=checkpoint(tensors(_set("model.layers.1.self_attn.q_proj.weight", _nan)))),
+    run_case("run-init-from-missing-tensor", ("--init-from", "{tmp}/ckpt"), "missing ['norm.weight']",
+             setup=checkpoint(tensors(lambda sd: sd.pop("model.norm.weight")))),
+    run_case("run-init-from-wrong-shape", ("--init-from", "{tmp}/ckpt"), "embed_tokens.weight has shape (512, 64)", "(512, 128)",
+             setup=checkpoint(tensors(_set("model.embed_tokens.weight", lambda t: t[:, :64].clone())))),
+    run_case("issue9-run-init-from-index-and-single-file", ("--init-from", "{tmp}/ckpt"), "holds both model.safetensors.index.json and "
+             "model.safetensors", "two checkpoints are mixed", setup=checkpoint(_mix)),
+    run_case("issue9-run-init-from-index-names-a-missing-shard", ("--init-from", "{tmp}/ckpt"), "names 1 shard that is not in",
+             "model-00002-of-", setup=checkpoint(_drop_shard, sharded=True)),
+    run_case("run-init-from-config-not-json", ("--init-from", "{tmp}/ckpt"), "config.json",
+             setup=checkpoint(lambda d: (d / "config.json").write_text("{not json"))),
+    run_case("run-init-from-other-heads", ("--init-from", "{tmp}/ckpt"), "plan has 8 heads / 4 KV heads but model 'ckpt' has 8 / 2",
+             setup=checkpoint(kv_heads=2)),
+    run_case("run-data-missing", ("--data", "{tmp}/none.txt"), "--data", "no such file or folder"),
+    run_case("run-data-not-utf8", ("--data", "{tmp}/t.txt"), "not UTF-8 text", setup=_files(t_txt=b"\xff\xfe\x00bad")),
+    run_case("run-data-wrong-kind", ("--data", "{tmp}/t.csv"), "expected a text file or folder", setup=_files(t_csv="1,2")),
+    run_case("run-data-id-beyond-vocab", ("--data", "{tmp}/t.npy", "--model", "tiny"), "holds token ids up to 600", "vocabulary of 512",
+             setup=_files(t_npy=list(range(590, 601)) * 30)),
+    run_case("run-data-negative-id", ("--data", "{tmp}/t.npy"), "negative token id (-1)", setup=_files(t_npy=[1, 2, -1])),
+    run_case("run-data-float-ids", ("--data", "{tmp}/t.npy"), "token ids must be integers", setup=_files(t_npy=[0.5, 1.5])),
+    run_case("run-labels-other-shape", ("--data", "{tmp}/t.npy", "--labels", "{tmp}/l.npy"), "shape (1, 3) differs from the tokens' (1, 4)",
+             setup=_files(t_npy=[[1, 2, 3, 4]], l_npy=[[1, 2, 3]])),
+    run_case("run-labels-bad-value", ("--data", "{tmp}/t.npy", "--labels", "{tmp}/l.npy"), "holds -7; labels are token ids or -100",
+             setup=_files(t_npy=[[1, 2, 3, 4]], l_npy=[[1, -7, 3, -100]])),
+    run_case("run-labels-with-text", ("--data", "{tmp}/t.txt", "--labels", "{tmp}/l.npy"), "--labels goes with 2-D token arrays",
+             setup=_files(t_txt="hello", l_npy=[1])),
+    run_case("run-sequences-longer-than-plan", ("--data", "{tmp}/t.npy", "--seq-len", "128"), "sequences have 200 tokens but the plan holds 128",
+             setup=_files(t_npy=[list(range(200))])),
+    run_case("run-tokenizer-missing", ("--data", "{tmp}/t.txt", "--tokenizer", "{tmp}"), "no tokenizer.json there", setup=_files(t_txt="hello")),
+    run_case("run-tokenizer-with-tokens", ("--data", "{tmp}/t.npy", "--tokenizer", "{tmp}"), "--tokenizer goes with text data",
+             setup=_files(t_npy=[1, 2, 3])),
+    run_case("run-token-dtype-unknown", ("--data", "{tmp}/t.bin", "--token-dtype", "float8"), "--token-dtype must be one of",
+             setup=_files(t_bin=b"\x00\x01")),
+    Case("run-no-plan", ("run", "--steps", "1"), ("give --plan FILE (or --resume RUN_DIR)",)),
+    Case("run-resume-not-a-run", ("run", "--resume", "{tmp}"), ("not a run directory (no config.json)",)),
+    Case("run-resume-changes-lr", ("run", "--resume", "{tmp}", "--lr", "0.1"), ("--lr cannot change",)),
+    Case("export-not-a-run", ("export", "{tmp}", "--to", "{tmp}/hf"), ("not a run directory (no config.json)",)),
+    Case("export-onto-a-file", ("export", "{tmp}", "--to", "{f}"), ("it is an existing file",), file="x"),
+    run_case("verify-tolerance-nan", ("--tolerance", "nan"), "argument --tolerance", "got nan", cmd="verify"),
+    run_case("verify-tolerance-negative", ("--tolerance=-1",), "argument --tolerance", "got -1", cmd="verify"),
+    run_case("verify-timeout-negative", ("--timeout=-5",), "argument --timeout", "got -5", cmd="verify"),
+    run_case("verify-time-limit-inf", ("--time-limit", "inf"), "argument --time-limit", "got inf", cmd="verify"),
+    run_case("verify-seq-len-huge", ("--seq-len", "1G"), "argument --seq-len", "not a token count", cmd="verify"),
+    run_case("verify-nproc-wrong", ("--nproc", "3"), "has 2 ranks but --nproc is 3", cmd="verify"),
+]
 
 CASES = CLUSTER_CASES + MODEL_CASES + PLAN_CASES + CLI_CASES + PROFILE_CASES + RUN_CASES
 
@@ -320,6 +476,8 @@ def _argv(case: Case, tmp_path) -> list[str]:
     f = tmp_path / f"input{case.suffix}"
     if case.file is not None:
         f.write_text(case.file)
+    if case.setup is not None:
+        case.setup(tmp_path)
     return [a.format(f=f, tmp=tmp_path) for a in case.argv]
 
 
@@ -352,6 +510,10 @@ def test_bad_input_is_refused_clearly(case, tmp_path, capsys):
         Case("plan", ("estimate", "--plan", "{f}", "--no-simulate"), (), file=json.dumps(PLAN), suffix=".json", rc=0),
         Case("profile", EST_ARGS + ("--seq-len", "64K", "--no-simulate", "--profile", "{f}"), (), file=PROFILE, rc=0),
         Case("seq-len-at-the-limit", EST_ARGS + ("--seq-len", "128M", "--no-simulate"), (), rc=0),
+        Case("run", ("run", "--plan", "{f}", "--steps", "1", "--out", "{tmp}/run", "--init-from", "{tmp}/ckpt"), (), file=RUN_PLAN,
+             suffix=".json", setup=checkpoint(), rc=0),
+        Case("run-tokens", ("run", "--plan", "{f}", "--steps", "1", "--out", "{tmp}/run", "--data", "{tmp}/t.npy", "--model", "tiny"), (),
+             file=RUN_PLAN, suffix=".json", setup=_files(t_npy=list(range(500)) * 2), rc=0),
     ],
     ids=lambda c: c.id,
 )

@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from hexiseq.atomic import atomic_dir, remove_stale, stale_temporaries, write_text
+from hexiseq.atomic import atomic_dir, remove_stale, stale_temporaries
 from hexiseq.runtime.checkpoint import load_hf_checkpoint, save_hf_checkpoint, weight_files
 from hexiseq.runtime.model import Llama, LlamaConfig
 
@@ -71,24 +71,24 @@ def test_an_interrupted_replacement_without_exchange_is_restored(tmp_path, monke
     between them leaves the old copy as `.NAME.old-*`, which the next save (or remove_stale) restores."""
     path = tmp_path / "ckpt"
     with atomic_dir(path) as d:
-        write_text(d / "w.txt", "old")
+        (d / "w.txt").write_text("old")
     os.rename(path, tmp_path / ".ckpt.old-1-abcd")  # as if killed between the two renames
     assert stale_temporaries(path)
     notes = remove_stale(path)
     assert (path / "w.txt").read_text() == "old" and "restored" in notes[0]
     monkeypatch.setattr("hexiseq.atomic._exchange", lambda a, b: False)
     with atomic_dir(path) as d:
-        write_text(d / "w.txt", "new")
+        (d / "w.txt").write_text("new")
     assert (path / "w.txt").read_text() == "new" and not stale_temporaries(path)
 
 
 def test_a_failed_save_leaves_the_old_checkpoint(tmp_path):
     path = tmp_path / "ckpt"
     with atomic_dir(path) as d:
-        write_text(d / "w.txt", "old")
+        (d / "w.txt").write_text("old")
     try:
         with atomic_dir(path) as d:
-            write_text(d / "w.txt", "half")
+            (d / "w.txt").write_text("half")
             raise RuntimeError("disk full")
     except RuntimeError:
         pass

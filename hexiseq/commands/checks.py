@@ -1,51 +1,34 @@
-"""Checks of command-line values, before any work: finite, in range, with the limit in the message.
+"""The numbers of `hexiseq run` / `verify` / `export`, declared once with their range and unit (the
+field helpers of hexiseq.specs.schema), parsed by argparse with `number_arg`: a bad value is refused
+before any work, with the rule and the limit in the message.
 
-The upper limits are sanity bounds (far above any real run, far below what would overflow or
-allocate absurd memory); each message says the bound and the flag.
+Upper limits are sanity bounds: far above any real run, far below what would overflow or allocate
+absurd memory.
 """
 
 from __future__ import annotations
 
-import math
+from ..specs import MAX_DEVICES
+from ..specs.schema import count, number
+from .common import number_arg
 
-from ..errors import HexiSeqError
+Steps = count("optimizer steps of the run", le=10_000_000)
+WarmupSteps = count("linear warmup steps", ge=0, le=10_000_000)
+LearningRate = number("peak AdamW learning rate", gt=0, le=1.0, limit_why="an update of more than 1 per weight is not training")
+MinLrRatio = number("final learning rate of the cosine schedule, a fraction of --lr", ge=0, le=1.0)
+WeightDecay = number("AdamW weight decay", ge=0, le=10.0)
+GradClip = number("max global gradient norm (0: no clipping)", ge=0, le=1e6)
+Seed = count("seed of weights and data order", ge=0, le=2**63 - 1)
+Ranks = count("ranks to spawn", le=MAX_DEVICES)
+LossChunk = count("tokens per chunk of the LM head and loss", unit="tokens", le=1 << 24)
+CheckpointEvery = count("steps between checkpoints (0: at the end only)", ge=0, le=10_000_000)
+KeepCheckpoints = count("newest checkpoints kept", le=10_000)
+Timeout = number("seconds one collective may wait for a peer", unit="s", gt=0, le=7 * 86400.0, limit_why="a week")
+TimeLimit = number("seconds the whole run may take", unit="s", gt=0, le=365 * 86400.0, limit_why="a year")
+Tolerance = number("largest accepted relative error", gt=0, le=1.0)
+Node = count("this node's index among the plan's nodes", ge=0, le=MAX_DEVICES)
 
-# flag -> (smallest, largest, whether the smallest is allowed)
-LIMITS: dict[str, tuple[float, float, bool]] = {
-    "--steps": (0, 10_000_000, False),
-    "--lr": (0.0, 1.0, False),  # AdamW steps of more than 1 per entry are not training
-    "--grad-clip": (0.0, 1e6, True),  # 0 disables clipping
-    "--timeout": (0.0, 7 * 86400.0, False),  # per collective
-    "--time-limit": (0.0, 365 * 86400.0, False),
-    "--loss-chunk": (0, 2**24, False),
-    "--seq-len": (0, 2**24, False),  # 16M tokens on one plan; the planner's own limit is its business
-    "--seed": (0, 2**63 - 1, True),
-    "--nproc": (0, 65536, False),
-    "--tolerance": (0.0, 1.0, False),
-    "--warmup-steps": (0, 10_000_000, True),
-    "--global-batch": (0, 65536, False),
-    "--checkpoint-every": (0, 10_000_000, True),
-    "--weight-decay": (0.0, 10.0, True),
-    "--min-lr-ratio": (0.0, 1.0, True),
-    "--block-size": (0, 2**20, False),
-}
-
-
-def check_value(flag: str, value: float | int | None) -> None:
-    """Raise HexiSeqError unless `value` is finite and inside LIMITS[flag] (None: not given, fine)."""
-    if value is None:
-        return
-    lo, hi, lo_ok = LIMITS[flag]
-    if isinstance(value, float) and not math.isfinite(value):
-        raise HexiSeqError(f"{flag} must be a finite number, got {value}")
-    if value < lo or (value == lo and not lo_ok):
-        what = f"at least {lo:g}" if lo_ok else ("positive" if lo == 0 else f"above {lo:g}")
-        raise HexiSeqError(f"{flag} must be {what}, got {value:g}")
-    if value > hi:
-        raise HexiSeqError(f"{flag} must be at most {hi:g}, got {value:g}")
-
-
-def check_args(args: object, *flags: str) -> None:
-    """check_value for each flag present on an argparse namespace (--grad-clip -> args.grad_clip)."""
-    for flag in flags:
-        check_value(flag, getattr(args, flag.lstrip("-").replace("-", "_"), None))
+steps_arg, warmup_arg, lr_arg, min_lr_arg, wd_arg, clip_arg = map(number_arg, (Steps, WarmupSteps, LearningRate, MinLrRatio,
+                                                                                WeightDecay, GradClip))
+seed_arg, ranks_arg, loss_chunk_arg, every_arg, keep_arg = map(number_arg, (Seed, Ranks, LossChunk, CheckpointEvery, KeepCheckpoints))
+timeout_arg, time_limit_arg, tolerance_arg, node_arg = map(number_arg, (Timeout, TimeLimit, Tolerance, Node))

@@ -71,9 +71,11 @@ def add_recompute_arg(p: argparse.ArgumentParser, help: str, allow_auto: bool) -
 
 def add_world_args(p: argparse.ArgumentParser, timeout: float = 300.0) -> None:
     """--timeout (every collective), --time-limit (the whole run), --debug: the spawned/torchrun world's bounds."""
-    p.add_argument("--timeout", type=float, default=timeout, help=f"seconds any one collective may wait for a peer before the run "
+    from .checks import time_limit_arg, timeout_arg
+
+    p.add_argument("--timeout", type=timeout_arg, default=timeout, help=f"seconds any one collective may wait for a peer before the run "
                    f"fails: the process-group timeout, spawned or under torchrun (default {timeout:g})")
-    p.add_argument("--time-limit", type=float, default=None, help="seconds the whole run may take; it is stopped after that (default: none)")
+    p.add_argument("--time-limit", type=time_limit_arg, default=None, help="seconds the whole run may take; it is stopped after that (default: none)")
     p.add_argument("--debug", action="store_true", help="show every rank's Python traceback when something fails")
 
 

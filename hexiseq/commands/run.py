@@ -21,8 +21,22 @@ from pathlib import Path
 
 from ..errors import HexiSeqError
 from ..plan import Plan
-from .checks import check_args
-from .common import add_recompute_arg, add_world_args
+from ..specs.workload import GlobalBatch
+from .checks import (
+    clip_arg,
+    every_arg,
+    keep_arg,
+    loss_chunk_arg,
+    lr_arg,
+    min_lr_arg,
+    node_arg,
+    ranks_arg,
+    seed_arg,
+    steps_arg,
+    warmup_arg,
+    wd_arg,
+)
+from .common import add_recompute_arg, add_world_args, number_arg, tokens_arg
 
 # Defaults of the options a resumed run takes from its config (given on --resume they are refused).
 DEFAULTS = {"steps": 5, "lr": 1e-3, "grad_clip": 1.0, "global_batch": 1, "seed": 0, "dtype": "float32", "schedule": "cosine",
@@ -34,7 +48,9 @@ FIXED_ON_RESUME = ("data", "tokenizer", "labels", "token_dtype", "model", "init_
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="a real training run of a plan (spawned ranks or torchrun), recorded in a run directory",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       usage="hexiseq run --plan FILE [--data PATH] [--steps K] [--out RUN_DIR] [options]\n"
+                             "       hexiseq run --resume RUN_DIR [--plan NEW] [--steps K] [options]   (--help: all options)")
     p.add_argument("--plan", help="plan JSON file (with --resume: a new plan for the run, e.g. for a cluster that lost a node)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its newest checkpoint (config from RUN_DIR)")
     p.add_argument("--checkpoint", metavar="NAME", help="with --resume: the checkpoint to continue from (e.g. step-00000020)")
@@ -45,34 +61,34 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--labels", help="labels .npy of 2-D token data, Hugging Face convention (-100 = ignored)")
     d.add_argument("--token-dtype", help="dtype of a raw .bin token file (default uint16)")
     m = p.add_argument_group("model and plan")
-    m.add_argument("--nproc", type=int, help="ranks to spawn (default and only valid value: the plan's world size)")
+    m.add_argument("--nproc", type=ranks_arg, help="ranks to spawn (default and only valid value: the plan's world size)")
     m.add_argument("--model", help="Llama-family model of data/models.yaml or a HF config.json (default: a small proxy "
                    "Llama with the plan's head counts)")
     m.add_argument("--init-from", help="Hugging Face checkpoint directory to start from (overrides --model)")
-    m.add_argument("--seq-len", type=int, help="scale the plan to this many tokens, same groups, heads and shard proportions "
+    m.add_argument("--seq-len", type=tokens_arg, help="scale the plan to this many tokens, same groups, heads and shard proportions "
                    "(default: plans over 8192 tokens are scaled to 2048 unless --full-length; 2-D token data: its length)")
     m.add_argument("--full-length", action="store_true", help="run the plan at its own length (for a real GPU run)")
     add_recompute_arg(m, "activation checkpointing policy: none, selective (a bare --recompute), full "
                          "(default: the plan file's policy, meta['recompute'], else none)", allow_auto=False)
     m.add_argument("--fsdp", action="store_true", help="shard parameters with FSDP2 (for large models on GPUs)")
-    m.add_argument("--loss-chunk", type=int, help="tokens per chunk of the LM head + loss (default 4096)")
+    m.add_argument("--loss-chunk", type=loss_chunk_arg, help="tokens per chunk of the LM head + loss (default 4096)")
     m.add_argument("--dtype", choices=["float32", "float64"], help="CPU parameters and activations (default float32; float64 "
                    "for exact comparisons); CUDA runs bf16 autocast")
     m.add_argument("--strict-gpus", action="store_true", help="refuse (not just warn) when a rank's GPU model differs from the plan's device")
-    m.add_argument("--node", type=int, help="torchrun: this node's index among the plan's nodes (default: torchrun's node rank)")
+    m.add_argument("--node", type=node_arg, help="torchrun: this node's index among the plan's nodes (default: torchrun's node rank)")
     t = p.add_argument_group("training")
-    t.add_argument("--steps", type=int, help="optimizer steps (default 5; with --resume: the run's, or more)")
-    t.add_argument("--global-batch", type=int, help="sequences per step, gradients accumulated (default 1)")
-    t.add_argument("--lr", type=float, help="peak AdamW learning rate (default 1e-3)")
-    t.add_argument("--warmup-steps", type=int, help="linear warmup steps (default: a tenth of the steps, at most 100)")
+    t.add_argument("--steps", type=steps_arg, help="optimizer steps (default 5; with --resume: the run's, or more)")
+    t.add_argument("--global-batch", type=number_arg(GlobalBatch), help="sequences per step, gradients accumulated (default 1)")
+    t.add_argument("--lr", type=lr_arg, help="peak AdamW learning rate (default 1e-3)")
+    t.add_argument("--warmup-steps", type=warmup_arg, help="linear warmup steps (default: a tenth of the steps, at most 100)")
     t.add_argument("--schedule", choices=["cosine", "constant"], help="after warmup (default cosine, to --min-lr-ratio x lr)")
-    t.add_argument("--min-lr-ratio", type=float, help="final learning rate of the cosine, as a fraction of --lr (default 0.1)")
-    t.add_argument("--weight-decay", type=float, help="AdamW weight decay on matrices (default 0.1)")
-    t.add_argument("--grad-clip", type=float, help="max gradient norm (default 1.0; 0 disables)")
-    t.add_argument("--seed", type=int, help="weights and data order (default 0)")
+    t.add_argument("--min-lr-ratio", type=min_lr_arg, help="final learning rate of the cosine, as a fraction of --lr (default 0.1)")
+    t.add_argument("--weight-decay", type=wd_arg, help="AdamW weight decay on matrices (default 0.1)")
+    t.add_argument("--grad-clip", type=clip_arg, help="max gradient norm (default 1.0; 0 disables)")
+    t.add_argument("--seed", type=seed_arg, help="weights and data order (default 0)")
     o = p.add_argument_group("record")
-    o.add_argument("--checkpoint-every", type=int, help="DCP checkpoint every K steps (default 0: at the end, and when stopped)")
-    o.add_argument("--keep-checkpoints", type=int, help="newest checkpoints kept (default 2)")
+    o.add_argument("--checkpoint-every", type=every_arg, help="DCP checkpoint every K steps (default 0: at the end, and when stopped)")
+    o.add_argument("--keep-checkpoints", type=keep_arg, help="newest checkpoints kept (default 2)")
     o.add_argument("--save", help="also write the final weights here in Hugging Face layout (as hexiseq export)")
     o.add_argument("--plot", action="store_true", help="save the loss curve as RUN_DIR/loss.png")
     o.add_argument("--no-tensorboard", action="store_true", help="no TensorBoard event files")
@@ -89,10 +105,6 @@ def _given(args: argparse.Namespace, key: str) -> bool:
 def run(args: argparse.Namespace) -> int:
     from ..runtime.launch import torchrun_env
 
-    check_args(args, "--steps", "--loss-chunk", "--timeout", "--time-limit", "--lr", "--grad-clip", "--seed", "--seq-len",
-               "--nproc", "--warmup-steps", "--global-batch", "--checkpoint-every", "--weight-decay", "--min-lr-ratio")
-    if args.keep_checkpoints is not None and args.keep_checkpoints < 1:
-        raise HexiSeqError(f"--keep-checkpoints must be at least 1, got {args.keep_checkpoints}")
     torchrun = torchrun_env()
     if args.save:  # before any work: a save that fails after training would lose the trained weights
         from ..runtime.checkpoint import check_save_target

@@ -17,8 +17,9 @@ from ..errors import PlanError
 from ..plan import Plan, random_plan
 from ..runtime.verify import check_nproc, prepare_check, verify_plan
 from ..specs import get_model
-from .checks import check_args
-from .common import add_world_args, dump_json
+from ..specs.workload import BlockSize
+from .checks import ranks_arg, seed_arg, tolerance_arg
+from .common import add_world_args, dump_json, number_arg, tokens_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,21 +27,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--plan", help="plan JSON file")
     src.add_argument("--random-plan", action="store_true", help="a random uneven plan for --nproc ranks (hexiseq.plan.random_plan)")
-    p.add_argument("--nproc", type=int, help="ranks to spawn (default: the plan's world size; required with --random-plan)")
-    p.add_argument("--seed", type=int, default=0, help="random plan, weights and tokens (default 0)")
-    p.add_argument("--seq-len", type=int, help="random plan: its length (default 256); plan file: scale it to this length "
+    p.add_argument("--nproc", type=ranks_arg, help="ranks to spawn (default: the plan's world size; required with --random-plan)")
+    p.add_argument("--seed", type=seed_arg, default=0, help="random plan, weights and tokens (default 0)")
+    p.add_argument("--seq-len", type=tokens_arg, help="random plan: its length (default 256); plan file: scale it to this length "
                    "(default: plans over 8192 tokens are scaled to 2048)")
-    p.add_argument("--block-size", type=int, default=16, help="chunk alignment of a random plan (default 16)")
+    p.add_argument("--block-size", type=number_arg(BlockSize), default=16, help="chunk alignment of a random plan (default 16)")
     p.add_argument("--model", help="Llama-family model of data/models.yaml or a HF config.json (default: tiny for a random "
                    "plan, a proxy with the plan's heads for a plan file)")
-    p.add_argument("--tolerance", type=float, help="largest accepted relative error (default: 1e-4 in fp32, 1e-1 in bf16; fp32 rounding is ~1e-6)")
+    p.add_argument("--tolerance", type=tolerance_arg, help="largest accepted relative error (default: 1e-4 in fp32, 1e-1 in bf16; fp32 rounding is ~1e-6)")
     add_world_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    check_args(args, "--timeout", "--time-limit", "--tolerance", "--seed", "--seq-len")
     if args.random_plan:
         if not args.nproc or args.nproc <= 0:
             raise PlanError("--random-plan needs --nproc N (N >= 1)")

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..atomic import write_text
+from ..specs import write_text_atomic as write_text
 from ..errors import HexiSeqError
 
 METRIC_KEYS = ("step", "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s", "peak_mem_mb")
