@@ -29,6 +29,7 @@ EXPECTED_CLUSTERS = {
     "pair-b-mixed": {"H100-SXM": 52, "A100-80GB": 4, "A800": 8},
     "pair-b-a100": {"A100-80GB": 168},
     "scale-1024": {"H100-SXM": 256, "A100-80GB": 256, "A800": 256, "L40S": 256},
+    "mixed-4": {"H100-SXM": 2, "A100-80GB": 2},
 }
 
 
