@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -141,7 +142,7 @@ def tokenize_text(source: Path, out: Path, tokenizer: Tokenizer) -> tuple[int, s
     dtype = _token_dtype(tokenizer.vocab)
     n = 0
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".partial")
+    tmp = out.with_name(f"{out.name}.partial-{os.getpid()}")  # torchrun: every process writes the same tokens
     with open(tmp, "wb") as f:
         for doc in text_files(source):
             try:

@@ -42,6 +42,14 @@ class _Tail:
         return [json.loads(line) for line in chunk[:end].splitlines() if line.strip()]
 
 
+def _on_sigterm(handler: Any) -> Any:
+    """Install a SIGTERM handler (only the main thread may); returns the previous one."""
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except (ValueError, TypeError):  # not the main thread, or no previous Python handler to restore
+        return None
+
+
 def execute_spawned(run: RunDir, cfg: RunConfig, resume: Path | None, session: int, console: Console, start: int,
                     timeout_s: float, time_limit_s: float | None) -> dict[str, Any]:
     """Spawn the plan's ranks on this machine; this process shows the progress and keeps the record."""
@@ -60,7 +68,7 @@ def execute_spawned(run: RunDir, cfg: RunConfig, resume: Path | None, session: i
             progress("step", r)
         progress.heartbeat()
 
-    previous = signal.signal(signal.SIGTERM, lambda *_: (run.path / "STOP").touch())  # a graceful stop, at a step boundary
+    previous = _on_sigterm(lambda *_: (run.path / "STOP").touch())  # a graceful stop, at a step boundary
     job = RunJob(str(run.path), cfg, str(resume) if resume else None, session)
     try:
         spawn_world(run_worker, world, job, timeout_s=time_limit_s, pg_timeout_s=timeout_s, backend=local_backend(world), poll=poll)
@@ -70,7 +78,7 @@ def execute_spawned(run: RunDir, cfg: RunConfig, resume: Path | None, session: i
         write_summary(run, cfg, None, "failed", error=str(e))
         raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        _on_sigterm(previous)
         (run.path / "STOP").unlink(missing_ok=True)
     poll()
     progress.close()

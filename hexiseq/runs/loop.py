@@ -110,7 +110,10 @@ def run_worker(rank: int, world: int, job: RunJob, progress: Callable[[str, Any]
 
     cfg, run, lead = job.config, RunDir(job.run_dir), rank == 0
     say = progress if (lead and progress is not None) else (lambda kind, value: None)
-    signal.signal(signal.SIGTERM, _ask_stop)
+    try:
+        signal.signal(signal.SIGTERM, _ask_stop)  # a graceful stop at the next step boundary
+    except ValueError:  # not the main thread: the STOP file still works
+        pass
     plan = Plan.from_dict(cfg.plan)
     check_world(plan, strict=cfg.strict_gpus)
     train = cfg.train_cfg()

@@ -105,6 +105,8 @@ class Progress:
 
 def closing_lines(summary: dict[str, Any]) -> list[str]:
     """The result of a run in three lines: the loss, measured vs predicted step time, the run directory."""
+    if not summary:
+        return []
     out = []
     if summary.get("loss_first") is not None:
         tok = summary.get("measured_tokens_per_s")

@@ -35,7 +35,7 @@ TIMEOUT, PEER = "timeout", "peer"
 CONSEQUENCES = (TIMEOUT, PEER)
 
 _PEER_WORDS = ("connection reset", "connection closed", "closed by peer", "broken pipe", "connection refused",
-               "socket closed", "end of file", "ecconnreset", "econnreset", "read error", "write error")
+               "socket closed", "end of file", "econnreset", "read error", "write error")
 _TIMEOUT_WORDS = ("timed out", "timeout", "deadline exceeded")
 
 
