@@ -223,7 +223,7 @@ def _execute(args, run, cfg, resume, session, notes, torchrun: bool) -> int:
             for line in header:
                 console.print(line)
         summary = execute_torchrun(run, cfg, resume, session, console, start, placement, cluster, args.timeout, args.time_limit,
-                                   on_time_limit=lambda: time_limit_exit(args.time_limit),
+                                   on_time_limit=lambda: time_limit_exit(args.time_limit, run, cfg, placement.rank == 0),
                                    before_training=lambda rank: _write_run_files(run, cfg, resume, start, session) if rank == 0 else None)
         if summary is None:
             return 0
@@ -264,8 +264,16 @@ def _write_run_files(run, cfg, resume, start: int, session: int) -> None:
     run.set_status("starting", session=session)
 
 
-def time_limit_exit(limit_s: float) -> None:
-    """A torchrun process past --time-limit: one line, then exit 1 (torchrun ends the others)."""
-    rank = os.environ.get("RANK", "?")
-    print(f"hexiseq run: rank {rank}: stopped at the --time-limit of {limit_s:g} s", file=sys.stderr, flush=True)
+def time_limit_exit(limit_s: float, run=None, cfg=None, lead: bool = False) -> None:
+    """A torchrun process past --time-limit: the summary says so (rank 0), one line, exit 1
+    (torchrun ends the others). The last checkpoint stays resumable."""
+    message = f"stopped at the --time-limit of {limit_s:g} s"
+    if lead and run is not None:
+        try:
+            from ..runs.loop import write_summary
+
+            write_summary(run, cfg, None, "failed", error=message)
+        except Exception:
+            pass
+    print(f"hexiseq run: rank {os.environ.get('RANK', '?')}: {message}", file=sys.stderr, flush=True)
     os._exit(1)
