@@ -25,6 +25,8 @@ rank pays at least that on top of its share of the work. Bound = B·S / (t* + op
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from ..specs import ClusterSpec, ModelSpec, Workload
@@ -75,6 +77,26 @@ def min_iteration_time(cluster: ClusterSpec, model: ModelSpec, workload: Workloa
     work = min_compute_time(tok_rate, att_rate, float(B * S), float(B * model.layers * model.heads * model.causal_pairs(S)))
     w = work_times([d.gpu for d in cluster.devices], model, options)
     local_params = model.param_count / (cluster.size if workload.param_sharding == "zero3" else 1)
+    return work + float((local_params * w.optimizer).min())
+
+
+def subset_time_bound(cluster: ClusterSpec, devices: "Sequence[int]", model: ModelSpec, workload: Workload,
+                      options: CostOptions = CostOptions()) -> float:
+    """Seconds no plan on these devices can beat under the workload's (concrete) recompute policy:
+    the balanced, communication-free iteration of `min_compute_time` with the policy's recompute
+    counted (selective: the linear forward again; full: the whole layer forward again) plus the least
+    optimizer step. The planner prunes a candidate whose subset cannot beat the best plan found."""
+    from .policy import rule_of
+
+    rule = rule_of(workload)
+    w = work_times([cluster.devices[d].gpu for d in devices], model, options)
+    fwd_tok = w.pre_fwd + w.post_fwd
+    rep = 1.0 if rule.replay_layer else 0.0
+    tau = model.layers * (w.token_fwd_bwd + (1.0 if rule.rerun_linear else 0.0) * fwd_tok + rep * fwd_tok) + w.head
+    rho = (1.0 + w.attn_bwd_factor + rep) * w.pair
+    S, B = workload.seq_len, workload.global_batch
+    work = min_compute_time(1.0 / tau, 1.0 / rho, float(B * S), float(B * model.layers * model.heads * model.causal_pairs(S)))
+    local_params = model.param_count / (len(devices) if workload.param_sharding == "zero3" else 1)
     return work + float((local_params * w.optimizer).min())
 
 

@@ -29,6 +29,7 @@ Seconds; [R] arrays per layer pass unless noted; [R, k] per exchange round (colu
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,7 +42,7 @@ from .kernels import CostOptions, attention_rows, attention_waste
 from .policy import RecomputeRule, rule_of
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Coefficients:
     """The durations of a plan's structure (groups, ring order, heads) as linear forms (module doc).
     Rank-level arrays; `pair_src` is the source group of each (rank, round)."""
@@ -80,7 +81,7 @@ class Coefficients:
     batch: int
     comm: bool  # False with CostOptions(ignore_comm=True): no transfers, so nobody waits
 
-    @property
+    @functools.cached_property
     def pair_src(self) -> np.ndarray:
         """[R, k] the source group of rank r's round j."""
         return self.a.src[self.a.grp]
@@ -140,8 +141,11 @@ class Durations:
         return self.c.comm
 
 
-def coefficients(a: PlanArrays, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()) -> Coefficients:
-    """The linear forms of every duration for the structure in `a` (groups, ring order, heads, devices)."""
+def coefficients(a: PlanArrays, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions(),
+                 need_floor: bool = False) -> Coefficients:
+    """The linear forms of every duration for the structure in `a` (groups, ring order, heads, devices).
+    `need_floor` counts every K/V transfer at the source's front chunk only (L_h, the least any
+    group needs): an under-estimate the planner's symmetric models use (planner/model.py)."""
     rule = rule_of(workload)
     w, R, k, d = a.work, a.R, a.k, model.head_dim
     rerun = 1.0 if rule.rerun_linear else 0.0
@@ -173,8 +177,9 @@ def coefficients(a: PlanArrays, model: ModelSpec, workload: Workload, options: C
     # exchange, from the schedule: each transfer carries kv·(1 + both)·L_source tokens of K and V
     x_lat, x_recv, x_send, x_rb = (np.zeros((R, k)) for _ in range(4))
     t = a.table
+    mult = 1.0 + (0.0 if need_floor else t.both_chunks)  # tokens per token of L_source: 1 or 2 (zigzag need)
     if off and k > 1 and len(t.src):
-        per = kv_bytes(t.num_kv_heads * (1.0 + t.both_chunks), d)  # bytes per token of L_source
+        per = kv_bytes(t.num_kv_heads * mult, d)  # bytes per token of L_source
         secs = per / a.bw[t.src, t.dst]
         n = R * k
         into, outof = t.dst * k + t.round, t.src * k + t.round
@@ -186,7 +191,7 @@ def coefficients(a: PlanArrays, model: ModelSpec, workload: Workload, options: C
         np.maximum.at(lat, outof, a.lat[t.src, t.dst])
         x_lat = lat.reshape(R, k)
     elif k > 1 and len(t.src):
-        x_rb = np.bincount(t.dst * k + t.round, kv_bytes(t.num_kv_heads * (1.0 + t.both_chunks), model.head_dim),
+        x_rb = np.bincount(t.dst * k + t.round, kv_bytes(t.num_kv_heads * mult, model.head_dim),
                            minlength=R * k).reshape(R, k)
     local_params = model.param_count / (R if workload.param_sharding == "zero3" else 1)
     return Coefficients(

@@ -92,6 +92,12 @@ class SimResult:
                 "passes": {k: {"count": c, "seconds": s} for k, (c, s) in self.passes.items()}}
 
 
+def _group_argmax(t: np.ndarray, gmax: np.ndarray, a) -> np.ndarray:
+    """[k] the first rank of each group whose t equals the group's maximum."""
+    cand = np.where(t == gmax[a.grp], np.arange(a.R), a.R)
+    return np.minimum.reduceat(cand, a.gstart)
+
+
 def _zeros(R: int) -> dict[str, np.ndarray]:
     return {p: np.zeros(R) for p in PHASES}
 
@@ -109,8 +115,7 @@ class _Chain:
         a = self.a
         start = np.maximum.reduceat(t, a.gstart)
         if self.trace:  # the member that arrives last (first of the ties)
-            order = np.lexsort((np.arange(a.R), -t, a.grp))
-            self.log[tag] = order[a.gstart]
+            self.log[tag] = _group_argmax(t, start, a)
         start = start[a.grp]
         ph["wait"] += start - t
         return start
@@ -149,8 +154,7 @@ class _Chain:
                 A_new = np.maximum(A, C) + att[:, j]
                 P_from_C = C >= A
                 if log is not None:
-                    order = np.lexsort((idx, -Pa, grp))
-                    garg = order[a.gstart]  # the active rank posting last in each group
+                    garg = _group_argmax(Pa, gmax, a)  # the active rank posting last in each group
                     src = np.where(M == P, idx, np.where(left >= right, garg[(grp - j) % k], garg[(grp + j) % k]))
                     log["A_from_C"].append(from_C)
                     log["M_from"].append(src)

@@ -120,7 +120,8 @@ class LayoutModel:
     persistent HiGHS instance."""
 
     def __init__(self, cluster: ClusterSpec, model: ModelSpec, workload: Workload, layout: Layout,
-                 options: CostOptions = CostOptions(), aggregate: bool = True, memory: bool = True):
+                 options: CostOptions = CostOptions(), aggregate: bool = True, memory: bool = True,
+                 orbits: Sequence[int] | None = None):
         import pyomo.environ as pyo
 
         self.pyo = pyo
@@ -134,12 +135,38 @@ class LayoutModel:
             raise HexiSeqError(f"{S} tokens do not give {k} groups a whole chunk of {B} tokens each")
         self.unit = unit_plan(layout, model)
         a = plan_arrays(self.unit, cluster, model, None, options)
-        self.coef: Coefficients = coefficients(a, model, workload, options)
+        # Orbits: groups that a rotation of the ring maps onto each other (identical devices at
+        # positions p apart) share one chunk variable, and their classes one shard variable. The
+        # zigzag makes a group's K/V need depend on its position (L_h before it, 2·L_h after), so a
+        # model with orbits counts every transfer at L_h (a relaxation), which makes the problem
+        # invariant under the rotation: a convex relaxation of an invariant problem has an invariant
+        # optimum, so its bound holds for every plan of the layout, symmetric or not.
+        self.orbits = np.arange(k) if orbits is None else np.asarray(orbits, dtype=np.int64)
+        self.symmetric = orbits is not None
+        self.coef: Coefficients = coefficients(a, model, workload, options, need_floor=self.symmetric)
         self.cls = rank_classes(cluster, layout, aggregate)
         self.C = int(self.cls.max()) + 1
         self.members = np.bincount(self.cls, minlength=self.C)
         self.rep = np.array([int(np.argmax(self.cls == c)) for c in range(self.C)])  # a representative rank per class
         self.cls_group = a.grp[self.rep]
+        # variables: one chunk per orbit; one shard per class of the orbit's first group (its classes
+        # in order stand for the corresponding classes of the other groups of the orbit)
+        self.nvar = self.orbits
+        self.NV = int(self.nvar.max()) + 1
+        first_group = {int(o): int(np.argmax(self.orbits == o)) for o in range(self.NV)}
+        pos_in_group = np.zeros(self.C, dtype=np.int64)
+        for g in range(k):
+            cs = [c for c in range(self.C) if self.cls_group[c] == g]
+            for i, c in enumerate(cs):
+                pos_in_group[c] = i
+        keys: dict[tuple, int] = {}
+        self.svar = np.zeros(self.C, dtype=np.int64)
+        for c in range(self.C):
+            self.svar[c] = keys.setdefault((int(self.orbits[self.cls_group[c]]), int(pos_in_group[c])), len(keys))
+        self.SV = len(keys)
+        self.svar_rep = np.array([int(np.argmax(self.svar == v)) for v in range(self.SV)])  # a class per shard variable
+        self.orbit_groups = [np.nonzero(self.orbits == o)[0] for o in range(self.NV)]
+        del first_group
         self.with_memory = memory
         pr = self.coef.peer_r
         self._peers = [np.nonzero(pr == r)[0] for r in range(a.R)]
@@ -157,8 +184,8 @@ class LayoutModel:
         B = self.workload.block_size
         m = pyo.ConcreteModel(name="hexiseq_layout")
         self.m = m
-        m.n = pyo.Var(range(k), bounds=(1.0, float(self.nb - (k - 1))), initialize=self.nb / k)  # blocks
-        m.s = pyo.Var(range(C), bounds=(0.0, float(self.workload.seq_len)), initialize=0.0)  # tokens per member
+        m.n = pyo.Var(range(self.NV), bounds=(1.0, float(self.nb - (k - 1))), initialize=self.nb / k)  # blocks per group of the orbit
+        m.s = pyo.Var(range(self.SV), bounds=(0.0, float(self.workload.seq_len)), initialize=0.0)  # tokens per member
         passes = [st for st in self._schedule if st[0] == "pass"]
         self.pass_names = [st[1] for st in passes]
         m.D = pyo.Var(self.pass_names, bounds=(0.0, None))  # ms
@@ -166,26 +193,27 @@ class LayoutModel:
         m.T = pyo.Var(bounds=(0.0, None))
         m.obj = pyo.Objective(expr=m.T, sense=pyo.minimize)
         m.total = pyo.Constraint(expr=m.T >= sum(st[3] * m.D[st[1]] for st in passes) + MS * const)
-        m.cover = pyo.Constraint(expr=sum(m.n[g] for g in range(k)) == float(self.nb))
+        m.cover = pyo.Constraint(expr=sum(float(len(self.orbit_groups[o])) * m.n[o] for o in range(self.NV)) == float(self.nb))
         m.shards = pyo.ConstraintList()
-        for g in range(k):
+        for o in range(self.NV):
+            g = int(self.orbit_groups[o][0])
             cs = [c for c in range(C) if self.cls_group[c] == g]
-            m.shards.add(sum(float(self.members[c]) * m.s[c] for c in cs) == 2.0 * B * m.n[g])
+            m.shards.add(sum(float(self.members[c]) * m.s[int(self.svar[c])] for c in cs) == 2.0 * B * m.n[o])
         for st in passes:  # a pass can never be shorter than its collective
             if st[4] > 0:
                 m.D[st[1]].setlb(MS * st[4])
-        m.logit_tok = pyo.Param(range(C), mutable=True, initialize=0.0)
+        m.logit_tok = pyo.Param(range(self.SV), mutable=True, initialize=0.0)
         m.cuts = pyo.ConstraintList()
         m.mem = pyo.ConstraintList()
         if self.with_memory:
             self._memory_terms()
-            for c in range(C):
-                m.mem.add(self._memory_expr(c) <= self._capacity(c))
+            for v in range(self.SV):
+                m.mem.add(self._memory_expr(int(self.svar_rep[v])) <= self._capacity(int(self.svar_rep[v])))
 
     # ------------------------------------------------------------------ linear forms of the durations
 
     def _L(self, g: int):
-        return self.workload.block_size * self.m.n[g]
+        return self.workload.block_size * self.m.n[int(self.nvar[g])]
 
     # A linear form of (n, s) is kept as (const, coef_n [k], coef_s [C]) in seconds, tokens and
     # blocks while a cut is assembled (numpy, fast), and becomes one Pyomo LinearExpression at the end.
@@ -301,10 +329,12 @@ class LayoutModel:
         for (kind, r), rounds in att.items():
             self._attention_sum(f, self.coef.attn_bwd_factor if kind == "att_b" else 1.0, r, rounds, n0)
         m = self.m
-        nz_n, nz_s = np.nonzero(f.n)[0], np.nonzero(f.s)[0]
+        cn = np.bincount(self.nvar, f.n, minlength=self.NV)
+        cs = np.bincount(self.svar, f.s, minlength=self.SV)
+        nz_n, nz_s = np.nonzero(cn)[0], np.nonzero(cs)[0]
         expr = LinearExpression(constant=MS * f.const,
-                                linear_coefs=[MS * float(f.n[g]) for g in nz_n] + [MS * float(f.s[c]) for c in nz_s] + [-1.0],
-                                linear_vars=[m.n[int(g)] for g in nz_n] + [m.s[int(c)] for c in nz_s] + [m.D[name]])
+                                linear_coefs=[MS * float(cn[o]) for o in nz_n] + [MS * float(cs[v]) for v in nz_s] + [-1.0],
+                                linear_vars=[m.n[int(o)] for o in nz_n] + [m.s[int(v)] for v in nz_s] + [m.D[name]])
         m.cuts.add(expr <= 0.0)
         D = m.D[name].value
         return MS * (f.const + float(f.n @ n0) + float(f.s @ s0)) - (D if D is not None else 0.0)
@@ -325,9 +355,9 @@ class LayoutModel:
         m, r = self.m, self.rep[c]
         a = self.coef.a
         g = int(a.grp[r])
-        s, L = m.s[c], self._L(g)
+        s, L = m.s[int(self.svar[c])], self._L(g)
         expr = self._mem_const + self._mem_s * s + self._mem_w * a.eta[r] * L + self._mem_u * a.kvc[r] * L
-        expr = expr + logits_bytes_per_token(self.model) * (m.logit_tok[c] if self.model.vocab >= self.options.large_vocab else s)
+        expr = expr + logits_bytes_per_token(self.model) * (m.logit_tok[int(self.svar[c])] if self.model.vocab >= self.options.large_vocab else s)
         return (expr + extra) / GIB
 
     def _kv_pieces(self, c: int):
@@ -335,6 +365,27 @@ class LayoutModel:
         cf, r, k = self.coef, self.rep[c], self.k
         rb = [cf.x_recv_bytes[r, j] * self._L(int(cf.pair_src[r, j])) for j in range(k)]
         return [(j, 2.0 * (rb[j] + (rb[j + 1] if j + 1 < k else 0.0))) for j in range(1, k)]
+
+    def memory_forms(self) -> list[dict]:
+        """Per class, its memory as numbers (bytes): const (states, the reserve), per token of its
+        shard ("s"), per block of its group's chunk ("n"), and the K/V-buffer pieces
+        (a, source group, b, next source group): 2·(B_j + B_{j+1}) = a·n_h1 + b·n_h2. The logits of
+        a chunked loss are not counted (the bound mode). Used by planner.explain.memory_report."""
+        if not hasattr(self, "_mem_const"):
+            self._memory_terms()
+        cf, B, k = self.coef, float(self.workload.block_size), self.k
+        out = []
+        for c in range(self.C):
+            r = self.rep[c]
+            per_s = self._mem_s + (logits_bytes_per_token(self.model) if self.model.vocab < self.options.large_vocab else 0.0)
+            kv = []
+            for j in range(1, k):
+                nxt = (2.0 * cf.x_recv_bytes[r, j + 1] * B, int(cf.pair_src[r, j + 1])) if j + 1 < k else (0.0, 0)
+                kv.append((2.0 * cf.x_recv_bytes[r, j] * B, int(cf.pair_src[r, j]), nxt[0], nxt[1]))
+            out.append({"group": int(cf.a.grp[r]), "const": self._mem_const + self.options.reserved_fraction * float(cf.a.capacity[r]),
+                        "s": per_s, "n": B * (self._mem_w * cf.a.eta[r] + self._mem_u * cf.a.kvc[r]), "kv": kv,
+                        "capacity": float(cf.a.capacity[r])})
+        return out
 
     def _memory_cuts(self, x_n: np.ndarray, x_s: np.ndarray) -> int:
         """Add the violated K/V-buffer rows (lazy); returns how many were added."""
@@ -361,36 +412,50 @@ class LayoutModel:
     def set_logits(self, mode: str) -> None:
         """"bound": count no logits of a chunked loss (a relaxation); "plan": a whole chunk (conservative)."""
         tok = float(self.options.loss_chunk_tokens) if mode == "plan" else 0.0
-        for c in range(self.C):
-            self.m.logit_tok[c] = tok
+        for v in range(self.SV):
+            self.m.logit_tok[v] = tok
 
     def set_box(self, lo: Sequence[float], hi: Sequence[float]) -> None:
-        """Chunk lengths (blocks) every plan of interest lies in: the estimates' box and the bounds of n."""
-        self.box_lo = np.maximum(np.asarray(lo, dtype=float), 1.0)
-        self.box_hi = np.minimum(np.asarray(hi, dtype=float), float(self.nb - (self.k - 1)))
-        for g in range(self.k):
-            if not self.m.n[g].fixed:
-                self.m.n[g].setlb(float(self.box_lo[g]))
-                self.m.n[g].setub(float(self.box_hi[g]))
+        """Chunk lengths (blocks, per group) every plan of interest lies in: the estimates' box and the
+        bounds of n (an orbit takes the hull of its groups' boxes)."""
+        lo = np.maximum(np.asarray(lo, dtype=float), 1.0)
+        hi = np.minimum(np.asarray(hi, dtype=float), float(self.nb - (self.k - 1)))
+        for o, gs in enumerate(self.orbit_groups):
+            lo[gs], hi[gs] = lo[gs].min(), hi[gs].max()
+            if not self.m.n[o].fixed:
+                self.m.n[o].setlb(float(lo[gs[0]]))
+                self.m.n[o].setub(float(hi[gs[0]]))
+        self.box_lo, self.box_hi = lo, hi
 
     def fix_blocks(self, blocks: Sequence[float] | None) -> None:
-        """Fix the chunk lengths (blocks per group) and collapse the box onto them; None frees them."""
+        """Fix the chunk lengths (blocks per group; equal within an orbit) and collapse the box onto
+        them; None frees them."""
         if blocks is None:
-            for g in range(self.k):
-                self.m.n[g].unfix()
+            for o in range(self.NV):
+                self.m.n[o].unfix()
             return
-        for g, b in enumerate(blocks):
-            self.m.n[g].fix(float(b))
-        self.box_lo = self.box_hi = np.asarray(blocks, dtype=float)
+        b = np.asarray(blocks, dtype=float)
+        for o, gs in enumerate(self.orbit_groups):
+            if np.ptp(b[gs]) > 0:
+                raise HexiSeqError("a model with orbits evaluates symmetric chunk lengths only")
+            self.m.n[o].fix(float(b[gs[0]]))
+        self.box_lo = self.box_hi = b
 
     def fix_shards(self, shards: Sequence[float] | None) -> None:
-        for c in range(self.C):
+        """Fix the shard of every class (per class; equal across an orbit), or free them (None)."""
+        for v in range(self.SV):
             if shards is None:
-                self.m.s[c].unfix()
+                self.m.s[v].unfix()
             else:
-                self.m.s[c].fix(float(shards[c]))
+                self.m.s[v].fix(float(shards[int(self.svar_rep[v])]))
 
     # ------------------------------------------------------------------ solving
+
+    def point(self) -> tuple[np.ndarray, np.ndarray]:
+        """The current (blocks per group, shard per class) of the model's variables."""
+        n = np.array([self.m.n[o].value for o in range(self.NV)], dtype=float)
+        sv = np.array([self.m.s[v].value or 0.0 for v in range(self.SV)], dtype=float)
+        return n[self.nvar], sv[self.svar]
 
     def replay(self, n: np.ndarray, s_cls: np.ndarray, trace: bool = True):
         """The replay at a (fractional) point: its critical paths are the cuts, its time says whether
@@ -419,27 +484,32 @@ class LayoutModel:
         res.solution_loader.load_vars()
         return "optimal", float(res.best_feasible_objective)
 
-    def solve(self, max_rounds: int = MAX_CUT_ROUNDS) -> Solution:
+    def solve(self, max_rounds: int = MAX_CUT_ROUNDS, start: tuple | None = None) -> Solution:
         """The cutting-plane loop (module doc): every LP optimum is a valid bound; stop when the replay
-        at the solution matches it (to CUT_TOL), or after `max_rounds` (status "work limit")."""
-        v = self.pyo.value
+        at the solution matches it (to CUT_TOL), when no critical path's cut is violated there (the
+        relaxation's minimum), or after `max_rounds` (status "work limit"). `start` = (blocks, shards
+        per class) seeds the cuts at a point (default: the box's centre, even shards)."""
         k, C = self.k, self.C
-        n0 = np.array([v(self.m.n[g]) for g in range(k)], dtype=float)
-        n0 = np.clip(n0, self.box_lo, self.box_hi)
-        s0 = np.array([v(self.m.s[c]) if self.m.s[c].fixed else 2.0 * self.workload.block_size * n0[self.cls_group[c]] / self.members[
-            self.cls_group == self.cls_group[c]].sum() for c in range(C)])
-        # seed the cuts at a balanced point
+        B = self.workload.block_size
+        if start is not None:
+            n0, s0 = np.asarray(start[0], dtype=float), np.asarray(start[1], dtype=float)
+        else:
+            n0 = np.where([self.m.n[o].fixed for o in self.nvar], self.point()[0], 0.5 * (self.box_lo + self.box_hi))
+            if not self.m.n[0].fixed:
+                n0 *= self.nb / n0.sum()
+            per_group = np.bincount(self.cls_group, weights=self.members, minlength=k)
+            even = 2.0 * B * n0[self.cls_group] / per_group[self.cls_group]
+            s0 = np.where([self.m.s[v].fixed for v in self.svar], self.point()[1], even)
         sim = self.replay(n0, s0)
         for name in self.pass_names:
             self._add_cut(name, sim.paths[name], n0, s0)
-        bound, replay_s, status = math.inf, math.inf, "work limit"
+        bound, replay_s, status, rounds = math.inf, math.inf, "work limit", 0
         for rounds in range(1, max_rounds + 1):
             st, obj = self._lp()
             if obj is None:
                 return Solution(st, math.inf, rounds=rounds)
             bound = obj / MS
-            n0 = np.array([v(self.m.n[g]) for g in range(k)], dtype=float)
-            s0 = np.array([v(self.m.s[c]) for c in range(C)], dtype=float)
+            n0, s0 = self.point()
             if self._memory_cuts(n0, s0):
                 continue
             sim = self.replay(n0, s0)
@@ -449,7 +519,7 @@ class LayoutModel:
                 break
             added = 0
             for name in self.pass_names:
-                D_lp = v(self.m.D[name])
+                D_lp = self.m.D[name].value
                 if MS * sim.passes[name][1] > D_lp * (1 + CUT_TOL):
                     if self._add_cut(name, sim.paths[name], n0, s0) > CUT_TOL * max(1.0, D_lp):  # violated: progress
                         added += 1

@@ -1,0 +1,156 @@
+"""Stage II of the planner: best-first search over the candidate layouts, bounding as it goes.
+
+Every (candidate layout, recompute policy) is a node with a proven lower bound of the step time of
+every plan it contains: at first the compute bound of its device subset (costmodel.bound), then the
+optimum of its optimization model (planner/model.py) as cutting-plane rounds tighten it. The search
+always works on the node with the lowest bound: a few rounds of its model, whose solution is rounded
+to a plan and replayed (a new incumbent when it is faster and fits in memory), and when the
+incumbent improves, every model's box shrinks to the chunk lengths that could still beat it. It
+stops when the lowest bound is within `gap` of the incumbent, or after `work` cutting-plane rounds
+in all (a deterministic work limit, never a wall-clock one). The bound of the whole search is the
+lowest bound of all nodes — searched, pruned or never reached — and the incumbent's time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..costmodel import estimate
+from ..costmodel.bound import subset_time_bound
+from ..costmodel.kernels import CostOptions
+from ..errors import HexiSeqError
+from ..plan import Plan
+from ..specs import ClusterSpec, ModelSpec, Workload
+from .candidates import Candidate
+from .model import LayoutModel, round_blocks
+
+STEP_ROUNDS = 12  # cutting-plane rounds per visit of a node
+DEFAULT_WORK = 1500  # cutting-plane rounds in all (a work limit: the bound stays valid when it binds)
+DEFAULT_GAP = 0.002  # stop when the lowest bound is this close to the incumbent (relative)
+
+
+@dataclass
+class Node:
+    cand: Candidate
+    policy: str
+    index: int
+    bound: float
+    status: str = "screened"  # screened | open | final | infeasible | error
+    model: LayoutModel | None = None
+    rounds: int = 0
+    best_s: float = math.inf  # the fastest plan this node produced
+    box_ub: float = math.inf  # the incumbent its box was derived from
+
+    def __lt__(self, other: "Node") -> bool:
+        return (self.bound, self.index) < (other.bound, other.index)
+
+
+@dataclass
+class SearchResult:
+    best_s: float
+    best_plan: Plan | None
+    best_policy: str | None
+    best_source: str
+    lower_bound_s: float
+    nodes: list[Node] = field(default_factory=list)
+    rounds: int = 0
+
+    @property
+    def gap(self) -> float:
+        if not math.isfinite(self.best_s) or self.best_s <= 0:
+            return math.nan
+        return max(0.0, 1.0 - self.lower_bound_s / self.best_s)
+
+
+class Search:
+    """Best-first search over (candidate, policy) nodes (module doc)."""
+
+    def __init__(self, cluster: ClusterSpec, model: ModelSpec, workload: Workload, policies: list[str],
+                 candidates: list[Candidate], incumbent: tuple[float, Plan | None, str | None, str] = (math.inf, None, None, ""),
+                 options: CostOptions = CostOptions(), tick: Callable[[str], None] | None = None):
+        self.cluster, self.model, self.workload, self.options = cluster, model, workload, options
+        self.best_s, self.best_plan, self.best_policy, self.best_source = incumbent
+        self.tick = tick or (lambda _: None)
+        self.nodes: list[Node] = []
+        screen: dict[tuple, float] = {}
+        for cand in candidates:
+            for policy in policies:
+                wl = workload.with_recompute(policy)
+                key = (cand.layout.devices, policy)
+                if key not in screen:
+                    screen[key] = subset_time_bound(cluster, sorted(cand.layout.devices), model, wl, options)
+                self.nodes.append(Node(cand, policy, len(self.nodes), screen[key]))
+        self.rounds = 0
+
+    def _model(self, node: Node) -> LayoutModel | None:
+        if node.model is None:
+            try:
+                node.model = LayoutModel(self.cluster, self.model, self.workload.with_recompute(node.policy), node.cand.layout,
+                                         self.options, orbits=node.cand.orbits)
+            except HexiSeqError:
+                node.status = "infeasible"
+                node.bound = math.inf
+                return None
+            node.model.set_logits("bound")
+        return node.model
+
+    def _consider(self, node: Node, blocks: list[int], shards: list[float]) -> None:
+        """Replay the rounded plan of a model's solution; keep it when it fits and is the fastest."""
+        lm = node.model
+        wl = self.workload.with_recompute(node.policy)
+        plan = lm.to_plan(blocks, shards)
+        est = estimate(plan, self.cluster, self.model, wl, self.options)
+        if not est.fits:
+            return
+        t = est.iteration_time_s
+        node.best_s = min(node.best_s, t)
+        if t < self.best_s * (1 - 1e-12):
+            self.best_s, self.best_plan, self.best_policy = t, plan, node.policy
+            self.best_source = f"model: {node.cand.label}"
+
+    def step(self, node: Node) -> None:
+        lm = self._model(node)
+        if lm is None:
+            return
+        self.tick(node.cand.label)
+        if math.isfinite(self.best_s) and self.best_s < node.box_ub:
+            lo, hi = lm.box_from_bound(self.best_s)
+            if np.any(lo > hi):  # no chunk lengths could beat the incumbent
+                node.bound, node.status = max(node.bound, self.best_s), "final"
+                return
+            lm.set_box(lo, hi)
+            node.box_ub = self.best_s
+        sol = lm.solve(max_rounds=STEP_ROUNDS)
+        node.rounds += sol.rounds
+        self.rounds += sol.rounds
+        if sol.status == "infeasible":  # nothing of this layout fits in memory (or in the box)
+            node.bound = max(node.bound, self.best_s if math.isfinite(self.best_s) else math.inf)
+            node.status = "infeasible" if not math.isfinite(self.best_s) or node.box_ub == math.inf else "final"
+            return
+        if not sol.ok:
+            node.status = "error"
+            return
+        node.bound = max(node.bound, sol.bound_s)
+        node.status = "final" if sol.status in ("optimal", "stalled") else "open"
+        self._consider(node, round_blocks(sol.blocks, lm.nb), sol.shards)
+
+    def run(self, work: int = DEFAULT_WORK, gap: float = DEFAULT_GAP) -> SearchResult:
+        heap = [n for n in self.nodes if math.isfinite(n.bound)]
+        heapq.heapify(heap)
+        while heap and self.rounds < work:
+            node = heapq.heappop(heap)
+            if node.bound >= self.best_s * (1 - gap):
+                heapq.heappush(heap, node)
+                break  # every other node's bound is at least as high: the incumbent is within `gap`
+            if node.status == "final" and node.box_ub <= self.best_s:
+                continue  # its bound is final for the box that still applies
+            self.step(node)
+            if node.status in ("open", "screened") or (node.status == "final" and node.box_ub > self.best_s):
+                heapq.heappush(heap, node)
+        lb = min([n.bound for n in self.nodes] + [self.best_s])
+        return SearchResult(self.best_s, self.best_plan, self.best_policy, self.best_source, lb, self.nodes, self.rounds)
