@@ -86,12 +86,10 @@ def plan_arrays(plan: Plan, cluster: ClusterSpec, model: ModelSpec, workload: Wo
 def link_matrices(cluster: ClusterSpec) -> tuple[np.ndarray, np.ndarray]:
     """(bytes/s, seconds) [N, N] of a cluster, cached per cluster object (read-only): the catalog's
     link and NIC bandwidths times their achieved fractions (link_efficiency, nic_efficiency)."""
-    from .kernels import gpu_number
-
     bw = cluster.bandwidth_matrix_gbps * 1e9
     node = np.array([d.node for d in cluster.devices])
-    link_eff = np.array([gpu_number(d.gpu, "link_efficiency") for d in cluster.devices])
-    nic_eff = np.array([gpu_number(d.gpu, "nic_efficiency") for d in cluster.devices])
+    link_eff = np.array([d.gpu.link_efficiency for d in cluster.devices])
+    nic_eff = np.array([d.gpu.nic_efficiency for d in cluster.devices])
     same = node[:, None] == node[None, :]
     eff = np.where(same, np.minimum(link_eff[:, None], link_eff[None, :]), np.minimum(nic_eff[:, None], nic_eff[None, :]))
     bw = bw * eff

@@ -67,25 +67,6 @@ class CostOptions:
     ignore_comm: bool = False  # every transfer free: the pure compute schedule (tests, what-ifs)
 
 
-# ------------------------------------------------------------------------------ per-GPU numbers
-
-
-def gpu_number(gpu: GPUType, name: str) -> float:
-    """A per-GPU model number: the catalog's field, else its documented default (CATALOG_DEFAULTS)."""
-    v = getattr(gpu, name, None)
-    return float(CATALOG_DEFAULTS[name] if v is None else v)
-
-
-# Defaults for per-GPU fields a catalog entry may leave out (data/gpus.yaml documents each).
-CATALOG_DEFAULTS: dict[str, float] = {
-    "eff_hbm": 1.0,
-    "attn_block_half_keys": 0.0,
-    "overlap_slowdown": 0.0,
-    "link_efficiency": 1.0,
-    "nic_efficiency": 1.0,
-}
-
-
 @dataclass(frozen=True)
 class Rates:
     """Per-device (or per-rank) effective rates: arrays of one entry per device."""
@@ -103,9 +84,9 @@ def rates(gpus: "list[GPUType] | tuple[GPUType, ...]") -> Rates:
     return Rates(
         matmul=peak * np.array([g.eff_matmul for g in gpus]),
         attention=peak * np.array([g.eff_attention for g in gpus]),
-        hbm=np.array([g.hbm_bandwidth_gbps * 1e9 * gpu_number(g, "eff_hbm") for g in gpus]),
-        block_half_keys=np.array([gpu_number(g, "attn_block_half_keys") for g in gpus]),
-        overlap_slowdown=np.array([gpu_number(g, "overlap_slowdown") for g in gpus]),
+        hbm=np.array([g.hbm_bandwidth_gbps * 1e9 * g.eff_hbm for g in gpus]),
+        block_half_keys=np.array([g.attn_block_half_keys for g in gpus]),
+        overlap_slowdown=np.array([g.overlap_slowdown for g in gpus]),
     )
 
 
