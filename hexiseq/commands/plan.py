@@ -78,7 +78,6 @@ def write_model(result, cluster, model, workload, path: str) -> None:
     plan = result.plan
     layout = Layout(tuple(g.devices for g in plan.groups), tuple(g.heads for g in plan.groups))
     lm = LayoutModel(cluster, model, workload.with_recompute(result.recompute), layout)
-    lm.set_logits("bound")
     lm.solve()
     lm.write(path)
 

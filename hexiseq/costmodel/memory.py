@@ -29,8 +29,9 @@ the planner's model takes as pieces. Activations are bf16 (2 bytes), softmax sta
 - kv_buffers: the exchange is double-buffered and the backward sends dK/dV back (bf16, the same
   size as the K/V they belong to): 2·max_j (B_j + B_{j+1}), B_j = bytes received in round j
   (B_k = 0); 0 for one group.
-- logits: c·V·6 bytes (bf16 logits + fp32 softmax/gradient), c = s, or min(s, loss_chunk_tokens)
-  when V ≥ large_vocab (chunked loss).
+- logits: c·V·6 bytes (bf16 logits + fp32 softmax/gradient), c = s, or a whole loss chunk
+  (loss_chunk_tokens) when V ≥ large_vocab (chunked loss: the runtime holds min(s, chunk); charging
+  the chunk keeps the memory linear, conservative by at most one chunk for shards under it).
 - reserved: reserved_fraction × capacity (CUDA context, NCCL buffers, allocator fragmentation).
 A rank fits when the sum ≤ capacity.
 """
@@ -90,8 +91,9 @@ def state_bytes(model: ModelSpec, workload: Workload, ranks: int) -> dict[str, f
     return out
 
 
-def memory_terms(model: ModelSpec, workload: Workload, ranks: int, rule: RecomputeRule | None = None) -> dict[str, MemoryTerms]:
-    """The affine categories of memory.py's model (all but kv_buffers, logits and reserved)."""
+def memory_terms(model: ModelSpec, workload: Workload, ranks: int, rule: RecomputeRule | None = None,
+                 options: CostOptions = CostOptions()) -> dict[str, MemoryTerms]:
+    """The affine categories of memory.py's model (all but kv_buffers and reserved)."""
     rule = rule or rule_of(workload)
     d, Lyr = model.head_dim, model.layers
     tok = token_activation_bytes(model)
@@ -109,12 +111,10 @@ def memory_terms(model: ModelSpec, workload: Workload, ranks: int, rule: Recompu
     else:
         out["activations"] = MemoryTerms(c_s=Lyr * tok, c_w=Lyr * att_w, c_u=Lyr * att_u)
         out["attention"] = MemoryTerms(c_s=send_s, c_w=grad_w, c_u=grad_u)
+    chunked = model.vocab >= options.large_vocab
+    out["logits"] = (MemoryTerms(const=options.loss_chunk_tokens * logits_bytes_per_token(model)) if chunked
+                     else MemoryTerms(c_s=logits_bytes_per_token(model)))
     return out
-
-
-def logits_tokens(s, model: ModelSpec, options: CostOptions):
-    """Tokens whose logits are alive at once."""
-    return np.minimum(s, options.loss_chunk_tokens) if model.vocab >= options.large_vocab else s
 
 
 def logits_bytes_per_token(model: ModelSpec) -> float:
@@ -136,8 +136,7 @@ def memory_bytes(a: PlanArrays, model: ModelSpec, workload: Workload, recv_bytes
     """Per-rank bytes by category (MEMORY_KEYS), each an [R] array. `recv_bytes` from comm.exchange_times."""
     L = a.L[a.grp]
     w, u = a.eta * L, a.kvc * L
-    out = {key: np.zeros(a.R) + t(a.s, w, u) for key, t in memory_terms(model, workload, a.R).items()}
+    out = {key: np.zeros(a.R) + t(a.s, w, u) for key, t in memory_terms(model, workload, a.R, options=options).items()}
     out["kv_buffers"] = kv_buffer_bytes(recv_bytes)
-    out["logits"] = logits_tokens(a.s, model, options) * logits_bytes_per_token(model)
     out["reserved"] = options.reserved_fraction * a.capacity
     return {key: out[key] for key in MEMORY_KEYS}

@@ -29,6 +29,8 @@ from ..specs import ClusterSpec, ModelSpec
 from .model import Layout
 
 MAX_SPANNING = 16  # spanning groups only on small subsets: their all-to-all crosses nodes
+EXHAUSTIVE_DEVICES = 4  # clusters up to this size: every layout of every subset (`exhaustive_layouts`) ...
+EXHAUSTIVE_MAX = 2000  # ... unless there are more layouts than this (many KV heads to split): then the families
 MAX_HEAD_SPLITS = 16
 MAX_ORDERED = 4  # up to this many groups, every order of the group kinds is a candidate
 SYMMETRIC_FROM = 33  # groups from which a periodic layout is modelled on its orbits (planner/model.py)
@@ -199,6 +201,54 @@ def _head_splits(cluster: ClusterSpec, model: ModelSpec, group: Sequence[int]) -
                 h[j] = x * unit
         heads.append(tuple(h))
     return heads
+
+
+def set_partitions(items: Sequence[int]) -> Iterable[list[tuple[int, ...]]]:
+    """Every partition of `items` into non-empty blocks (members in the given order, blocks unordered)."""
+    items = list(items)
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for part in set_partitions(rest):
+        yield [(first,)] + part
+        for i in range(len(part)):
+            yield part[:i] + [(first,) + part[i]] + part[i + 1:]
+
+
+def compositions(total: int, parts: int) -> Iterable[tuple[int, ...]]:
+    """Every way to write `total` as an ordered sum of `parts` non-negative integers."""
+    if parts == 1:
+        yield (total,)
+        return
+    for x in range(total + 1):
+        for rest in compositions(total - x, parts - 1):
+            yield (x,) + rest
+
+
+def exhaustive_layouts(cluster: ClusterSpec, model: ModelSpec, limit: int | None = None) -> list[Candidate] | None:
+    """Every layout of a small cluster (at most EXHAUSTIVE_DEVICES devices): every device subset,
+    every partition into groups in every ring order, every head split in whole KV-head units (a rank
+    may hold none), members of a group in device order; layouts that only swap identical devices
+    (same node and type) are listed once. None when there are more than `limit`."""
+    units, unit = head_units(model), model.group_size
+    ident = {d.index: (d.node, d.gpu.name, d.nic_gbps, d.link_bandwidth_gbps) for d in cluster.devices}
+    out, seen = [], set()
+    for r in range(cluster.size, 0, -1):
+        for subset in itertools.combinations(range(cluster.size), r):
+            for part in set_partitions(subset):
+                for order in itertools.permutations(part):
+                    for heads in itertools.product(*[list(compositions(units, len(g))) for g in order]):
+                        sig = tuple(tuple((ident[d], h) for d, h in zip(g, hs)) for g, hs in zip(order, heads))
+                        if sig in seen:
+                            continue
+                        seen.add(sig)
+                        lay = Layout(tuple(order), tuple(tuple(h * unit for h in hs) for hs in heads))
+                        desc = " | ".join("+".join(str(d) for d in g) for g in order)
+                        out.append(Candidate(lay, f"groups {desc}, heads {[list(h) for h in lay.heads]}", f"{r} devices"))
+                        if limit is not None and len(out) > limit:
+                            return None
+    return out
 
 
 def layouts(cluster: ClusterSpec, model: ModelSpec, label: str, devices: Sequence[int], max_groups: int | None = None) -> list[Candidate]:

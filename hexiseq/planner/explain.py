@@ -95,16 +95,14 @@ def may_fit(cluster: ClusterSpec, model: ModelSpec, workload: Workload, options:
     side (Σ_{r∈g} η_r = H, Σ κ_r ≥ H_kv in every group, per w = η·L and u = κ·L, and the group's 2·L
     tokens, so per token of the sequence: (H·c_w + H_kv·c_u)/2); K/V buffers and chunked logits only
     add. A plan fits only if that is at most the capacity of its devices."""
-    from ..costmodel.memory import logits_bytes_per_token, memory_terms, state_bytes
+    from ..costmodel.memory import memory_terms, state_bytes
 
-    terms = memory_terms(model, workload, 1)
+    terms = memory_terms(model, workload, 1, options=options)
     per_tok = sum(t.c_s for t in terms.values()) + (model.heads * sum(t.c_w for t in terms.values())
                                                    + model.kv_heads * sum(t.c_u for t in terms.values())) / 2.0
-    if model.vocab < options.large_vocab:
-        per_tok += logits_bytes_per_token(model)
     states = state_bytes(model, workload, 1)  # one rank holds everything: its sum is the total (+ buffers)
     total_states = states["weights"] + states["grads"] + states["optimizer"]
-    per_rank = states["param_buffers"] + (total_states if workload.param_sharding == "replicated" else 0.0)
+    per_rank = states["param_buffers"] + terms["logits"].const + (total_states if workload.param_sharding == "replicated" else 0.0)
     devs = cluster.devices if devices is None else [cluster.devices[i] for i in devices]
     room = sum(max(0.0, (1 - options.reserved_fraction) * dev.gpu.memory_bytes - per_rank) for dev in devs)
     need = workload.seq_len * per_tok + (total_states if workload.param_sharding == "zero3" else 0.0)

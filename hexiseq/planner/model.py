@@ -31,9 +31,7 @@ have a chunk outside it, so the bound holds for every plan (min(bound, best time
 box onto a plan makes every estimate exact.
 
 Memory: memory.py's terms are linear in (s, w = η·L, u = κ·L); the K/V receive buffers of every
-round are added when a solution violates them. The logits of a chunked loss hold min(s, chunk)
-tokens (concave): the bound model counts none of them (a relaxation), the plan model a whole
-chunk (conservative, at most one chunk: 1.5 GiB at V = 128K).
+round are added when a solution violates them.
 
 Scaling: times in milliseconds, chunk lengths in blocks, memory in GiB (HiGHS drops matrix entries
 below 1e-9).
@@ -50,7 +48,7 @@ import numpy as np
 from ..costmodel.arrays import plan_arrays
 from ..costmodel.durations import Coefficients, coefficients, evaluate
 from ..costmodel.kernels import CostOptions
-from ..costmodel.memory import logits_bytes_per_token, memory_terms
+from ..costmodel.memory import memory_terms
 from ..costmodel.simulate import pass_schedule, simulate_durations
 from ..errors import HexiSeqError
 from ..plan import Group, Plan
@@ -116,12 +114,12 @@ class Solution:
 
 class LayoutModel:
     """The model of one (layout, recompute policy) (module doc). Build once; `set_box`, `fix_blocks`,
-    `fix_shards`, `set_logits` change bounds or parameters; `solve` runs the cutting-plane loop on a
+    `fix_shards` change bounds; `solve` runs the cutting-plane loop on a
     persistent HiGHS instance."""
 
     def __init__(self, cluster: ClusterSpec, model: ModelSpec, workload: Workload, layout: Layout,
                  options: CostOptions = CostOptions(), aggregate: bool = True, memory: bool = True,
-                 orbits: Sequence[int] | None = None):
+                 orbits: Sequence[int] | None = None, _coef: Coefficients | None = None, _cls: np.ndarray | None = None):
         import pyomo.environ as pyo
 
         self.pyo = pyo
@@ -134,7 +132,7 @@ class LayoutModel:
         if self.nb < k:
             raise HexiSeqError(f"{S} tokens do not give {k} groups a whole chunk of {B} tokens each")
         self.unit = unit_plan(layout, model)
-        a = plan_arrays(self.unit, cluster, model, None, options)
+        a = _coef.a if _coef is not None else plan_arrays(self.unit, cluster, model, None, options)
         # Orbits: groups that a rotation of the ring maps onto each other (identical devices at
         # positions p apart) share one chunk variable, and their classes one shard variable. The
         # zigzag makes a group's K/V need depend on its position (L_h before it, 2·L_h after), so a
@@ -143,8 +141,8 @@ class LayoutModel:
         # optimum, so its bound holds for every plan of the layout, symmetric or not.
         self.orbits = np.arange(k) if orbits is None else np.asarray(orbits, dtype=np.int64)
         self.symmetric = orbits is not None
-        self.coef: Coefficients = coefficients(a, model, workload, options, need_floor=self.symmetric)
-        self.cls = rank_classes(cluster, layout, aggregate)
+        self.coef: Coefficients = _coef if _coef is not None else coefficients(a, model, workload, options, need_floor=self.symmetric)
+        self.cls = _cls if _cls is not None else rank_classes(cluster, layout, aggregate)
         self.C = int(self.cls.max()) + 1
         self.members = np.bincount(self.cls, minlength=self.C)
         self.rep = np.array([int(np.argmax(self.cls == c)) for c in range(self.C)])  # a representative rank per class
@@ -173,9 +171,10 @@ class LayoutModel:
         self.box_lo = np.ones(k)
         self.box_hi = np.full(k, float(self.nb - (k - 1)))
         self._schedule = pass_schedule(evaluate(self.coef, np.zeros(a.R), np.ones(k)))
+        self._cut_forms: list[tuple] = []
+        self._mem_rows: set[tuple[int, int]] = set()
         self._build()
         self._solver = None
-        self._mem_rows: set[tuple[int, int]] = set()
 
     # ------------------------------------------------------------------ the model
 
@@ -202,7 +201,6 @@ class LayoutModel:
         for st in passes:  # a pass can never be shorter than its collective
             if st[4] > 0:
                 m.D[st[1]].setlb(MS * st[4])
-        m.logit_tok = pyo.Param(range(self.SV), mutable=True, initialize=0.0)
         m.cuts = pyo.ConstraintList()
         m.mem = pyo.ConstraintList()
         if self.with_memory:
@@ -317,8 +315,6 @@ class LayoutModel:
     def _add_cut(self, name: str, items: list, n0: np.ndarray, s0: np.ndarray) -> float:
         """Add D_name >= the path's length, a linear form of (n, s) that under-estimates it (exact at a
         plan); returns how far the solution (n0, s0) violates it (ms; > 0: the cut makes progress)."""
-        from pyomo.core.expr.numeric_expr import LinearExpression
-
         f = _Form(self.k, self.C)
         att: dict[tuple[str, int], set] = {}
         for it in items:
@@ -328,21 +324,48 @@ class LayoutModel:
                 self._item(f, it)
         for (kind, r), rounds in att.items():
             self._attention_sum(f, self.coef.attn_bwd_factor if kind == "att_b" else 1.0, r, rounds, n0)
-        m = self.m
         cn = np.bincount(self.nvar, f.n, minlength=self.NV)
         cs = np.bincount(self.svar, f.s, minlength=self.SV)
+        self._add_form(name, MS * f.const, MS * cn, MS * cs)
+        D = self.m.D[name].value
+        return MS * (f.const + float(f.n @ n0) + float(f.s @ s0)) - (D if D is not None else 0.0)
+
+    def _add_form(self, name: str, const: float, cn: np.ndarray, cs: np.ndarray) -> None:
+        """D_name >= const + cn·n + cs·s (ms), kept so that a sub-box's model can start from it."""
+        from pyomo.core.expr.numeric_expr import LinearExpression
+
+        m = self.m
         nz_n, nz_s = np.nonzero(cn)[0], np.nonzero(cs)[0]
-        expr = LinearExpression(constant=MS * f.const,
-                                linear_coefs=[MS * float(cn[o]) for o in nz_n] + [MS * float(cs[v]) for v in nz_s] + [-1.0],
+        expr = LinearExpression(constant=float(const),
+                                linear_coefs=[float(cn[o]) for o in nz_n] + [float(cs[v]) for v in nz_s] + [-1.0],
                                 linear_vars=[m.n[int(o)] for o in nz_n] + [m.s[int(v)] for v in nz_s] + [m.D[name]])
         m.cuts.add(expr <= 0.0)
-        D = m.D[name].value
-        return MS * (f.const + float(f.n @ n0) + float(f.s @ s0)) - (D if D is not None else 0.0)
+        self._cut_forms.append((name, const, cn, cs))
+
+    def child(self, var: int, lo: float | None = None, hi: float | None = None) -> "LayoutModel":
+        """The same model on a sub-box (chunk variable `var` at least `lo` / at most `hi` blocks): it
+        starts with every cut and memory row of this one, all valid in the sub-box."""
+        sub = LayoutModel(self.cluster, self.model, self.workload, self.layout, self.options, memory=self.with_memory,
+                          orbits=self.orbits if self.symmetric else None, _coef=self.coef, _cls=self.cls)
+        lo_b, hi_b = self.box_lo.copy(), self.box_hi.copy()
+        gs = self.orbit_groups[var]
+        if lo is not None:
+            lo_b[gs] = np.maximum(lo_b[gs], lo)
+        if hi is not None:
+            hi_b[gs] = np.minimum(hi_b[gs], hi)
+        sub.set_box(lo_b, hi_b)
+        for form in self._cut_forms:
+            sub._add_form(*form)
+        for c, j in sorted(self._mem_rows):
+            sub._mem_rows.add((c, j))
+            sub.m.mem.add(sub._memory_expr(c, dict(sub._kv_pieces(c))[j]) <= sub._capacity(c))
+        return sub
+
 
     # ------------------------------------------------------------------ memory
 
     def _memory_terms(self) -> None:
-        terms = memory_terms(self.model, self.workload, self.coef.a.R)
+        terms = memory_terms(self.model, self.workload, self.coef.a.R, options=self.options)
         self._mem_const = sum(t.const for t in terms.values())
         self._mem_s, self._mem_w, self._mem_u = (sum(getattr(t, f) for t in terms.values()) for f in ("c_s", "c_w", "c_u"))
 
@@ -357,7 +380,6 @@ class LayoutModel:
         g = int(a.grp[r])
         s, L = m.s[int(self.svar[c])], self._L(g)
         expr = self._mem_const + self._mem_s * s + self._mem_w * a.eta[r] * L + self._mem_u * a.kvc[r] * L
-        expr = expr + logits_bytes_per_token(self.model) * (m.logit_tok[int(self.svar[c])] if self.model.vocab >= self.options.large_vocab else s)
         return (expr + extra) / GIB
 
     def _kv_pieces(self, c: int):
@@ -369,15 +391,15 @@ class LayoutModel:
     def memory_forms(self) -> list[dict]:
         """Per class, its memory as numbers (bytes): const (states, the reserve), per token of its
         shard ("s"), per block of its group's chunk ("n"), and the K/V-buffer pieces
-        (a, source group, b, next source group): 2·(B_j + B_{j+1}) = a·n_h1 + b·n_h2. The logits of
-        a chunked loss are not counted (the bound mode). Used by planner.explain.memory_report."""
+        (a, source group, b, next source group): 2·(B_j + B_{j+1}) = a·n_h1 + b·n_h2. Used by
+        planner.explain.memory_report."""
         if not hasattr(self, "_mem_const"):
             self._memory_terms()
         cf, B, k = self.coef, float(self.workload.block_size), self.k
         out = []
         for c in range(self.C):
             r = self.rep[c]
-            per_s = self._mem_s + (logits_bytes_per_token(self.model) if self.model.vocab < self.options.large_vocab else 0.0)
+            per_s = self._mem_s
             kv = []
             for j in range(1, k):
                 nxt = (2.0 * cf.x_recv_bytes[r, j + 1] * B, int(cf.pair_src[r, j + 1])) if j + 1 < k else (0.0, 0)
@@ -398,7 +420,6 @@ class LayoutModel:
             r = self.rep[c]
             rb = cf.x_recv_bytes[r] * L[cf.pair_src[r]]
             base = self._mem_const + self._mem_s * x_s[c] + (self._mem_w * cf.a.eta[r] + self._mem_u * cf.a.kvc[r]) * L[cf.a.grp[r]]
-            base += logits_bytes_per_token(self.model) * (self.pyo.value(self.m.logit_tok[c]) if self.model.vocab >= self.options.large_vocab else x_s[c])
             for j in range(1, self.k):
                 piece = 2.0 * (rb[j] + (rb[j + 1] if j + 1 < self.k else 0.0))
                 if (base + piece) / GIB > self._capacity(c) * (1 + 1e-9) and (c, j) not in self._mem_rows:
@@ -408,12 +429,6 @@ class LayoutModel:
         return added
 
     # ------------------------------------------------------------------ parameters
-
-    def set_logits(self, mode: str) -> None:
-        """"bound": count no logits of a chunked loss (a relaxation); "plan": a whole chunk (conservative)."""
-        tok = float(self.options.loss_chunk_tokens) if mode == "plan" else 0.0
-        for v in range(self.SV):
-            self.m.logit_tok[v] = tok
 
     def set_box(self, lo: Sequence[float], hi: Sequence[float]) -> None:
         """Chunk lengths (blocks, per group) every plan of interest lies in: the estimates' box and the
@@ -563,16 +578,34 @@ class LayoutModel:
         lo = np.maximum(1.0, self.nb - (hi.sum() - hi))
         return lo, hi
 
+    def best_plan(self, blocks: Sequence[int]) -> tuple[Plan | None, float]:
+        """The fastest plan of this layout with these chunk blocks: a model of its own (the chunks fixed,
+        so its cuts are exact) picks the shards under the memory limits; (None, inf) when nothing fits.
+        Its value is the replayed time of the plan with continuous shards; the returned plan has them
+        rounded to whole tokens."""
+        if self.symmetric:  # the orbit model relaxes the transfers: evaluate on the full structure
+            sub = LayoutModel(self.cluster, self.model, self.workload, self.layout, self.options)
+        else:
+            sub = LayoutModel(self.cluster, self.model, self.workload, self.layout, self.options, _coef=self.coef, _cls=self.cls)
+        sub.fix_blocks(list(blocks))  # a collapsed box: exact cuts
+        sol = sub.solve()
+        if not sol.ok:
+            return None, math.inf
+        return self.to_plan(blocks, sol.shards), sol.bound_s
+
     def to_plan(self, blocks: Sequence[int], shards: Sequence[float], name: str = "hexiseq") -> Plan:
         """The plan of integer chunk blocks and per-class shards, rounded to whole tokens inside each
-        group (largest remainder); heads as the layout has them."""
+        group (largest remainder); heads as the layout has them. A rank left with neither tokens nor
+        heads is left out of the run (it would only wait)."""
         B, layout = self.workload.block_size, self.layout
         per_rank = np.maximum(np.asarray(shards, dtype=float)[self.cls], 0.0)
         groups, r0 = [], 0
         for g, (devs, heads) in enumerate(zip(layout.groups, layout.heads)):
             n = len(devs)
             ints = round_to_sum(list(per_rank[r0:r0 + n]), 2 * int(blocks[g]) * B)
-            groups.append(Group(tuple(devs), int(blocks[g]) * B, tuple(ints), tuple(heads)))
+            keep = [i for i in range(n) if ints[i] > 0 or heads[i] > 0]
+            groups.append(Group(tuple(devs[i] for i in keep), int(blocks[g]) * B, tuple(ints[i] for i in keep),
+                                tuple(heads[i] for i in keep)))
             r0 += n
         return Plan(self.workload.seq_len, self.model.heads, self.model.kv_heads, tuple(groups), B, name,
                     self.cluster.name, self.model.name)

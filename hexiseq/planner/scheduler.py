@@ -25,7 +25,17 @@ from ..errors import HexiSeqError, InfeasibleError
 from ..plan import Plan
 from ..specs import ClusterSpec, ModelSpec, Workload
 from .baselines import BaselineResult, baselines, best_baseline, policies_of
-from .candidates import MAX_ORDERED, MAX_SPANNING, SYMMETRIC_FROM, Candidate, device_subsets, layouts
+from .candidates import (
+    EXHAUSTIVE_DEVICES,
+    EXHAUSTIVE_MAX,
+    MAX_ORDERED,
+    MAX_SPANNING,
+    SYMMETRIC_FROM,
+    Candidate,
+    device_subsets,
+    exhaustive_layouts,
+    layouts,
+)
 from .explain import explain_infeasible, may_fit
 from .refine import refine
 from .result import PlanResult
@@ -33,7 +43,8 @@ from .search import DEFAULT_GAP, DEFAULT_WORK, Search
 
 MAX_GROUPS = 256  # layouts with more groups are not searched (the exchange has k-1 rounds per layer)
 
-SEARCH_SPACE = (f"every device subset of the candidate list (all devices, each union of GPU types, the fastest n whole-node "
+SEARCH_SPACE = (f"up to {EXHAUSTIVE_DEVICES} devices: every layout at all (every subset, partition, ring order and head split "
+                f"in whole KV heads, when there are at most {EXHAUSTIVE_MAX}); otherwise: every device subset of the candidate list (all devices, each union of GPU types, the fastest n whole-node "
                 f"prefixes); node groups of every size dividing the KV heads, spanning groups on up to {MAX_SPANNING} devices "
                 f"(every head split); node and interleaved ring orders (every order up to {MAX_ORDERED} groups); at most "
                 f"{MAX_GROUPS} groups, and layouts beyond {SYMMETRIC_FROM - 1} groups only in a periodic order; heads even "
@@ -41,7 +52,12 @@ SEARCH_SPACE = (f"every device subset of the candidate list (all devices, each u
 
 
 def candidate_layouts(cluster: ClusterSpec, model: ModelSpec) -> list[Candidate]:
-    """Stage I: every candidate layout of every candidate device subset, in a fixed order."""
+    """Stage I: every candidate layout of every candidate device subset, in a fixed order (every
+    layout at all on clusters of at most EXHAUSTIVE_DEVICES devices)."""
+    if cluster.size <= EXHAUSTIVE_DEVICES:
+        every = exhaustive_layouts(cluster, model, limit=EXHAUSTIVE_MAX)
+        if every is not None:
+            return every
     out: list[Candidate] = []
     seen: set = set()
     for label, devs in device_subsets(cluster):

@@ -29,7 +29,30 @@ from ..specs import ClusterSpec, ModelSpec, Workload
 from .candidates import Candidate
 from .model import LayoutModel, round_blocks
 
+
+def roundings(blocks: list[float], total: int, count: int) -> list[list[int]]:
+    """Integer chunk blocks summing to `total` near a fractional solution: the nearest (largest
+    remainder), then the ones with one block less on each of the groups whose chunk grew most by
+    rounding (a rank at its memory limit may not take the extra block), given to the others."""
+    base = round_blocks(blocks, total)
+    out = [base]
+    grew = sorted(range(len(blocks)), key=lambda g: (-(base[g] - blocks[g]), g))
+    for g in grew:
+        if len(out) >= count:
+            break
+        if base[g] <= 1 or base[g] - blocks[g] <= 0:
+            continue
+        shifted = [b - blocks[i] for i, b in enumerate(base)]
+        trial = list(base)
+        trial[g] -= 1
+        h = min((i for i in range(len(blocks)) if i != g), key=lambda i: (shifted[i], i))  # the group rounded down most
+        trial[h] += 1
+        if trial not in out:
+            out.append(trial)
+    return out
+
 STEP_ROUNDS = 12  # cutting-plane rounds per visit of a node
+ROUNDINGS = 3  # integer chunk lengths tried per solution: nearest, and each of the largest groups' one block less
 DEFAULT_WORK = 1500  # cutting-plane rounds in all (a work limit: the bound stays valid when it binds)
 DEFAULT_GAP = 0.002  # stop when the lowest bound is this close to the incumbent (relative)
 
@@ -96,15 +119,20 @@ class Search:
                 node.status = "infeasible"
                 node.bound = math.inf
                 return None
-            node.model.set_logits("bound")
         return node.model
 
     def _consider(self, node: Node, blocks: list[int], shards: list[float]) -> None:
-        """Replay the rounded plan of a model's solution; keep it when it fits and is the fastest."""
+        """Replay the rounded plan of a model's solution; keep it when it fits and is the fastest. When
+        rounding pushes a rank over its memory, the shards are chosen again for the rounded chunks."""
         lm = node.model
         wl = self.workload.with_recompute(node.policy)
         plan = lm.to_plan(blocks, shards)
         est = estimate(plan, self.cluster, self.model, wl, self.options)
+        if not est.fits or lm.symmetric:
+            plan, _ = lm.best_plan(blocks)
+            if plan is None:
+                return
+            est = estimate(plan, self.cluster, self.model, wl, self.options)
         if not est.fits:
             return
         t = est.iteration_time_s
@@ -137,7 +165,8 @@ class Search:
             return
         node.bound = max(node.bound, sol.bound_s)
         node.status = "final" if sol.status in ("optimal", "stalled") else "open"
-        self._consider(node, round_blocks(sol.blocks, lm.nb), sol.shards)
+        for blocks in roundings(sol.blocks, lm.nb, ROUNDINGS):
+            self._consider(node, blocks, sol.shards)
 
     def run(self, work: int = DEFAULT_WORK, gap: float = DEFAULT_GAP) -> SearchResult:
         heap = [n for n in self.nodes if math.isfinite(n.bound)]
