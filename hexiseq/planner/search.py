@@ -52,6 +52,7 @@ def roundings(blocks: list[float], total: int, count: int) -> list[list[int]]:
     return out
 
 STEP_ROUNDS = 12  # cutting-plane rounds per visit of a node
+MAX_DEPTH = 8  # branchings on chunk lengths below a node
 ROUNDINGS = 3  # integer chunk lengths tried per solution: nearest, and each of the largest groups' one block less
 DEFAULT_WORK = 1500  # cutting-plane rounds in all (a work limit: the bound stays valid when it binds)
 DEFAULT_GAP = 0.002  # stop when the lowest bound is this close to the incumbent (relative)
@@ -63,11 +64,13 @@ class Node:
     policy: str
     index: int
     bound: float
-    status: str = "screened"  # screened | open | final | infeasible | error
+    status: str = "screened"  # screened | open | final | branched | infeasible | error
     model: LayoutModel | None = None
     rounds: int = 0
     best_s: float = math.inf  # the fastest plan this node produced
     box_ub: float = math.inf  # the incumbent its box was derived from
+    depth: int = 0  # branchings on chunk lengths above it
+    point: list[float] | None = None  # the chunk blocks of its last solution
 
     def __lt__(self, other: "Node") -> bool:
         return (self.bound, self.index) < (other.bound, other.index)
@@ -165,8 +168,32 @@ class Search:
             return
         node.bound = max(node.bound, sol.bound_s)
         node.status = "final" if sol.status in ("optimal", "stalled") else "open"
+        node.point = list(sol.blocks)
         for blocks in roundings(sol.blocks, lm.nb, ROUNDINGS):
             self._consider(node, blocks, sol.shards)
+
+    def branch(self, node: Node) -> list[Node]:
+        """Split a node whose relaxed chunk lengths are fractional and none of whose roundings fits in
+        memory: chunk variable v ≤ floor or ≥ ceil (every integer plan is in one of the two), each
+        child starting with the parent's cuts. Orbit models are not split (a box on an orbit's
+        variable would leave out the plans that break the symmetry)."""
+        lm = node.model
+        if lm is None or lm.symmetric or node.point is None or node.depth >= MAX_DEPTH:
+            return []
+        n = np.array([lm.m.n[o].value for o in range(lm.NV)], dtype=float)
+        frac = np.abs(n - np.round(n))
+        if frac.max() < 1e-6:
+            return []
+        v = int(np.argmax(frac))
+        kids = []
+        for lo, hi in ((None, math.floor(n[v])), (math.ceil(n[v]), None)):
+            child = Node(node.cand, node.policy, len(self.nodes), node.bound, "open", lm.child(v, lo, hi), 0, math.inf,
+                         node.box_ub, node.depth + 1)
+            self.nodes.append(child)
+            kids.append(child)
+        node.status = "branched"
+        node.bound = math.inf  # its children carry its bound now
+        return kids
 
     def run(self, work: int = DEFAULT_WORK, gap: float = DEFAULT_GAP) -> SearchResult:
         heap = [n for n in self.nodes if math.isfinite(n.bound)]
@@ -179,7 +206,12 @@ class Search:
             if node.status == "final" and node.box_ub <= self.best_s:
                 continue  # its bound is final for the box that still applies
             self.step(node)
+            if node.status == "final" and node.bound < self.best_s * (1 - gap) and not math.isfinite(node.best_s):
+                for kid in self.branch(node):
+                    heapq.heappush(heap, kid)
+                if node.status == "branched":
+                    continue
             if node.status in ("open", "screened") or (node.status == "final" and node.box_ub > self.best_s):
                 heapq.heappush(heap, node)
-        lb = min([n.bound for n in self.nodes] + [self.best_s])
+        lb = min([n.bound for n in self.nodes if n.status != "branched"] + [self.best_s])
         return SearchResult(self.best_s, self.best_plan, self.best_policy, self.best_source, lb, self.nodes, self.rounds)
