@@ -2,8 +2,9 @@
 bound is claimed for, listed explicitly and in a fixed order (the same input gives the same list).
 
 Device subsets (a plan may leave devices out):
-    every device; every union of GPU types; the fastest n devices, whole nodes first, for every n
-    that is a power of two or a divisor of the cluster size.
+    every device; every union of GPU types and its largest power-of-two part (fastest whole nodes
+    first); the fastest n devices, whole nodes first, for every n that is a power of two or a divisor
+    of the cluster size.
 Layouts of a subset:
     - node groups: each node's devices of one GPU type (a *domain*, identical devices on one link)
       cut into sub-groups of size s, for every s that divides the head units (whole KV heads) and
@@ -79,10 +80,18 @@ def device_subsets(cluster: ClusterSpec) -> list[tuple[str, tuple[int, ...]]]:
     everything = tuple(range(cluster.size))
     out[everything] = "all devices"
     types = sorted({d.gpu.name for d in cluster.devices}, key=lambda t: tuple(-x for x in device_speed(cluster, _first(cluster, t))))
-    for r in range(len(types) - 1, 0, -1):
+    for r in range(len(types), 0, -1):
         for combo in itertools.combinations(types, r):
             devs = tuple(d.index for d in cluster.devices if d.gpu.name in combo)
-            out.setdefault(devs, "+".join(combo))
+            if r < len(types):
+                out.setdefault(devs, "+".join(combo))
+            # ... and its largest power-of-two part, whole nodes of the fastest types first (even splits of
+            # a power-of-two sequence over a power-of-two grid: the layout a person would build by hand)
+            p2 = 1 << (len(devs).bit_length() - 1)
+            if p2 < len(devs):
+                doms = sorted(domains(cluster, devs), key=lambda dom: (tuple(-x for x in device_speed(cluster, dom[0])), dom[0]))
+                ranked = [d for dom in doms for d in dom]
+                out.setdefault(tuple(sorted(ranked[:p2])), f"{'+'.join(combo)}, the fastest {p2}")
     # the fastest n devices, whole nodes (of one type) first
     doms = sorted(domains(cluster, everything), key=lambda dom: (tuple(-x for x in device_speed(cluster, dom[0])), dom[0]))
     ranked = [d for dom in doms for d in dom]
