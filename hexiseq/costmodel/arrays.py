@@ -19,7 +19,7 @@ from .flops import group_pair_matrix, rounds_source
 from .kernels import CostOptions, WorkTimes, work_times
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PlanArrays:
     R: int  # ranks
     k: int  # groups
@@ -37,7 +37,12 @@ class PlanArrays:
     capacity: np.ndarray  # [R] bytes
     bw: np.ndarray  # [R, R] bytes/s between ranks (inf on the diagonal)
     lat: np.ndarray  # [R, R] seconds
-    table: ExchangeTable  # the exchange schedule (hexiseq.schedule)
+    plan: Plan  # what the arrays describe (the exchange table is derived from it when first needed)
+
+    @functools.cached_property
+    def table(self) -> ExchangeTable:
+        """The exchange schedule (hexiseq.schedule), derived on first use (a ring of 1024 ranks has ~1M transfers)."""
+        return exchange_table(self.plan)
 
     @property
     def active(self) -> np.ndarray:
@@ -49,11 +54,10 @@ def plan_arrays(plan: Plan, cluster: ClusterSpec, model: ModelSpec, workload: Wo
                 options: CostOptions = CostOptions()) -> PlanArrays:
     """Validate the plan against the cluster/model/workload and lay it out as arrays."""
     plan.check(cluster, model, workload)
-    lay = plan.layout()
     R, k = plan.world_size, plan.num_groups
     if R == 0:
         raise PlanError("plan has no ranks")
-    dev = np.array([x.device for x in lay], dtype=np.int64)
+    dev = np.array(plan.rank_devices, dtype=np.int64)
     gpus = [cluster.devices[d].gpu for d in dev]
     sizes = np.array(plan.group_sizes, dtype=np.int64)
     bw_all, lat_all = link_matrices(cluster)
@@ -68,7 +72,7 @@ def plan_arrays(plan: Plan, cluster: ClusterSpec, model: ModelSpec, workload: Wo
         grp=np.array(plan.group_of_rank, dtype=np.int64),
         s=np.array(plan.shards, dtype=np.float64),
         eta=np.array(plan.heads, dtype=np.float64),
-        kvc=np.array([x.num_kv_heads for x in lay], dtype=np.float64),
+        kvc=kv_heads_touched(plan).astype(np.float64),
         gstart=np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64),
         gsize=sizes,
         L=np.array([g.chunk_len for g in plan.groups], dtype=np.float64),
@@ -78,8 +82,17 @@ def plan_arrays(plan: Plan, cluster: ClusterSpec, model: ModelSpec, workload: Wo
         capacity=np.array([g.memory_bytes for g in gpus]),
         bw=bw,
         lat=lat,
-        table=exchange_table(plan, lay),
+        plan=plan,
     )
+
+
+def kv_heads_touched(plan: Plan) -> np.ndarray:
+    """[R] KV heads each rank's query heads touch (Plan.layout's kv_head_range, vectorized)."""
+    gq = plan.num_heads // plan.num_kv_heads
+    eta = np.array(plan.heads, dtype=np.int64)
+    h0 = np.concatenate([np.concatenate([[0], np.cumsum(g.heads)[:-1]]) for g in plan.groups]).astype(np.int64)
+    h1 = h0 + eta
+    return np.where(eta > 0, -(-h1 // gq) - h0 // gq, 0)
 
 
 @functools.lru_cache(maxsize=8)

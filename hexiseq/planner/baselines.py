@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..costmodel import estimate
 from ..costmodel.arrays import plan_arrays
+from ..costmodel.durations import durations
+from ..costmodel.memory import memory_bytes
+from ..costmodel.simulate import pass_schedule, simulate_durations
 from ..costmodel.comm import param_collectives
 from ..costmodel.kernels import CostOptions
 from ..errors import PlanError
@@ -153,8 +156,12 @@ def proportional_plan(cluster: ClusterSpec, model: ModelSpec, workload: Workload
 
 def plan_lower_bound(plan: Plan, cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()) -> float:
     """A proven lower bound of the plan's replayed step time that needs no exchange schedule: the
-    exposed collectives, the optimizer and every rank's own compute (durations.py's forms summed over
-    the passes: linear parts, attention, the LM head); waits and transfers only add."""
+    exposed collectives, the optimizer and every rank's own work (durations.py's forms summed over the
+    passes), where a pass's exchange takes at least max(its attention, its transfers): k-1 rounds of at
+    least the smallest latency to another group, and the bytes it receives at the fastest link to one
+    (waits, the all-to-alls and the overlap slowdown only add); every pass takes at least its slowest
+    rank's own work and its prefetched collective (simulate.pass_schedule)."""
+    from ..costmodel.comm import kv_bytes
     from ..costmodel.kernels import attention_rows, attention_waste
     from ..costmodel.policy import rule_of
 
@@ -167,16 +174,33 @@ def plan_lower_bound(plan: Plan, cluster: ClusterSpec, model: ModelSpec, workloa
     rows = sum(attention_rows(L, a.k))
     waste = sum(attention_waste(L, a.k, w.tile))
     att = a.eta * ((L * (workload.seq_len + 1) + waste) * w.pair + rows * w.row)  # forward, all rounds
-    B, Lyr = workload.global_batch, model.layers
-    fwd = a.s * w.pre_fwd + a.s * w.post_fwd + att
-    bwd = a.s * (w.pre_bwd + w.post_bwd + rerun * (w.pre_fwd + w.post_fwd)) + w.attn_bwd_factor * att + rep * fwd
-    own = B * Lyr * (fwd + bwd) + B * a.s * w.head
+    xf = xb = np.zeros(a.R)
+    if a.k > 1 and not options.ignore_comm:
+        other = a.grp[:, None] != a.grp[None, :]
+        lat = np.where(other, a.lat, np.inf).min(axis=1)
+        bw = np.where(other, a.bw, 0.0).max(axis=1)
+        before = np.concatenate([[0.0], np.cumsum(a.L)[:-1]])[a.grp]  # Σ L_h over the groups before g
+        after = a.L.sum() - before - L  # ... after g
+        recv = kv_bytes(a.kvc * (before + 2.0 * after), model.head_dim)  # zigzag need: L_h before, 2·L_h after
+        xf = (a.k - 1) * lat + recv / bw
+        xb = 2.0 * (a.k - 1) * lat + recv / bw
+    active = a.eta > 0
+    ex_f = np.where(active, np.maximum(att, xf), 0.0)
+    ex_b = np.where(active, np.maximum(w.attn_bwd_factor * att, xb), 0.0)
+    fwd = a.s * (w.pre_fwd + w.post_fwd) + ex_f
+    bwd = a.s * (w.pre_bwd + w.post_bwd + rerun * (w.pre_fwd + w.post_fwd)) + ex_b + rep * fwd
+    own = {"f": float(fwd.max()), "b": float(bwd.max()), "h": float((a.s * w.head).max())}
     local_params = model.param_count / (a.R if workload.param_sharding == "zero3" else 1)
-    exposed = 0.0
-    if not options.ignore_comm:
-        pc = param_collectives(a.bw, a.lat, model, workload)
-        exposed = B * (pc.ag_root + pc.ag_layer + pc.rs_layer + pc.rs_root) + pc.ar_layer + pc.ar_root
-    return float(own.max() + exposed + local_params * w.optimizer.max())
+    pc = param_collectives(a.bw, a.lat, model, workload) if not options.ignore_comm else ParamComm(workload.param_sharding)
+    shape = SimpleNamespace(params=pc, layers=model.layers, batch=workload.global_batch, comm=not options.ignore_comm)
+    total = float(local_params * w.optimizer.max())
+    for step in pass_schedule(shape):  # a pass takes at least its slowest rank's own work, and its collective
+        if step[0] == "pass":
+            _, _, kind, count, comm = step
+            total += count * max(own[kind], comm)
+        else:
+            total += step[2] * step[3]
+    return total
 
 
 # ---------------------------------------------------------------------------- evaluation
@@ -209,12 +233,14 @@ def evaluate_family(name: str, candidates: list[tuple[str, Plan]], cluster: Clus
         wl = workload.with_recompute(policy)
         p = Plan(plan.seq_len, plan.num_heads, plan.num_kv_heads, plan.groups, plan.block_size, name, cluster.name, model.name,
                  {"config": label, "recompute": policy})
-        est = estimate(p, cluster, model, wl, options)
-        if not est.fits:
-            continue
+        d = durations(p, cluster, model, wl, options)
+        mem = sum(memory_bytes(d.a, model, wl, d.recv_bytes, options).values())
+        if np.any(mem > d.a.capacity):
+            continue  # memory first: a plan that does not fit is never replayed
         fitting += 1
-        if best is None or est.iteration_time_s < best[0]:
-            best = (est.iteration_time_s, label, p, policy)
+        t = simulate_durations(d).iteration_time_s
+        if best is None or t < best[0]:
+            best = (t, label, p, policy)
     if best is None:
         note = "no configuration fits in memory" if candidates else "no legal configuration for this size"
         return BaselineResult(name, None, math.inf, 0.0, "-", len(candidates), 0, skipped, [note])

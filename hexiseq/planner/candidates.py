@@ -79,7 +79,8 @@ def device_subsets(cluster: ClusterSpec) -> list[tuple[str, tuple[int, ...]]]:
     out: dict[tuple[int, ...], str] = {}
     everything = tuple(range(cluster.size))
     out[everything] = "all devices"
-    types = sorted({d.gpu.name for d in cluster.devices}, key=lambda t: tuple(-x for x in device_speed(cluster, _first(cluster, t))))
+    # ties (equal speeds) by name: set order changes with the interpreter's hash seed
+    types = sorted({d.gpu.name for d in cluster.devices}, key=lambda t: (tuple(-x for x in device_speed(cluster, _first(cluster, t))), t))
     for r in range(len(types), 0, -1):
         for combo in itertools.combinations(types, r):
             devs = tuple(d.index for d in cluster.devices if d.gpu.name in combo)

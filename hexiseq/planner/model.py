@@ -357,8 +357,7 @@ class LayoutModel:
         for form in self._cut_forms:
             sub._add_form(*form)
         for c, j in sorted(self._mem_rows):
-            sub._mem_rows.add((c, j))
-            sub.m.mem.add(sub._memory_expr(c, dict(sub._kv_pieces(c))[j]) <= sub._capacity(c))
+            sub._add_kv_row(c, j)
         return sub
 
 
@@ -379,14 +378,19 @@ class LayoutModel:
         a = self.coef.a
         g = int(a.grp[r])
         s, L = m.s[int(self.svar[c])], self._L(g)
-        expr = self._mem_const + self._mem_s * s + self._mem_w * a.eta[r] * L + self._mem_u * a.kvc[r] * L
+        per_n = float(self._mem_w * a.eta[r] + self._mem_u * a.kvc[r])
+        expr = float(self._mem_const) + float(self._mem_s) * s + per_n * L
         return (expr + extra) / GIB
 
-    def _kv_pieces(self, c: int):
-        """[(round, bytes expression)] the double-buffered K/V receive pieces of class c."""
-        cf, r, k = self.coef, self.rep[c], self.k
-        rb = [cf.x_recv_bytes[r, j] * self._L(int(cf.pair_src[r, j])) for j in range(k)]
-        return [(j, 2.0 * (rb[j] + (rb[j + 1] if j + 1 < k else 0.0))) for j in range(1, k)]
+    def _add_kv_row(self, c: int, j: int) -> None:
+        """Class c's memory with round j's double-buffered K/V receive pieces ≤ its capacity:
+        2·(B_j + B_{j+1}), B_j = bytes received in round j (memory.py)."""
+        cf, r, k, B = self.coef, self.rep[c], self.k, float(self.workload.block_size)
+        piece = 2.0 * float(cf.x_recv_bytes[r, j]) * B * self.m.n[int(self.nvar[int(cf.pair_src[r, j])])]
+        if j + 1 < k:
+            piece = piece + 2.0 * float(cf.x_recv_bytes[r, j + 1]) * B * self.m.n[int(self.nvar[int(cf.pair_src[r, j + 1])])]
+        self._mem_rows.add((c, j))
+        self.m.mem.add(self._memory_expr(c, piece) <= self._capacity(c))
 
     def memory_forms(self) -> list[dict]:
         """Per class, its memory as numbers (bytes): const (states, the reserve), per token of its
@@ -423,8 +427,7 @@ class LayoutModel:
             for j in range(1, self.k):
                 piece = 2.0 * (rb[j] + (rb[j + 1] if j + 1 < self.k else 0.0))
                 if (base + piece) / GIB > self._capacity(c) * (1 + 1e-9) and (c, j) not in self._mem_rows:
-                    self._mem_rows.add((c, j))
-                    self.m.mem.add(self._memory_expr(c, dict(self._kv_pieces(c))[j]) <= self._capacity(c))
+                    self._add_kv_row(c, j)
                     added += 1
         return added
 
@@ -542,6 +545,42 @@ class LayoutModel:
                 status = "stalled"  # the cuts of the critical paths hold at the solution: the relaxation's minimum
                 break
         return Solution(status, bound, replay_s, list(n0), list(s0), rounds)
+
+    def tighten_box(self, best_s: float) -> bool:
+        """Optimality-based bound tightening: the least and the largest chunk length of every variable
+        over the model's constraints with T ≤ best_s. Every plan at least as fast as `best_s` satisfies
+        all of them (its cuts hold in the current box), so the new box keeps every such plan, and its
+        McCormick planes are tighter. True when the box shrank."""
+        pyo, m = self.pyo, self.m
+        if any(m.n[o].fixed for o in range(self.NV)):
+            return False
+        if not hasattr(m, "ub"):
+            m.ub = pyo.Param(mutable=True, initialize=MS * best_s)
+            m.ub_row = pyo.Constraint(expr=m.T <= m.ub)
+        m.ub = MS * best_s
+        m.ub_row.activate()
+        lo, hi = self.box_lo.copy(), self.box_hi.copy()
+        for o, gs in enumerate(self.orbit_groups):
+            for sense, target in ((pyo.minimize, lo), (pyo.maximize, hi)):
+                m.obj.deactivate()
+                tmp = pyo.Objective(expr=m.n[o], sense=sense)
+                m.add_component("obbt", tmp)
+                st, val = self._lp()
+                m.del_component("obbt")
+                m.obj.activate()
+                if val is None:  # no plan at least this fast in the box
+                    m.ub_row.deactivate()
+                    self.box_lo, self.box_hi = np.ones(self.k), np.zeros(self.k)
+                    return True
+                v = float(val)
+                target[gs] = np.ceil(v - 1e-6) if sense == pyo.minimize else np.floor(v + 1e-6)  # chunk lengths are whole blocks
+        m.ub_row.deactivate()
+        shrank = bool(np.any(lo > self.box_lo + 0.5) or np.any(hi < self.box_hi - 0.5))
+        if np.any(lo > hi):
+            self.box_lo, self.box_hi = lo, hi
+            return True
+        self.set_box(lo, hi)
+        return shrank
 
     def write(self, path: str) -> None:
         """Export the model with its current cuts (.lp or .mps, by the file name)."""

@@ -53,6 +53,7 @@ def roundings(blocks: list[float], total: int, count: int) -> list[list[int]]:
 
 STEP_ROUNDS = 12  # cutting-plane rounds per visit of a node
 MAX_DEPTH = 8  # branchings on chunk lengths below a node
+MAX_TIGHTEN = 6  # box tightenings per node
 ROUNDINGS = 3  # integer chunk lengths tried per solution: nearest, and each of the largest groups' one block less
 DEFAULT_WORK = 1500  # cutting-plane rounds in all (a work limit: the bound stays valid when it binds)
 DEFAULT_GAP = 0.002  # stop when the lowest bound is this close to the incumbent (relative)
@@ -70,6 +71,7 @@ class Node:
     best_s: float = math.inf  # the fastest plan this node produced
     box_ub: float = math.inf  # the incumbent its box was derived from
     depth: int = 0  # branchings on chunk lengths above it
+    tightenings: int = 0  # optimality-based box tightenings done
     point: list[float] | None = None  # the chunk blocks of its last solution
 
     def __lt__(self, other: "Node") -> bool:
@@ -112,6 +114,7 @@ class Search:
                     screen[key] = subset_time_bound(cluster, sorted(cand.layout.devices), model, wl, options)
                 self.nodes.append(Node(cand, policy, len(self.nodes), screen[key]))
         self.rounds = 0
+        self.gap = DEFAULT_GAP
 
     def _model(self, node: Node) -> LayoutModel | None:
         if node.model is None:
@@ -131,7 +134,7 @@ class Search:
         wl = self.workload.with_recompute(node.policy)
         plan = lm.to_plan(blocks, shards)
         est = estimate(plan, self.cluster, self.model, wl, self.options)
-        if not est.fits or lm.symmetric:
+        if not est.fits:
             plan, _ = lm.best_plan(blocks)
             if plan is None:
                 return
@@ -171,6 +174,17 @@ class Search:
         node.point = list(sol.blocks)
         for blocks in roundings(sol.blocks, lm.nb, ROUNDINGS):
             self._consider(node, blocks, sol.shards)
+        if node.status == "final" and math.isfinite(self.best_s) and node.bound < self.best_s * (1 - self.gap) \
+                and node.tightenings < MAX_TIGHTEN:
+            # the relaxation is converged for this box: shrink the box to what could still beat the
+            # incumbent (optimality-based bound tightening) and solve again with tighter estimates
+            node.tightenings += 1
+            self.rounds += 2 * lm.NV  # its LPs count as work too
+            if lm.tighten_box(self.best_s):
+                if np.any(lm.box_lo > lm.box_hi):  # nothing in this layout can beat the incumbent
+                    node.bound, node.status = max(node.bound, self.best_s), "final"
+                else:
+                    node.status = "open"
 
     def branch(self, node: Node) -> list[Node]:
         """Split a node whose relaxed chunk lengths are fractional and none of whose roundings fits in
@@ -196,6 +210,7 @@ class Search:
         return kids
 
     def run(self, work: int = DEFAULT_WORK, gap: float = DEFAULT_GAP) -> SearchResult:
+        self.gap = gap
         heap = [n for n in self.nodes if math.isfinite(n.bound)]
         heapq.heapify(heap)
         while heap and self.rounds < work:
