@@ -99,25 +99,55 @@ def test_relaxation_bounds_every_plan_of_its_layout(testbed, seed):
     assert early.bound_s <= free.bound_s * (1 + 1e-9) and early.bound_s <= best
 
 
-def test_orbit_model_bounds_plans_that_break_the_symmetry():
-    """A periodic layout (two identical periods) modelled on its orbits: its bound holds for plans
-    whose chunks differ between identical groups, and its point rounds to a valid plan."""
+def _periodic_plans_of(layout: Layout, S: int, B: int, model, orbits: list[int], rng, n: int) -> list[Plan]:
+    """Random periodic plans: groups of one orbit get the same chunk and the same shards."""
+    nb, NV = S // (2 * B), max(orbits) + 1
+    q = orbits.count(0)  # every orbit has q groups
+    out = []
+    while len(out) < n:
+        per = rng.integers(1, nb // q, size=NV)
+        if per.sum() * q > nb:
+            continue
+        per[0] += nb // q - per.sum()
+        if nb % q or per[0] < 1:
+            continue
+        shares = [rng.random(len(layout.groups[g])) + 0.05 for g in range(NV)]
+        groups = []
+        for g, (devs, heads) in enumerate(zip(layout.groups, layout.heads)):
+            b, w = int(per[orbits[g]]), shares[orbits[g]]
+            sh = np.floor(w / w.sum() * 2 * b * B).astype(int)
+            sh[0] += 2 * b * B - sh.sum()
+            groups.append(Group(devs, b * B, tuple(int(x) for x in sh), heads))
+        out.append(Plan(S, model.heads, model.kv_heads, tuple(groups), B))
+    return out
+
+
+def test_orbit_model_is_the_periodic_restriction():
+    """A periodic layout (two identical periods) modelled on its orbits: exact at every fixed
+    periodic plan, its bound below every periodic plan, and its point rounds to a valid plan."""
     cluster = ClusterSpec.from_nodes("periodic", [("H100-SXM", 4, 50), ("A100-80GB", 4, 25)] * 2)
     model = get_model("llama3-8b")
     S = 128 * 1024
     wl = Workload(seq_len=S, activation_checkpointing="full")
     groups = tuple(tuple(n) for n in cluster.node_devices)
     layout = Layout(groups, tuple((8,) * 4 for _ in groups))
-    lm = LayoutModel(cluster, model, wl, layout, orbits=[0, 1, 0, 1], memory=False)
+    orbits = [0, 1, 0, 1]
+    lm = LayoutModel(cluster, model, wl, layout, orbits=orbits, memory=False)
     assert lm.NV == 2 and lm.SV == 2
     sol = lm.solve()
     assert sol.ok
-    rng = np.random.default_rng(7)
-    times = [simulate(p, cluster, model, wl).iteration_time_s for p in _random_plans_of(layout, S, 128, model, rng, 20)]
-    assert sol.bound_s <= min(times)
+    plans = _periodic_plans_of(layout, S, 128, model, orbits, np.random.default_rng(7), 12)
+    times = [simulate(p, cluster, model, wl).iteration_time_s for p in plans]
+    assert sol.bound_s <= min(times) * (1 + 1e-9)
+    for p, t in zip(plans[:4], times):  # a fixed periodic plan: the model is the replay
+        fixed = LayoutModel(cluster, model, wl, layout, orbits=orbits, aggregate=False, memory=False)
+        fixed.fix_blocks([g.chunk_len // 128 for g in p.groups])
+        fixed.fix_shards([p.shards[int(fixed.rep[c])] for c in range(fixed.C)])
+        got = fixed.solve()
+        assert got.status == "optimal" and got.bound_s == pytest.approx(t, rel=1e-9)
     plan = lm.to_plan(round_blocks(sol.blocks, lm.nb), sol.shards)
     assert plan.validate(cluster, model, wl) == []
-    assert simulate(plan, cluster, model, wl).iteration_time_s >= sol.bound_s
+    assert simulate(plan, cluster, model, wl).iteration_time_s >= sol.bound_s * (1 - 1e-9)
 
 
 def test_memory_is_a_constraint(testbed):

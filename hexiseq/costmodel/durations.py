@@ -141,11 +141,8 @@ class Durations:
         return self.c.comm
 
 
-def coefficients(a: PlanArrays, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions(),
-                 need_floor: bool = False) -> Coefficients:
-    """The linear forms of every duration for the structure in `a` (groups, ring order, heads, devices).
-    `need_floor` counts every K/V transfer at the source's front chunk only (L_h, the least any
-    group needs): an under-estimate the planner's symmetric models use (planner/model.py)."""
+def coefficients(a: PlanArrays, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()) -> Coefficients:
+    """The linear forms of every duration for the structure in `a` (groups, ring order, heads, devices)."""
     rule = rule_of(workload)
     w, R, k, d = a.work, a.R, a.k, model.head_dim
     rerun = 1.0 if rule.rerun_linear else 0.0
@@ -177,7 +174,7 @@ def coefficients(a: PlanArrays, model: ModelSpec, workload: Workload, options: C
     # exchange, from the schedule: each transfer carries kv·(1 + both)·L_source tokens of K and V
     x_lat, x_recv, x_send, x_rb = (np.zeros((R, k)) for _ in range(4))
     t = a.table
-    mult = 1.0 + (0.0 if need_floor else t.both_chunks)  # tokens per token of L_source: 1 or 2 (zigzag need)
+    mult = 1.0 + t.both_chunks  # tokens per token of L_source: 1 or 2 (zigzag need)
     if off and k > 1 and len(t.src):
         per = kv_bytes(t.num_kv_heads * mult, d)  # bytes per token of L_source
         secs = per / a.bw[t.src, t.dst]

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from ..costmodel.arrays import plan_arrays
-from ..costmodel.durations import durations
+from ..costmodel.durations import coefficients, evaluate
 from ..costmodel.memory import memory_bytes
 from ..costmodel.simulate import pass_schedule, simulate_durations
 from ..costmodel.comm import param_collectives
@@ -157,42 +157,57 @@ def proportional_plan(cluster: ClusterSpec, model: ModelSpec, workload: Workload
 def plan_lower_bound(plan: Plan, cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()) -> float:
     """A proven lower bound of the plan's replayed step time that needs no exchange schedule: the
     exposed collectives, the optimizer and every rank's own work (durations.py's forms summed over the
-    passes), where a pass's exchange takes at least max(its attention, its transfers): k-1 rounds of at
-    least the smallest latency to another group, and the bytes it receives at the fastest link to one
-    (waits, the all-to-alls and the overlap slowdown only add); every pass takes at least its slowest
+    passes), where a pass's exchange takes at least max(its attention, its transfers, one after the
+    other: from each other group its least latency and the bytes it needs of it over all of that
+    group's links at once) — waits, the all-to-alls and the overlap slowdown only add; every pass takes at least its slowest
     rank's own work and its prefetched collective (simulate.pass_schedule)."""
+    a = plan_arrays(plan, cluster, model, workload, options)
+    return _lower_bound(a, _floors(a, model, workload, options), model, workload, options)
+
+
+def _floors(a, model: ModelSpec, workload: Workload, options: CostOptions) -> SimpleNamespace:
+    """The parts of plan_lower_bound that do not depend on the recompute policy."""
     from ..costmodel.comm import kv_bytes
     from ..costmodel.kernels import attention_rows, attention_waste
-    from ..costmodel.policy import rule_of
 
-    rule = rule_of(workload)
-    a = plan_arrays(plan, cluster, model, workload, options)
     w = a.work
-    rerun = 1.0 if rule.rerun_linear else 0.0
-    rep = 1.0 if rule.replay_layer else 0.0
     L = a.L[a.grp]
     rows = sum(attention_rows(L, a.k))
     waste = sum(attention_waste(L, a.k, w.tile))
     att = a.eta * ((L * (workload.seq_len + 1) + waste) * w.pair + rows * w.row)  # forward, all rounds
     xf = xb = np.zeros(a.R)
     if a.k > 1 and not options.ignore_comm:
-        other = a.grp[:, None] != a.grp[None, :]
-        lat = np.where(other, a.lat, np.inf).min(axis=1)
-        bw = np.where(other, a.bw, 0.0).max(axis=1)
-        before = np.concatenate([[0.0], np.cumsum(a.L)[:-1]])[a.grp]  # Σ L_h over the groups before g
-        after = a.L.sum() - before - L  # ... after g
-        recv = kv_bytes(a.kvc * (before + 2.0 * after), model.head_dim)  # zigzag need: L_h before, 2·L_h after
-        xf = (a.k - 1) * lat + recv / bw
-        xb = 2.0 * (a.k - 1) * lat + recv / bw
+        # the transfers of a rank's rounds follow one another (simulate.exchange: round j's starts
+        # after round j-1's arrived): at least, from each other group h, the least latency of h's
+        # ranks to it plus the bytes it needs of h over all of h's links to it at once
+        lat_h = np.minimum.reduceat(a.lat, a.gstart, axis=0)  # [k, R]
+        bw_h = np.add.reduceat(a.bw, a.gstart, axis=0)  # [k, R]
+        h = np.arange(a.k)[:, None]
+        mult = np.where(h < a.grp[None, :], 1.0, 2.0)  # zigzag need: L_h before g, 2·L_h after
+        other = h != a.grp[None, :]
+        secs = np.where(other, kv_bytes(a.kvc[None, :] * mult * a.L[:, None], model.head_dim) / np.where(other, bw_h, 1.0), 0.0)
+        lat_sum = np.where(other, lat_h, 0.0).sum(axis=0)
+        xf = lat_sum + secs.sum(axis=0)
+        xb = 2.0 * lat_sum + secs.sum(axis=0)
+    pc = param_collectives(a.bw, a.lat, model, workload) if not options.ignore_comm else ParamComm(workload.param_sharding)
+    return SimpleNamespace(att=att, xf=xf, xb=xb, pc=pc)
+
+
+def _lower_bound(a, fl: SimpleNamespace, model: ModelSpec, workload: Workload, options: CostOptions) -> float:
+    from ..costmodel.policy import rule_of
+
+    rule = rule_of(workload)
+    w = a.work
+    rerun = 1.0 if rule.rerun_linear else 0.0
+    rep = 1.0 if rule.replay_layer else 0.0
     active = a.eta > 0
-    ex_f = np.where(active, np.maximum(att, xf), 0.0)
-    ex_b = np.where(active, np.maximum(w.attn_bwd_factor * att, xb), 0.0)
+    ex_f = np.where(active, np.maximum(fl.att, fl.xf), 0.0)
+    ex_b = np.where(active, np.maximum(w.attn_bwd_factor * fl.att, fl.xb), 0.0)
     fwd = a.s * (w.pre_fwd + w.post_fwd) + ex_f
     bwd = a.s * (w.pre_bwd + w.post_bwd + rerun * (w.pre_fwd + w.post_fwd)) + ex_b + rep * fwd
     own = {"f": float(fwd.max()), "b": float(bwd.max()), "h": float((a.s * w.head).max())}
     local_params = model.param_count / (a.R if workload.param_sharding == "zero3" else 1)
-    pc = param_collectives(a.bw, a.lat, model, workload) if not options.ignore_comm else ParamComm(workload.param_sharding)
-    shape = SimpleNamespace(params=pc, layers=model.layers, batch=workload.global_batch, comm=not options.ignore_comm)
+    shape = SimpleNamespace(params=fl.pc, layers=model.layers, batch=workload.global_batch, comm=not options.ignore_comm)
     total = float(local_params * w.optimizer.max())
     for step in pass_schedule(shape):  # a pass takes at least its slowest rank's own work, and its collective
         if step[0] == "pass":
@@ -219,21 +234,29 @@ def evaluate_family(name: str, candidates: list[tuple[str, Plan]], cluster: Clus
     """The family's best plan: every (configuration, policy) replayed unless its lower bound is above
     the best so far (then it cannot be the best); ordered by that bound, so the search stops early."""
     scored = []
-    for label, plan in candidates:
+    for i, (label, plan) in enumerate(candidates):
+        a = plan_arrays(plan, cluster, model, workload, options)  # the same for every policy
+        fl = _floors(a, model, workload, options)
         for policy in policies:
-            wl = workload.with_recompute(policy)
-            scored.append((plan_lower_bound(plan, cluster, model, wl, options), label, plan, policy))
+            scored.append((_lower_bound(a, fl, model, workload.with_recompute(policy), options), label, i, policy))
     scored.sort(key=lambda x: (x[0], x[1], x[3]))
     best = None
     fitting = skipped = 0
-    for lb, label, plan, policy in scored:
+    arrays: dict[int, object] = {}  # the last plans' arrays: their exchange table serves every policy
+    for lb, label, i, policy in scored:
         if best is not None and lb >= best[0]:
             skipped += 1
             continue
+        plan = candidates[i][1]
         wl = workload.with_recompute(policy)
         p = Plan(plan.seq_len, plan.num_heads, plan.num_kv_heads, plan.groups, plan.block_size, name, cluster.name, model.name,
                  {"config": label, "recompute": policy})
-        d = durations(p, cluster, model, wl, options)
+        if i not in arrays:
+            if len(arrays) >= 4:
+                arrays.pop(next(iter(arrays)))
+            arrays[i] = plan_arrays(p, cluster, model, wl, options)
+        a = arrays[i]
+        d = evaluate(coefficients(a, model, wl, options), a.s, a.L)
         mem = sum(memory_bytes(d.a, model, wl, d.recv_bytes, options).values())
         if np.any(mem > d.a.capacity):
             continue  # memory first: a plan that does not fit is never replayed

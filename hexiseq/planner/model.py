@@ -133,15 +133,15 @@ class LayoutModel:
             raise HexiSeqError(f"{S} tokens do not give {k} groups a whole chunk of {B} tokens each")
         self.unit = unit_plan(layout, model)
         a = _coef.a if _coef is not None else plan_arrays(self.unit, cluster, model, None, options)
-        # Orbits: groups that a rotation of the ring maps onto each other (identical devices at
-        # positions p apart) share one chunk variable, and their classes one shard variable. The
-        # zigzag makes a group's K/V need depend on its position (L_h before it, 2·L_h after), so a
-        # model with orbits counts every transfer at L_h (a relaxation), which makes the problem
-        # invariant under the rotation: a convex relaxation of an invariant problem has an invariant
-        # optimum, so its bound holds for every plan of the layout, symmetric or not.
+        # Orbits (periodic layouts): groups that a rotation of the ring maps onto each other
+        # (identical devices at positions p apart) share one chunk variable, and their classes one
+        # shard variable. This restricts the model to periodic plans — the zigzag makes a group's K/V
+        # need depend on its position, so the problem is not invariant under the rotation and a
+        # periodic optimum need not be a global one. Its bound holds for the periodic plans of the
+        # layout (the search space says so), and at a fixed periodic plan it is the replay exactly.
         self.orbits = np.arange(k) if orbits is None else np.asarray(orbits, dtype=np.int64)
-        self.symmetric = orbits is not None
-        self.coef: Coefficients = _coef if _coef is not None else coefficients(a, model, workload, options, need_floor=self.symmetric)
+        self.periodic = orbits is not None
+        self.coef: Coefficients = _coef if _coef is not None else coefficients(a, model, workload, options)
         self.cls = _cls if _cls is not None else rank_classes(cluster, layout, aggregate)
         self.C = int(self.cls.max()) + 1
         self.members = np.bincount(self.cls, minlength=self.C)
@@ -190,7 +190,11 @@ class LayoutModel:
         m.D = pyo.Var(self.pass_names, bounds=(0.0, None))  # ms
         const = sum(st[2] * st[3] for st in self._schedule if st[0] == "barrier") + float(self.coef.optimizer.max())
         m.T = pyo.Var(bounds=(0.0, None))
-        m.obj = pyo.Objective(expr=m.T, sense=pyo.minimize)
+        # the objective is T; bound tightening turns its weights to ±1 on one chunk variable instead
+        # (parameters: the persistent solver keeps its model, planner/lp.py)
+        m.w_T = pyo.Param(mutable=True, initialize=1.0)
+        m.w_n = pyo.Param(range(self.NV), mutable=True, initialize=0.0)
+        m.obj = pyo.Objective(expr=m.w_T * m.T + sum(m.w_n[o] * m.n[o] for o in range(self.NV)), sense=pyo.minimize)
         m.total = pyo.Constraint(expr=m.T >= sum(st[3] * m.D[st[1]] for st in passes) + MS * const)
         m.cover = pyo.Constraint(expr=sum(float(len(self.orbit_groups[o])) * m.n[o] for o in range(self.NV)) == float(self.nb))
         m.shards = pyo.ConstraintList()
@@ -346,7 +350,7 @@ class LayoutModel:
         """The same model on a sub-box (chunk variable `var` at least `lo` / at most `hi` blocks): it
         starts with every cut and memory row of this one, all valid in the sub-box."""
         sub = LayoutModel(self.cluster, self.model, self.workload, self.layout, self.options, memory=self.with_memory,
-                          orbits=self.orbits if self.symmetric else None, _coef=self.coef, _cls=self.cls)
+                          orbits=self.orbits if self.periodic else None, _coef=self.coef, _cls=self.cls)
         lo_b, hi_b = self.box_lo.copy(), self.box_hi.copy()
         gs = self.orbit_groups[var]
         if lo is not None:
@@ -482,14 +486,11 @@ class LayoutModel:
         return simulate_durations(d, trace=trace)
 
     def _lp(self):
-        from pyomo.contrib.appsi.base import TerminationCondition as TC
-        from pyomo.contrib.appsi.solvers import Highs
+        from .lp import QuietHighs
+        from .lp import TerminationCondition as TC
 
-        first = self._solver is None
-        if first:
-            self._solver = Highs()
-            self._solver.config.load_solution = False
-        self._solver.highs_options = {"threads": 1, "output_flag": False, "solver": "simplex"}
+        if self._solver is None:
+            self._solver = QuietHighs()
         try:
             res = self._solver.solve(self.m)
         except Exception as e:  # noqa: BLE001 - a solver failure is a status, not a traceback
@@ -548,33 +549,33 @@ class LayoutModel:
 
     def tighten_box(self, best_s: float) -> bool:
         """Optimality-based bound tightening: the least and the largest chunk length of every variable
-        over the model's constraints with T ≤ best_s. Every plan at least as fast as `best_s` satisfies
-        all of them (its cuts hold in the current box), so the new box keeps every such plan, and its
-        McCormick planes are tighter. True when the box shrank."""
+        over the model's constraints with T ≤ best_s, rounded inwards to whole blocks. Every plan at least as fast as `best_s` satisfies all of
+        them (its cuts hold in the current box), so the new box keeps every such plan, and its
+        McCormick planes are tighter; an empty box proves that no plan of the layout reaches
+        `best_s` (the rounding makes this an argument about integer plans, stronger than the LP's).
+        True when the box shrank."""
         pyo, m = self.pyo, self.m
         if any(m.n[o].fixed for o in range(self.NV)):
             return False
-        if not hasattr(m, "ub"):
-            m.ub = pyo.Param(mutable=True, initialize=MS * best_s)
-            m.ub_row = pyo.Constraint(expr=m.T <= m.ub)
-        m.ub = MS * best_s
-        m.ub_row.activate()
+        m.T.setub(MS * best_s)
+        m.w_T = 0.0
         lo, hi = self.box_lo.copy(), self.box_hi.copy()
-        for o, gs in enumerate(self.orbit_groups):
-            for sense, target in ((pyo.minimize, lo), (pyo.maximize, hi)):
-                m.obj.deactivate()
-                tmp = pyo.Objective(expr=m.n[o], sense=sense)
-                m.add_component("obbt", tmp)
-                st, val = self._lp()
-                m.del_component("obbt")
-                m.obj.activate()
-                if val is None:  # no plan at least this fast in the box
-                    m.ub_row.deactivate()
-                    self.box_lo, self.box_hi = np.ones(self.k), np.zeros(self.k)
-                    return True
-                v = float(val)
-                target[gs] = np.ceil(v - 1e-6) if sense == pyo.minimize else np.floor(v + 1e-6)  # chunk lengths are whole blocks
-        m.ub_row.deactivate()
+        try:
+            for o, gs in enumerate(self.orbit_groups):
+                for sign, target in ((1.0, lo), (-1.0, hi)):
+                    m.w_n[o] = sign
+                    st, val = self._lp()
+                    m.w_n[o] = 0.0
+                    if val is None:  # no plan at least this fast in the box
+                        self.box_lo, self.box_hi = np.ones(self.k), np.zeros(self.k)
+                        return True
+                    v = sign * float(val)
+                    target[gs] = np.ceil(v - 1e-6) if sign > 0 else np.floor(v + 1e-6)  # chunk lengths are whole blocks
+        finally:
+            m.T.setub(None)
+            m.w_T = 1.0
+            for o in range(self.NV):
+                m.w_n[o] = 0.0
         shrank = bool(np.any(lo > self.box_lo + 0.5) or np.any(hi < self.box_hi - 0.5))
         if np.any(lo > hi):
             self.box_lo, self.box_hi = lo, hi
@@ -622,7 +623,7 @@ class LayoutModel:
         so its cuts are exact) picks the shards under the memory limits; (None, inf) when nothing fits.
         Its value is the replayed time of the plan with continuous shards; the returned plan has them
         rounded to whole tokens."""
-        if self.symmetric:  # the orbit model relaxes the transfers: evaluate on the full structure
+        if self.periodic:  # the rounded blocks need not be periodic: choose the shards on the full structure
             sub = LayoutModel(self.cluster, self.model, self.workload, self.layout, self.options)
         else:
             sub = LayoutModel(self.cluster, self.model, self.workload, self.layout, self.options, _coef=self.coef, _cls=self.cls)

@@ -54,7 +54,8 @@ def roundings(blocks: list[float], total: int, count: int) -> list[list[int]]:
 STEP_ROUNDS = 12  # cutting-plane rounds per visit of a node
 MAX_DEPTH = 8  # branchings on chunk lengths below a node
 MAX_TIGHTEN = 6  # box tightenings per node
-ROUNDINGS = 3  # integer chunk lengths tried per solution: nearest, and each of the largest groups' one block less
+TIGHTEN_GAIN = 0.2  # ... each after one that closed at least this part of the node's distance to the target
+ROUNDINGS = 5  # integer chunk lengths tried per solution: nearest, and each of the largest groups' one block less
 DEFAULT_WORK = 1500  # cutting-plane rounds in all (a work limit: the bound stays valid when it binds)
 DEFAULT_GAP = 0.002  # stop when the lowest bound is this close to the incumbent (relative)
 
@@ -72,6 +73,7 @@ class Node:
     box_ub: float = math.inf  # the incumbent its box was derived from
     depth: int = 0  # branchings on chunk lengths above it
     tightenings: int = 0  # optimality-based box tightenings done
+    tightened_at: float = -math.inf  # its bound when it was last tightened
     point: list[float] | None = None  # the chunk blocks of its last solution
 
     def __lt__(self, other: "Node") -> bool:
@@ -147,52 +149,67 @@ class Search:
             self.best_s, self.best_plan, self.best_policy = t, plan, node.policy
             self.best_source = f"model: {node.cand.label}"
 
+    @property
+    def target(self) -> float:
+        """The step time a plan must beat to matter: the incumbent less the gap. Every box is derived
+        from it, so a node's bound is min(its model's bound, target) — a plan outside the box takes
+        longer than the target."""
+        return self.best_s * (1 - self.gap) if math.isfinite(self.best_s) else math.inf
+
     def step(self, node: Node) -> None:
         lm = self._model(node)
         if lm is None:
             return
         self.tick(node.cand.label)
-        if math.isfinite(self.best_s) and self.best_s < node.box_ub:
-            lo, hi = lm.box_from_bound(self.best_s)
-            if np.any(lo > hi):  # no chunk lengths could beat the incumbent
-                node.bound, node.status = max(node.bound, self.best_s), "final"
+        target = self.target
+        if target < node.box_ub:
+            lo, hi = lm.box_from_bound(target)
+            if np.any(lo > hi):  # no chunk lengths could beat the target
+                node.bound, node.status, node.box_ub = max(node.bound, target), "final", target
                 return
             lm.set_box(lo, hi)
-            node.box_ub = self.best_s
+            node.box_ub = target
         sol = lm.solve(max_rounds=STEP_ROUNDS)
         node.rounds += sol.rounds
         self.rounds += sol.rounds
         if sol.status == "infeasible":  # nothing of this layout fits in memory (or in the box)
-            node.bound = max(node.bound, self.best_s if math.isfinite(self.best_s) else math.inf)
-            node.status = "infeasible" if not math.isfinite(self.best_s) or node.box_ub == math.inf else "final"
+            node.bound = max(node.bound, node.box_ub)
+            node.status = "final" if math.isfinite(node.box_ub) else "infeasible"
             return
         if not sol.ok:
+            if sol.status.startswith("error"):  # the solver failed: a bug to report, not a property of the layout
+                raise HexiSeqError(f"the LP solver failed on layout {node.cand.label!r} ({node.policy}): {sol.status}")
             node.status = "error"
             return
-        node.bound = max(node.bound, sol.bound_s)
+        node.bound = max(node.bound, min(sol.bound_s, node.box_ub))
         node.status = "final" if sol.status in ("optimal", "stalled") else "open"
         node.point = list(sol.blocks)
         for blocks in roundings(sol.blocks, lm.nb, ROUNDINGS):
             self._consider(node, blocks, sol.shards)
-        if node.status == "final" and math.isfinite(self.best_s) and node.bound < self.best_s * (1 - self.gap) \
-                and node.tightenings < MAX_TIGHTEN:
+        target = self.target
+        if node.status != "final" or node.bound >= target:
+            return
+        gained = node.bound - node.tightened_at
+        if node.tightenings < MAX_TIGHTEN and gained >= TIGHTEN_GAIN * (target - node.tightened_at):
             # the relaxation is converged for this box: shrink the box to what could still beat the
-            # incumbent (optimality-based bound tightening) and solve again with tighter estimates
+            # target (optimality-based bound tightening) and solve again with tighter estimates, as
+            # long as the last tightening closed a fair part of what was left
             node.tightenings += 1
+            node.tightened_at = node.bound
             self.rounds += 2 * lm.NV  # its LPs count as work too
-            if lm.tighten_box(self.best_s):
-                if np.any(lm.box_lo > lm.box_hi):  # nothing in this layout can beat the incumbent
-                    node.bound, node.status = max(node.bound, self.best_s), "final"
-                else:
-                    node.status = "open"
+            shrank = lm.tighten_box(target)
+            node.box_ub = min(node.box_ub, target)
+            if np.any(lm.box_lo > lm.box_hi):  # nothing in this layout can beat the target
+                node.bound, node.status = max(node.bound, target), "final"
+            elif shrank:
+                node.status = "open"
 
     def branch(self, node: Node) -> list[Node]:
         """Split a node whose relaxed chunk lengths are fractional and none of whose roundings fits in
         memory: chunk variable v ≤ floor or ≥ ceil (every integer plan is in one of the two), each
-        child starting with the parent's cuts. Orbit models are not split (a box on an orbit's
-        variable would leave out the plans that break the symmetry)."""
+        child starting with the parent's cuts (an orbit model's children: every periodic plan)."""
         lm = node.model
-        if lm is None or lm.symmetric or node.point is None or node.depth >= MAX_DEPTH:
+        if lm is None or node.point is None or node.depth >= MAX_DEPTH:
             return []
         n = np.array([lm.m.n[o].value for o in range(lm.NV)], dtype=float)
         frac = np.abs(n - np.round(n))
@@ -215,10 +232,10 @@ class Search:
         heapq.heapify(heap)
         while heap and self.rounds < work:
             node = heapq.heappop(heap)
-            if node.bound >= self.best_s * (1 - gap):
+            if node.bound >= self.target:
                 heapq.heappush(heap, node)
                 break  # every other node's bound is at least as high: the incumbent is within `gap`
-            if node.status == "final" and node.box_ub <= self.best_s:
+            if node.status == "final" and node.box_ub <= self.target:
                 continue  # its bound is final for the box that still applies
             self.step(node)
             if node.status == "final" and node.bound < self.best_s * (1 - gap) and not math.isfinite(node.best_s):
@@ -226,7 +243,7 @@ class Search:
                     heapq.heappush(heap, kid)
                 if node.status == "branched":
                     continue
-            if node.status in ("open", "screened") or (node.status == "final" and node.box_ub > self.best_s):
+            if node.status in ("open", "screened") or (node.status == "final" and node.box_ub > self.target):
                 heapq.heappush(heap, node)
         lb = min([n.bound for n in self.nodes if n.status != "branched"] + [self.best_s])
         return SearchResult(self.best_s, self.best_plan, self.best_policy, self.best_source, lb, self.nodes, self.rounds)
