@@ -444,7 +444,7 @@ def predict(p: Point | Setup, cal: Calibration) -> Prediction:
     gpu = cal.gpus[p.gpu]
     w = work_times([gpu] * a.R, model, cal.options)
     # a TP group: tp x the rates, plus its exposed collectives (module doc); FP8 layer GEMMs; the attention kernel
-    tp_tok = 0.0 if tp == 1 else (tp - 1) / tp * model.hidden * BF16 / (gpu.link_bandwidth_gbps * 1e9 * gpu.link_efficiency)
+    tp_tok = 0.0 if tp == 1 or cal.options.ignore_comm else (tp - 1) / tp * model.hidden * BF16 / (gpu.link_bandwidth_gbps * 1e9 * gpu.link_efficiency)
     mm = 1.0 / tp / (cal.fp8_gain if p.fp8 else 1.0)
     att = 1.0 / tp / cal.attention_factor(p)
     w = dataclasses.replace(
