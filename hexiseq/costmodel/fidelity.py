@@ -312,7 +312,7 @@ def kernel_priors(kernels: Mapping, catalog: Mapping[str, GPUType], tile: int = 
                                  "the lowest measured triad fraction (hbm-a100): no GDDR measurement")
         else:
             d["eff_hbm"] = Prior(round(frac(hbm[proxy], "triad"), 3), PRIOR_KEY, f"STREAM triad / datasheet ({hbm[proxy]}){carried}")
-        curve = curves["H100-SXM" if proxy in ("H100-SXM",) else "A100-80GB"]
+        curve = curves[proxy if proxy in curves else "A100-80GB"]
         e = kernel_entry(kernels, curve)
         d["attn_block_half_keys"] = Prior(round(block_curve_fit(e["seq_len"], e["value"], tile)[1]), PRIOR_KEY,
                                           f"the FA2 causal hd128 fwd+bwd length curve ({curve}) fitted to the block model "
@@ -392,8 +392,8 @@ def clusters_of(p: Point, gpu: GPUType) -> tuple[ClusterSpec, ClusterSpec]:
     its tp GPUs' bandwidth), gpus_per_node / tp ranks per node, consecutive ranks fill a node first."""
     per_node = max(1, p.gpus_per_node // p.tp)
     replica = p.cp * p.hp
-    return (ClusterSpec(f"{p.id}-replica", _nodes(gpu, replica, per_node, p.nic_gbps)),
-            ClusterSpec(f"{p.id}-job", _nodes(gpu, replica * p.dp, per_node, p.nic_gbps)))
+    return (ClusterSpec.from_nodes(f"{p.id}-replica", _nodes(gpu, replica, per_node, p.nic_gbps)),
+            ClusterSpec.from_nodes(f"{p.id}-job", _nodes(gpu, replica * p.dp, per_node, p.nic_gbps)))
 
 
 def workload_of(p: Point) -> Workload:
@@ -686,7 +686,7 @@ def ring_attention_efficiency(gpu: GPUType, link_gbps: float, ranks: int = 8, to
     block model). Attention + exposed exchange (simulate's phases) of the ring plan vs the baseline."""
     model = model or model_catalog()["llama3-8b"]
     S = ranks * tokens_per_rank
-    cluster = ClusterSpec("ringfa", (NodeSpec(gpu, ranks, 50.0, link_gbps),))
+    cluster = ClusterSpec.from_nodes("ringfa", [NodeSpec(gpu, ranks, 50.0, link_gbps)])
     work = Workload(seq_len=S, global_batch=1, activation_checkpointing="none")
     a = plan_arrays(ring_plan(range(ranks), S, model.heads, model.kv_heads), cluster, model, work, options)
     sim = simulate_durations(evaluate(coefficients(a, model, work, options), a.s, a.L))
