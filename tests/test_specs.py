@@ -30,6 +30,7 @@ EXPECTED_CLUSTERS = {
     "pair-b-a100": {"A100-80GB": 168},
     "scale-1024": {"H100-SXM": 256, "A100-80GB": 256, "A800": 256, "L40S": 256},
     "mixed-4": {"H100-SXM": 2, "A100-80GB": 2},
+    "cpu-4": {"CPU-x4": 2, "CPU-x10": 2},
 }
 
 
@@ -90,7 +91,7 @@ def test_profile_overrides_efficiencies(tmp_path):
 @pytest.mark.parametrize(
     "body, msg",
     [
-        ("gpus:\n  H100-SXM: {bogus: 1}\n", "gpus.H100-SXM has unknown key 'bogus'; known keys: eff_matmul, eff_attention"),
+        ("gpus:\n  H100-SXM: {bogus: 1}\n", "gpus.H100-SXM has unknown key 'bogus'; known keys: peak_bf16_tflops, hbm_bandwidth_gbps"),
         ("gpus:\n  H100-SXM: 5\n", "gpus.H100-SXM must be a mapping (key: value), got 5"),
         ("gpus: [1]\n", "gpus must be a mapping"),
         ("gpus:\n  H100-SXM: {eff_matmul: abc}\n", "gpus.H100-SXM.eff_matmul must be a number > 0 and <= 1, got 'abc'"),

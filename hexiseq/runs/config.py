@@ -43,6 +43,7 @@ class RunConfig:
     tensorboard: bool = True
     predicted: dict[str, Any] = field(default_factory=dict)  # step time from the cost model (predict())
     notes: tuple[str, ...] = ()
+    emulation: dict[str, Any] | None = None  # runtime.emulation.Emulation.to_dict(): CPU ranks emulating the plan's cluster
     version: int = CONFIG_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -192,8 +193,27 @@ def resolve(plan: Plan, workdir: Path, *, model: str | None = None, init_from: s
         plan=plan.to_dict(), model=asdict(cfg), model_name=name, data=spec.to_dict(), steps=steps, global_batch=global_batch,
         seed=seed, dtype=dtype, train=asdict(train), options=asdict(options), init_from=init_from,
         checkpoint_every=checkpoint_every, keep_checkpoints=keep_checkpoints, strict_gpus=strict_gpus, tensorboard=tensorboard,
-        predicted=predict(plan, cfg, name, global_batch, policy, fsdp), notes=tuple(notes),
+        predicted=predict(plan, cfg, name, global_batch, policy, fsdp), notes=tuple(notes), emulation=emulation_of(plan),
     )
+
+
+def emulation_of(plan: Plan) -> dict[str, Any] | None:
+    """How CPU ranks emulate the plan's cluster when its devices are emulated CPU types
+    (hexiseq.calibrate.emulation); None for any other cluster, or on a CUDA machine."""
+    import torch
+
+    from ..calibrate.emulation import cpu_factor, emulation_for
+    from ..specs import load_cluster
+
+    if not plan.cluster or torch.cuda.is_available():
+        return None
+    try:
+        cluster = load_cluster(plan.cluster)
+    except HexiSeqError:
+        return None
+    if any(cpu_factor(d.gpu) is None for d in cluster.devices):
+        return None
+    return emulation_for(plan, cluster).to_dict()
 
 
 def for_resume(cfg: RunConfig, plan: Plan | None = None, steps: int | None = None, timeout_s: float | None = None) -> tuple[RunConfig, list[str]]:
@@ -218,7 +238,7 @@ def for_resume(cfg: RunConfig, plan: Plan | None = None, steps: int | None = Non
         notes.append(f"plan: resuming under {plan.name!r} ({plan.world_size} ranks, {plan.num_groups} groups), was "
                      f"{old.name!r} ({old.world_size} ranks, {old.num_groups} groups); the checkpoint is resharded")
         opts = cfg.options_obj()
-        cfg = replace(cfg, plan=plan.to_dict(),
+        cfg = replace(cfg, plan=plan.to_dict(), emulation=emulation_of(plan),
                       predicted=predict(plan, cfg.model_cfg(), cfg.model_name, cfg.global_batch, opts.activation_checkpointing, opts.fsdp))
     if steps is not None and steps != cfg.steps:
         if cfg.train.get("schedule") == "cosine":

@@ -102,6 +102,7 @@ class _TensorBoard:
 
 def run_worker(rank: int, world: int, job: RunJob, progress: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
     """Train the run of `job` on this rank; returns rank 0's records (other ranks: an empty list)."""
+    from ..runtime import emulation
     from ..runtime.checkpoint import load_hf_checkpoint
     from ..runtime.groups import build_context
     from ..runtime.model import Llama
@@ -150,6 +151,7 @@ def run_worker(rank: int, world: int, job: RunJob, progress: Callable[[str, Any]
     records: list[dict[str, Any]] = []
     stopped, step = False, start
     B, S = cfg.global_batch, plan.seq_len
+    pacer = emulation.Pacer(emulation.Emulation.from_dict(cfg.emulation), rank) if cfg.emulation else None
     if lead:
         run.set_status("training", step=start, steps=cfg.steps)
         say("phase", "first step")
@@ -161,7 +163,8 @@ def run_worker(rank: int, world: int, job: RunJob, progress: Callable[[str, Any]
             batch.append(Shard(torch.from_numpy(tok).to(device), pos_t, torch.from_numpy(lab).to(device)))
         data_s = time.perf_counter() - t0
         lr = lr_at(train, step, cfg.steps)
-        stats = train_step(runner, opt, batch, train, step, lr=lr, tokens=B * S)
+        with emulation.activate(None, rank, pacer):  # off without an emulation
+            stats = train_step(runner, opt, batch, train, step, lr=lr, tokens=B * S)
         # outside the timed step: peak memory of every rank and whether any was asked to stop
         mine = torch.tensor([peak_memory_mb(device), float(_STOP["asked"] or (lead and stop_file.exists()))],
                             dtype=torch.float64, device=device)
@@ -191,9 +194,13 @@ def run_worker(rank: int, world: int, job: RunJob, progress: Callable[[str, Any]
             run.set_status("training", step=done, steps=cfg.steps)
         if stopped:
             break
+    paced: list[Any] = [None] * world
+    if pacer is not None:  # what the emulation did on every rank, for the record
+        dist.all_gather_object(paced, pacer.stats.to_dict())
     if lead:
         tb.close()
-        write_summary(run, cfg, env, "stopped" if stopped and step + 1 < cfg.steps else "completed")
+        write_summary(run, cfg, env, "stopped" if stopped and step + 1 < cfg.steps else "completed",
+                      pacing=paced if pacer is not None else None)
     return {"rank": rank, "steps": records, "stopped": stopped}
 
 
@@ -204,6 +211,15 @@ def measured_step_time(records: list[dict[str, Any]]) -> tuple[float | None, int
     if not steady:
         steady = [r["step_time_s"] for r in records]
     return (statistics.median(steady) if steady else None), len(steady)
+
+
+def _emulation_record(cfg: RunConfig, pacing: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+    if not cfg.emulation:
+        return None
+    from ..calibrate.emulation import describe
+    from ..runtime.emulation import Emulation
+
+    return {**describe(Emulation.from_dict(cfg.emulation)), "pacing": pacing}
 
 
 def environment(env: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -227,8 +243,11 @@ def environment(env: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     return out
 
 
-def write_summary(run: RunDir, cfg: RunConfig, env: list[dict[str, Any]] | None, status: str, error: str | None = None) -> dict[str, Any]:
-    """summary.json from the config and every record of metrics.jsonl."""
+def write_summary(run: RunDir, cfg: RunConfig, env: list[dict[str, Any]] | None, status: str, error: str | None = None,
+                  pacing: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """summary.json from the config and every record of metrics.jsonl. An emulated run (CPU ranks
+    emulating the plan's cluster) says so: `emulated` true, `emulation` its factors, links and what
+    the pacing did on each rank (`pacing`)."""
     records = run.read_metrics()
     measured, n = measured_step_time(records)
     plan = cfg.plan_obj()
@@ -241,8 +260,9 @@ def write_summary(run: RunDir, cfg: RunConfig, env: list[dict[str, Any]] | None,
         "predicted_step_time_s": cfg.predicted.get("step_time_s"), "prediction": cfg.predicted,
         "measured_step_time_s": measured, "measured_steps": n, "warmup_steps_excluded_per_session": WARMUP_EXCLUDED,
         "measured_tokens_per_s": cfg.tokens_per_step / measured if measured else None,
-        "measured_on": f"{plan.world_size} {'GPU' if backend == 'nccl' else 'CPU'} processes ({backend})",
-        "emulated": False, "dtype": cfg.dtype if backend == "gloo" else "bf16 autocast", "environment": environment(env),
+        "measured_on": f"{plan.world_size} {'GPU' if backend == 'nccl' else 'CPU'} processes ({backend})"
+                       + (f", emulating {cfg.emulation.get('source')}" if cfg.emulation else ""),
+        "emulated": bool(cfg.emulation), "emulation": _emulation_record(cfg, pacing), "dtype": cfg.dtype if backend == "gloo" else "bf16 autocast", "environment": environment(env),
         "finished_at": time.time(),
     }
     run.write_json(run.summary, summary)

@@ -13,6 +13,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from . import emulation
+
 if TYPE_CHECKING:  # pragma: no cover
     from .groups import RankContext
 
@@ -25,6 +27,7 @@ class _RaggedAllToAll(torch.autograd.Function):
         ctx.splits, ctx.group = (out_splits, in_splits), group
         y = x.new_empty(sum(out_splits))
         dist.all_to_all_single(y, x.contiguous(), out_splits, in_splits, group=group)
+        _emulated_a2a(group, in_splits, out_splits)
         return y
 
     @staticmethod
@@ -32,7 +35,15 @@ class _RaggedAllToAll(torch.autograd.Function):
         out_splits, in_splits = ctx.splits
         dx = dy.new_empty(sum(in_splits))
         dist.all_to_all_single(dx, dy.contiguous(), in_splits, out_splits, group=ctx.group)
+        _emulated_a2a(ctx.group, out_splits, in_splits)
         return dx, None, None, None
+
+
+def _emulated_a2a(group: Any, send: list[int], recv: list[int]) -> None:
+    """An emulated link's time after the real exchange (runtime/emulation.py); nothing when off."""
+    if emulation.active() is not None:
+        ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
+        emulation.after_collective("all_to_all", ranks, send=send, recv=recv)
 
 
 def ragged_all_to_all(x: Tensor, in_splits: Sequence[int], out_splits: Sequence[int], group: Any = None) -> Tensor:
@@ -90,28 +101,41 @@ def gather_heads(y: Tensor, ctx: "RankContext") -> Tensor:
 
 class P2PBatch:
     """Async sends/receives posted together (`batch_isend_irecv`); `wait()` returns the receive
-    buffers in the order they were added. Tags keep two messages between one pair apart."""
+    buffers in the order they were added. Tags keep two messages between one pair apart. Under an
+    emulation with emulated links (runtime/emulation.py) messages over those links carry their post
+    time and `wait()` holds until the emulated link would have delivered them."""
 
     def __init__(self) -> None:
         self.ops: list[dist.P2POp] = []
         self.recv_bufs: list[Tensor] = []
         self.works: list[Any] = []
+        self.links = emulation.p2p_links()
 
     def send(self, t: Tensor, peer: int, tag: int) -> None:
-        self.ops.append(dist.P2POp(dist.isend, t.contiguous(), peer, tag=tag))
+        t = t.contiguous()
+        if self.links is not None:
+            t = self.links.send(t, peer)
+        self.ops.append(dist.P2POp(dist.isend, t, peer, tag=tag))
 
     def recv(self, t: Tensor, peer: int, tag: int) -> Tensor:
-        self.ops.append(dist.P2POp(dist.irecv, t, peer, tag=tag))
+        buf = self.links.recv(t, peer) if self.links is not None else t
+        self.ops.append(dist.P2POp(dist.irecv, buf, peer, tag=tag))
+        if buf is not t:
+            t = buf[: t.numel()].view(t.shape)
         self.recv_bufs.append(t)
         return t
 
     def start(self) -> "P2PBatch":
         if self.ops:
+            if self.links is not None:
+                self.links.post()
             self.works = dist.batch_isend_irecv(self.ops)
         return self
 
     def wait(self) -> list[Tensor]:
         for w in self.works:
             w.wait()
+        if self.works and self.links is not None:
+            self.links.complete()
         self.works = []
         return self.recv_bufs

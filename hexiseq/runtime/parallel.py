@@ -26,6 +26,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ..specs import recompute_policy
+from . import emulation
 from .model import IGNORE_INDEX, Llama, shift_labels
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -217,6 +218,7 @@ class PlanParallel:
         for bucket in buckets:  # one flat all-reduce per bucket instead of one per tensor
             flat = torch.cat([g.reshape(-1) for g in bucket])
             dist.all_reduce(flat)
+            emulation.after_collective("all_reduce", range(dist.get_world_size()), elems=flat.numel())  # off: nothing
             offset = 0
             for g in bucket:
                 g.copy_(flat[offset : offset + g.numel()].view_as(g))

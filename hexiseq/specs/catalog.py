@@ -48,10 +48,20 @@ def load_gpu_catalog(path: Path | str | None = None) -> dict[str, GPUType]:
     return _load_catalog(path or data_path("gpus.yaml"), GPUType, "GPU type")
 
 
+# Emulated CPU device types (CPU ranks slowed by a factor, hexiseq/runtime/emulation.py): measured on
+# this project's machine, not fitted to published GPU runs, so they live apart from data/gpus.yaml.
+CPU_CATALOG = "gpus-cpu.yaml"
+
+
 @functools.lru_cache(maxsize=1)
 def gpu_catalog() -> dict[str, GPUType]:
-    """The bundled GPU catalog (cached)."""
-    return load_gpu_catalog()
+    """The bundled GPU catalog (cached): data/gpus.yaml and the emulated CPU types of data/gpus-cpu.yaml."""
+    catalog = load_gpu_catalog()
+    cpu = load_gpu_catalog(data_path(CPU_CATALOG))
+    both = sorted(set(catalog) & set(cpu))
+    if both:
+        raise SpecError(f"{CPU_CATALOG} redefines GPU types of gpus.yaml: {', '.join(both)}")
+    return {**catalog, **cpu}
 
 
 def get_gpu(name: str, catalog: Mapping[str, GPUType] | None = None) -> GPUType:
@@ -114,6 +124,9 @@ class ProfileFile(KnownKeys):
 
     gpus: Annotated[dict[StrictStr, ProfileEntry], Field(description="{GPU type name of data/gpus.yaml: {field: measured value}}")]  # type: ignore[valid-type]
     notes: Annotated[Optional[StrictStr], Field(description="free text: where, when and how it was measured")] = None
+    measured: Annotated[Optional[dict[StrictStr, Any]], Field(
+        description="the record of `hexiseq profile`: what was run, when, on what machine, and every raw figure "
+                    "(not read by the cost model)")] = None
 
 
 _PROFILE_FILE = TypeAdapter(ProfileFile)

@@ -31,7 +31,7 @@ from .schema import (
 GIB = 2**30
 GB = 1e9
 
-LINK_KINDS = ("nvlink3", "nvlink4", "nvlink5", "pcie4", "pcie5")
+LINK_KINDS = ("nvlink3", "nvlink4", "nvlink5", "pcie4", "pcie5", "loopback")  # loopback: gloo between CPU processes of one machine
 
 _BW_WHY = "10 TB/s per direction is more than any GPU link; is the value in bytes/s or Gbit/s instead of GB/s?"
 
@@ -42,12 +42,13 @@ class GPUType(KnownKeys):
     """One GPU model. Efficiencies are fractions of peak reached by training kernels."""
 
     name: StrictStr
-    peak_bf16_tflops: number("dense BF16 tensor-core peak (no sparsity)", unit="TFLOP/s", gt=0, le=MAX_TFLOPS)
+    peak_bf16_tflops: number("dense BF16 tensor-core peak (no sparsity)", unit="TFLOP/s", gt=0, le=MAX_TFLOPS, profile=True)
     memory_gib: number("device memory (vendors quote GB = 1e9 bytes: 80 GB -> 74.5 GiB)", unit="GiB", gt=0, le=MAX_MEMORY_GIB)
-    hbm_bandwidth_gbps: number("device-memory bandwidth", unit="GB/s", gt=0, le=1e6)
+    hbm_bandwidth_gbps: number("device-memory bandwidth", unit="GB/s", gt=0, le=1e6, profile=True)
     link_kind: one_of(LINK_KINDS, "GPU-GPU link inside a node")
-    link_bandwidth_gbps: number("that link, per direction, per GPU", unit="GB/s", gt=0, le=MAX_BANDWIDTH_GBPS, limit_why=_BW_WHY)
-    link_latency_us: number("one-message latency over that link", unit="us", gt=0, le=MAX_LATENCY_US) = 3.0
+    link_bandwidth_gbps: number("that link, per direction, per GPU", unit="GB/s", gt=0, le=MAX_BANDWIDTH_GBPS, limit_why=_BW_WHY,
+                                profile=True)
+    link_latency_us: number("one-message latency over that link", unit="us", gt=0, le=MAX_LATENCY_US, profile=True) = 3.0
     eff_matmul: number("fraction of peak reached by large bf16 GEMMs", gt=0, le=1, profile=True) = 0.6
     eff_attention: number("fraction of peak reached by causal flash attention forward+backward", gt=0, le=1, profile=True) = 0.5
     eff_hbm: number("fraction of the device-memory bandwidth reached by memory-bound kernels (norms, activations, optimizer)",

@@ -1,0 +1,252 @@
+"""`hexiseq calibrate`: run the calibration plans on the local world, measure their step times with the
+real executor, fit what the profile cannot measure, and compare predicted (before and after the fit)
+with measured, per plan.
+
+1. The world: 4 CPU ranks of this machine in one node (each a CPU-x<f> type: one core slowed so that
+   the ranks do not oversubscribe the cores), or an emulated cluster (`cluster="cpu-4"`).
+2. The profile: measured now (profile.py) unless one is given; it turns the world into the cost
+   model's cluster (`Profile.apply`). "Before" = that cluster's prediction (the step replay).
+3. Every plan of plans.py runs as a real run (hexiseq.runs: run directory, metrics.jsonl,
+   summary.json with `emulated`, `prediction`, the measured step = median after warm-up), all in one
+   spawned world, one after another.
+4. The fit (`FITTED`): three multipliers, the same for every device type, on the profile's figures
+   for what a kernel timed alone cannot show: the compute rate inside a step (`peak_bf16_tflops`:
+   the linear and attention kernels interleaved with everything else a step does, caches shared
+   with the other ranks), the memory-bound rate (`eff_hbm`: the norms, RoPE, activations, loss and
+   optimizer as the framework runs them, with its per-operator overhead) and the per-message latency
+   (`link_latency_us`: the cost model charges it per all-to-all and per exchange round, so it also
+   takes the framework's per-layer work) — minimising Σ log²(predicted / measured) over the fit
+   plans by fidelity.grid_search (deterministic: a grid, then finer grids around the best). "After"
+   = the fitted cluster's prediction; the held-out plans show whether the fit generalises.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..errors import HexiSeqError
+from ..specs import ClusterSpec, ModelSpec, Workload, get_model
+from .emulation import emulation_for
+from .plans import WORLD, CalPlan, calibration_plans
+from .profile import DEFAULT_MODEL, Profile, profile as measure_profile, resolve_world
+
+# what the fit may change, with the search box of its multiplier (log2 of the factor on the profile's figure)
+FITTED = {"peak_bf16_tflops": (-1.0, 1.0), "eff_hbm": (-2.0, 2.0), "link_latency_us": (-3.0, 3.0)}
+GRID_STEPS = (0.5, 0.125, 0.03125)
+
+
+@dataclass
+class Calibration:
+    """The outcome: one row per plan, the fitted figures, where the runs are."""
+
+    rows: list[dict[str, Any]]
+    fitted: dict[str, dict[str, float]]  # {device type: {field: fitted value}}
+    factors: dict[str, float]  # {field: multiplier on the profile's figure} (the same for every type)
+    profile: Profile
+    cluster: str
+    model: str
+    seq_len: int
+    steps: int
+    out: str
+    load_average: dict[str, list[float]] = field(default_factory=dict)
+
+    def errors(self, key: str, split: str | None = None) -> list[float]:
+        return [abs(r[key] / r["measured_s"] - 1) for r in self.rows
+                if r.get(key) is not None and r["measured_s"] and (split is None or r["split"] == split)]
+
+    def stats(self) -> dict[str, Any]:
+        """Median and worst |predicted / measured - 1|, before and after, for all plans, the fit and the held-out ones."""
+        out: dict[str, Any] = {}
+        for split in (None, "fit", "held-out"):
+            name = split or "all"
+            for key, label in (("predicted_before_s", "before"), ("predicted_after_s", "after")):
+                e = self.errors(key, split)
+                out[f"{name}_{label}"] = {"median": statistics.median(e) if e else None, "worst": max(e) if e else None, "plans": len(e)}
+        return out
+
+    def summary(self) -> str:
+        """The median and worst error, before and after the fit, over every plan and over the held-out ones."""
+        s = self.stats()
+
+        def f(d: dict[str, Any]) -> str:
+            return "n/a" if d["median"] is None else f"median {d['median']:.1%}, worst {d['worst']:.1%} ({d['plans']} plans)"
+
+        lines = [f"calibration of {self.cluster} ({self.model}, S={self.seq_len:,}, {self.steps} steps per plan; emulated CPU ranks)",
+                 f"  before the fit: {f(s['all_before'])}",
+                 f"  after the fit:  {f(s['all_after'])}",
+                 f"  held out (not fitted): before {f(s['held-out_before'])}; after {f(s['held-out_after'])}",
+                 "  fitted: " + ", ".join(f"{k} x{v:.3g}" for k, v in self.factors.items())]
+        return "\n".join(lines)
+
+    def table(self) -> str:
+        head = (f"{'plan':<16} {'shape':<46} {'recompute':<9} {'split':<8} {'measured s':>10} {'before s':>9} {'err':>7} "
+                f"{'after s':>9} {'err':>7} {'overrun':>7}")
+        lines = [head, "-" * len(head)]
+        for r in self.rows:
+            o = r.get("pacing_overrun")
+            lines.append(f"{r['plan']:<16} {r['shape']:<46} {r['recompute']:<9} {r['split']:<8} {r['measured_s']:>10.3f} "
+                         f"{r['predicted_before_s']:>9.3f} {r['error_before']:>+7.1%} {r['predicted_after_s']:>9.3f} {r['error_after']:>+7.1%} "
+                         f"{'' if o is None else f'{o:.2f}':>7}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cluster": self.cluster, "model": self.model, "seq_len": self.seq_len, "steps": self.steps, "out": self.out,
+                "rows": self.rows, "stats": self.stats(), "factors": self.factors, "fitted": self.fitted,
+                "load_average": self.load_average, "emulated": True, "profile": self.profile.to_dict()}
+
+
+# ---------------------------------------------------------------------- prediction and fit
+
+
+def predict(cluster: ClusterSpec, model: ModelSpec, cp: CalPlan) -> float:
+    """The step replay's iteration time of a calibration plan (replicated parameters: the executor's default)."""
+    from ..costmodel import simulate
+
+    wl = Workload(cp.plan.seq_len, 1, cp.recompute, "replicated", cp.plan.block_size)
+    return float(simulate(cp.plan, cluster, model, wl).iteration_time_s)
+
+
+def scaled_cluster(cluster: ClusterSpec, factors: dict[str, float]) -> ClusterSpec:
+    """`cluster` with every device type's fitted fields multiplied by `factors` (efficiencies capped at 1)."""
+    changes: dict[str, dict[str, float]] = {}
+    for name in cluster.gpu_types:
+        g = next(d.gpu for d in cluster.devices if d.gpu.name == name)
+        changes[name] = {}
+        for key, mult in factors.items():
+            v = getattr(g, key) * mult
+            changes[name][key] = min(1.0, v) if key.startswith("eff_") else v
+    return cluster.with_profile(changes)
+
+
+def fit(cluster: ClusterSpec, model: ModelSpec, plans: Sequence[CalPlan], measured: Sequence[float]) -> dict[str, float]:
+    """Multipliers on the FITTED fields minimising Σ log²(predicted / measured) over `plans` (module doc)."""
+    from ..costmodel.fidelity import grid_search
+
+    keys = list(FITTED)
+
+    def loss(*x: float) -> float:
+        c = scaled_cluster(cluster, {k: 2.0**v for k, v in zip(keys, x)})
+        return float(sum(math.log(predict(c, model, p) / m) ** 2 for p, m in zip(plans, measured)))
+
+    best, _ = grid_search(loss, [FITTED[k] for k in keys], GRID_STEPS)
+    return {k: 2.0**v for k, v in zip(keys, best)}
+
+
+# ---------------------------------------------------------------------- running the plans
+
+
+def calibrate_worker(rank: int, world: int, jobs: list[Any]) -> list[dict[str, Any]]:
+    """Body of one rank: every calibration run, one after another, in the same world."""
+    from ..runs.loop import run_worker
+
+    return [run_worker(rank, world, job) for job in jobs]
+
+
+def calibrate(world: int | None = None, profile: Profile | str | Path | None = None, quick: bool = False, *,
+              cluster: str | ClusterSpec | None = None, model: str = DEFAULT_MODEL, seq_len: int | None = None,
+              steps: int | None = None, out: str | Path | None = None, timeout_s: float = 3600.0,
+              say: Callable[[str], None] | None = None) -> Calibration:
+    """Run the calibration (module doc) and return its rows; runs and calibration.json go under `out`
+    (default runs/calibrate-<time>). `quick`: a short sequence and 3 steps per plan (tests, notebooks)."""
+    from ..runs.config import resolve
+    from ..runs.loop import RunJob
+    from ..runs.rundir import RunDir, default_run_dir
+    from ..runtime.launch import spawn_world
+
+    say = say or print
+    spec, named = resolve_world(world, cluster)
+    if spec.size != WORLD:
+        raise HexiSeqError(f"calibrate runs its plans on {WORLD} ranks; {'cluster ' + repr(spec.name) if named else 'the world'} "
+                           f"has {spec.size}")
+    mspec = get_model(model)
+    S = seq_len or (1024 if quick else 8192)
+    n_steps = steps or (3 if quick else 6)
+    from ..runs.config import WARMUP_EXCLUDED
+
+    if n_steps <= WARMUP_EXCLUDED:
+        raise HexiSeqError(f"--steps must exceed the {WARMUP_EXCLUDED} warm-up steps left out of the measurement, got {n_steps}")
+    block = 32 if S < 4096 else 64
+    plans = calibration_plans(S, mspec.heads, mspec.kv_heads, block, spec.name if named else "", mspec.name)
+    # the profile: measured now, or given (file or object); it must describe this world's device types
+    if profile is None:
+        prof = measure_profile(cluster=spec if named else None, world=None if named else spec.size, model=model,
+                               seq_len=min(S, 8192), quick=quick, say=say)
+    else:
+        prof = profile if isinstance(profile, Profile) else Profile.load(profile)
+    missing = [t for t in spec.gpu_types if t not in prof.gpus]
+    if missing:
+        raise HexiSeqError(f"the profile has no figures for {', '.join(missing)} (the device types of {spec.name}); profile this "
+                           f"world first: hexiseq profile {'--cluster ' + spec.name if named else '--world ' + str(spec.size)}")
+    cost_cluster = prof.apply(spec)
+    before = [predict(cost_cluster, mspec, p) for p in plans]
+    stamp = default_run_dir()
+    root = Path(out) if out is not None else stamp.with_name("calibrate-" + stamp.name)
+    if root.exists() and any(root.iterdir()):
+        raise HexiSeqError(f"{root} already holds files; give another --out")
+    jobs = []
+    for p, pred in zip(plans, before):
+        run = RunDir.create(root / p.name)
+        cfg = resolve(p.plan, run.data, model=model, seq_len=S, steps=n_steps, lr=1e-3, warmup_steps=0, schedule="constant",
+                      recompute=p.recompute, tensorboard=False, timeout_s=300.0)
+        cfg = dataclasses.replace(cfg, emulation=emulation_for(p.plan, spec).to_dict(), predicted={
+            "step_time_s": pred, "cluster": spec.name, "note": f"simulated iteration on {spec.name} with the profile ({prof.measured.get('when')})"})
+        run.write_json(run.config, cfg.to_dict())
+        run.write_json(run.plan, cfg.plan)
+        jobs.append(RunJob(str(run.path), cfg))
+    load0 = _load()
+    say(f"running {len(plans)} plans x {n_steps} steps on {spec.size} CPU ranks ({spec.name}, S={S:,}) ...")
+    t0 = time.perf_counter()
+    spawn_world(calibrate_worker, spec.size, jobs, timeout_s=timeout_s, pg_timeout_s=300.0)
+    say(f"  done in {time.perf_counter() - t0:.0f} s")
+    measured, overrun = [], []
+    for job in jobs:
+        summary = RunDir(job.run_dir).read_json(RunDir(job.run_dir).summary) or {}
+        if summary.get("measured_step_time_s") is None:
+            raise HexiSeqError(f"run {job.run_dir} recorded no step time ({summary.get('status')}: {summary.get('error')})")
+        measured.append(float(summary["measured_step_time_s"]))
+        overrun.append(pacing_overrun(summary))
+    fit_idx = [i for i, p in enumerate(plans) if p.fit]
+    factors = fit(cost_cluster, mspec, [plans[i] for i in fit_idx], [measured[i] for i in fit_idx])
+    fitted_cluster = scaled_cluster(cost_cluster, factors)
+    after = [predict(fitted_cluster, mspec, p) for p in plans]
+    rows = []
+    for p, m, b, a, o, job in zip(plans, measured, before, after, overrun, jobs):
+        rows.append({"plan": p.name, "shape": p.shape, "recompute": p.recompute, "split": "fit" if p.fit else "held-out",
+                     "measured_s": m, "predicted_before_s": b, "predicted_after_s": a, "error_before": b / m - 1,
+                     "error_after": a / m - 1, "pacing_overrun": o, "run_dir": job.run_dir})
+    fitted = {name: {k: getattr(next(d.gpu for d in fitted_cluster.devices if d.gpu.name == name), k) for k in FITTED}
+              for name in fitted_cluster.gpu_types}
+    cal = Calibration(rows, fitted, factors, prof, spec.name, mspec.name, S, n_steps, str(root),
+                      {"before": load0, "after": _load()})
+    (root / "calibration.json").write_text(json.dumps(cal.to_dict(), indent=2, default=float) + "\n")
+    return cal
+
+
+def pacing_overrun(summary: dict[str, Any]) -> float | None:
+    """How far the machine's load pushed the slowest-held rank past its emulated speed: the largest,
+    over the ranks, of (operator wall time + pacing sleep) / (f x operator CPU time). 1.0: the emulation
+    held (every rank ran at exactly 1/f of a core); 1.5: some rank got only 2/3 of what it emulates,
+    because the cores were busy with other work (its measured time is then too long)."""
+    emu = summary.get("emulation") or {}
+    worst = None
+    for f, p in zip(emu.get("slowdown") or [], emu.get("pacing") or []):
+        if p and p.get("cpu_s"):
+            r = (p["wall_s"] + p["compute_sleep_s"]) / (f * p["cpu_s"])
+            worst = r if worst is None else max(worst, r)
+    return worst
+
+
+def _load() -> list[float]:
+    import os
+
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []

@@ -1,0 +1,85 @@
+"""data/gpus-cpu.yaml, the emulated CPU device types, written from a reference profile of this
+project's machine (data/profiles/cpu-4.yaml):
+
+    python -m hexiseq.calibrate.catalog data/profiles/cpu-4.yaml     # rewrites data/gpus-cpu.yaml
+
+One unpaced rank, CPU-x1, is the profile's figures of each measured type with the rates multiplied
+back by its factor (a CPU-x4 rank measured at r stands for a core at 4r), the median over the types;
+every CPU-x<f> is then CPU-x1 with the compute and memory rates divided by f (emulation.derived_type).
+Efficiencies, the per-row attention cost and the links are the measured ones; memory is the
+machine's memory shared by four ranks. Every number cites `hexiseq_cpu_profile` (data/validation/sources.yaml).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+
+from ..specs import GPUType
+from ..specs.files import data_path, write_text_atomic
+from ..specs.gpus import numeric_fields
+from .emulation import RATE_FIELDS, cpu_factor, derived_type
+from .profile import Profile
+
+FACTORS = (1.0, 2.0, 4.0, 10.0)  # the CPU types the catalog holds (local worlds and cpu-4 use them)
+SOURCE_KEY = "hexiseq_cpu_profile"
+_ORDER = ("peak_bf16_tflops", "memory_gib", "hbm_bandwidth_gbps", "link_kind", "link_bandwidth_gbps", "link_latency_us", "eff_matmul",
+          "eff_attention", "eff_hbm", "attn_block_half_keys", "overlap_slowdown", "link_efficiency", "nic_efficiency")
+
+
+def base_type(profile: Profile) -> GPUType:
+    """CPU-x1 from the profile (module doc)."""
+    rows = []
+    for name, fields in profile.gpus.items():
+        f = cpu_factor(name)
+        if f is None:
+            continue
+        rows.append({k: v * f if k in RATE_FIELDS else v for k, v in fields.items()})
+    if not rows:
+        raise ValueError("the profile measured no CPU-x<f> type")
+    med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    mem = (profile.measured.get("machine") or {}).get("memory_gib") or 16.0
+    return GPUType(name="CPU-x1", memory_gib=float(max(1, int(mem // 4))), link_kind="loopback",
+                   sources={k: SOURCE_KEY for k in numeric_fields()}, **{k: float(v) for k, v in med.items()})
+
+
+def catalog_text(profile: Profile, where: str) -> str:
+    """The text of data/gpus-cpu.yaml."""
+    base = base_type(profile)
+    m = profile.measured
+    lines = ["# yaml-language-server: $schema=schemas/gpus.schema.json",
+             "# Emulated CPU device types (hexiseq/runtime/emulation.py): CPU-x<f> is one CPU rank (one torch thread) slowed f",
+             "# times by pacing. Written by `python -m hexiseq.calibrate.catalog " + where + "` from that profile:",
+             f"#   `{m.get('command')}`, {m.get('when')}, {(m.get('machine') or {}).get('cpu')} ({(m.get('machine') or {}).get('cores')} cores),",
+             f"#   load average {((m.get('load_average') or {}).get('before') or ['?'])[0]} -> {((m.get('load_average') or {}).get('after') or ['?'])[0]}.",
+             "# CPU-x1 = the measured types' figures with the rates times their factor (median); CPU-x<f> = CPU-x1 with",
+             "# peak_bf16_tflops and hbm_bandwidth_gbps divided by f. Bytes are bf16-counted (2 per element) as the cost model",
+             "# counts them; 'peak' is the fastest rate a rank reached, so the efficiencies are fractions of it. memory_gib: the",
+             "# machine's memory shared by four ranks. These describe this project's machine: on another, profile it",
+             "# (`hexiseq profile --cluster cpu-4`) and pass --profile, or rewrite this file from the new profile."]
+    for f in FACTORS:
+        g = derived_type(base, f, name=f"CPU-x{f:g}")
+        lines.append(f"CPU-x{f:g}:")
+        for key in _ORDER:
+            v = getattr(g, key)
+            lines.append(f"  {key}: {v}" if isinstance(v, str) else f"  {key}: {float(f'{v:.4g}'):g}")
+        lines.append("  sources:")
+        lines += [f"    {k}: {SOURCE_KEY}" for k in numeric_fields()]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m hexiseq.calibrate.catalog PROFILE.yaml   (rewrites data/gpus-cpu.yaml)", file=sys.stderr)
+        return 2
+    prof = Profile.load(argv[0])
+    out = data_path("gpus-cpu.yaml")
+    write_text_atomic(out, catalog_text(prof, argv[0]))
+    print(f"{out} written from {argv[0]}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
+

@@ -1,0 +1,278 @@
+"""What `hexiseq profile` runs on each rank of a world: timed kernels and transfers, nothing else.
+
+Compute (every rank at once, each under its own emulation, the shapes a plan of `model` at
+`seq_len` tokens over the world uses; the median of `repeats` timings after one untimed call):
+- linear layers: `F.linear` forward + backward (dx, dW) of every projection of a layer, s = S / world
+  rows, and a square GEMM; FLOPs = 3 x 2·rows·in·out;
+- attention: the executor's own kernels (runtime.kernels.local_attention and its backward) on the
+  blocks a zigzag layout runs — full blocks of Lq query rows against two key lengths (their difference
+  gives the rate per pair, their intercept the per-row cost) and a causal diagonal block — all
+  query/KV heads of the model; useful FLOPs as the cost model counts them: 4·d per visible pair
+  forward, (1 + attn_bwd_factor) x that forward + backward;
+- memory-bound kernels: one layer's norms, RoPE, SwiGLU activation and residual adds forward +
+  backward at s tokens, with the bytes the cost model counts for them (costmodel.kernels.memory_bytes),
+  and a large copy (the streaming bandwidth);
+- the LM head with its chunked loss, and one AdamW step of the model's parameters (for the record
+  and the calibration's checks).
+
+Links (one pair at a time, the others waiting at a barrier): a ping-pong of a small and a large
+message with `comm.P2PBatch` (emulated links apply) gives each pair's latency (half the small round
+trip) and bandwidth (the large message over the extra time); an all-to-all of the world gives its
+bandwidth. Bytes are counted as the cost model counts them, 2 per element (bf16).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+BYTES_PER_ELEMENT = 2.0  # the cost model's bf16 counting (runtime.emulation.MODEL_BYTES_PER_ELEMENT)
+
+
+@dataclass(frozen=True)
+class MeasureJob:
+    """What every rank measures (picklable)."""
+
+    model: dict[str, Any]  # LlamaConfig fields
+    model_name: str
+    seq_len: int
+    emulation: dict[str, Any] | None  # runtime.emulation.Emulation.to_dict(), None: plain ranks
+    repeats: int = 5
+    link_elems: int = 1 << 20  # the large ping-pong message (elements)
+    attn_bwd_factor: float = 2.5  # costmodel.kernels.CostOptions.attn_bwd_factor (the FLOP convention)
+
+
+def _timed(fn: Callable[[], Any], repeats: int, stat: Callable[[list[float]], float] = min) -> float:
+    """Seconds of `fn` over `repeats` calls after one untimed call: the fastest for kernels (an emulated
+    rank's kernel takes f x its CPU time unless a busy machine stretched it: the fastest is the least
+    stretched), the median for transfers (`stat`). Under an emulation every call starts owing nothing
+    (no credit from an earlier stretched call) and ends by sleeping off all it owes, so that each timing
+    holds exactly its own pacing."""
+    from ..runtime.emulation import active
+
+    pacer = active()
+    out = []
+    for i in range(repeats + 1):
+        if pacer is not None:
+            pacer.debt = 0.0
+        t0 = time.perf_counter()
+        fn()
+        if pacer is not None:
+            pacer.settle(0.0)
+        if i:  # the first call is untimed
+            out.append(time.perf_counter() - t0)
+    return float(stat(out))
+
+
+def _linear_fwd_bwd(rows: int, n_in: int, n_out: int, gen: torch.Generator) -> Callable[[], None]:
+    x = torch.randn(rows, n_in, generator=gen).requires_grad_()
+    w = torch.randn(n_out, n_in, generator=gen).mul_(0.02).requires_grad_()
+    dy = torch.randn(rows, n_out, generator=gen)
+
+    def run() -> None:
+        x.grad = w.grad = None
+        F.linear(x, w).backward(dy)
+
+    return run
+
+
+def measure_matmul(cfg: Any, rows: int, repeats: int, gen: torch.Generator) -> dict[str, Any]:
+    """Forward + backward of every linear of one layer at `rows` tokens, the LM head, a square GEMM."""
+    h, d, H, Hkv, f = cfg.hidden, cfg.head_dim, cfg.heads, cfg.kv_heads, cfg.ffn
+    shapes = {"q_proj": (h, H * d), "k_proj": (h, Hkv * d), "v_proj": (h, Hkv * d), "o_proj": (H * d, h),
+              "gate_proj": (h, f), "up_proj": (h, f), "down_proj": (f, h)}
+    out: dict[str, Any] = {"rows": rows, "layer": []}
+    flops = secs = 0.0
+    for name, (a, b) in shapes.items():
+        t = _timed(_linear_fwd_bwd(rows, a, b, gen), repeats)
+        fl = 3 * 2.0 * rows * a * b
+        out["layer"].append({"op": name, "in": a, "out": b, "seconds": t, "tflops": fl / t / 1e12})
+        flops, secs = flops + fl, secs + t
+    out["layer_tflops"] = flops / secs / 1e12
+    t = _timed(_linear_fwd_bwd(rows, h, cfg.vocab, gen), repeats)
+    out["lm_head"] = {"in": h, "out": cfg.vocab, "seconds": t, "tflops": 3 * 2.0 * rows * h * cfg.vocab / t / 1e12}
+    n = 512
+    a_, b_ = torch.randn(n, n, generator=gen), torch.randn(n, n, generator=gen)
+    t = _timed(lambda: torch.mm(a_, b_), repeats)
+    out["square"] = {"n": n, "seconds": t, "tflops": 2.0 * n**3 / t / 1e12}
+    return out
+
+
+def _attention_fwd_bwd(lq: int, lk: int, kind: str, cfg: Any, gen: torch.Generator) -> Callable[[], None]:
+    from ..runtime.kernels import local_attention, local_attention_backward
+
+    q = torch.randn(lq, cfg.heads, cfg.head_dim, generator=gen)
+    k = torch.randn(lk, cfg.kv_heads, cfg.head_dim, generator=gen)
+    v = torch.randn(lk, cfg.kv_heads, cfg.head_dim, generator=gen)
+    do = torch.randn(lq, cfg.heads, cfg.head_dim, generator=gen)
+
+    def run() -> None:
+        out, lse = local_attention(q, k, v, kind, 0)
+        local_attention_backward(do, q, k, v, out, lse, kind, 0)
+
+    return run
+
+
+def _attention_fwd(lq: int, lk: int, kind: str, cfg: Any, gen: torch.Generator) -> Callable[[], None]:
+    from ..runtime.kernels import local_attention
+
+    q = torch.randn(lq, cfg.heads, cfg.head_dim, generator=gen)
+    k = torch.randn(lk, cfg.kv_heads, cfg.head_dim, generator=gen)
+    v = torch.randn(lk, cfg.kv_heads, cfg.head_dim, generator=gen)
+    return lambda: local_attention(q, k, v, kind, 0)
+
+
+def attention_blocks(seq_len: int, world: int) -> tuple[int, list[int]]:
+    """(query rows, key lengths) of the timed full blocks: a zigzag chunk of a ring over the world
+    (S / 2·world rows) against a quarter of it and all of it."""
+    lq = max(64, seq_len // (2 * world))
+    return lq, [max(32, lq // 4), lq]
+
+
+def measure_attention(cfg: Any, seq_len: int, world: int, repeats: int, bwd_factor: float, gen: torch.Generator) -> dict[str, Any]:
+    """Full blocks at two key lengths (rate per pair and per-row cost) and a causal diagonal block."""
+    lq, lks = attention_blocks(seq_len, world)
+    per_pair = 4.0 * cfg.head_dim * cfg.heads  # forward FLOPs of one (query, key) pair, all heads
+    rows = []
+    for lk in lks:
+        t = _timed(_attention_fwd_bwd(lq, lk, "full", cfg, gen), repeats)
+        tf = _timed(_attention_fwd(lq, lk, "full", cfg, gen), repeats)
+        rows.append({"kind": "full", "lq": lq, "lk": lk, "seconds": t, "forward_s": tf,
+                     "tflops": (1 + bwd_factor) * per_pair * lq * lk / t / 1e12})
+    t = _timed(_attention_fwd_bwd(lq, lq, "causal", cfg, gen), repeats)
+    pairs = lq * (lq + 1) / 2
+    rows.append({"kind": "causal", "lq": lq, "lk": lq, "seconds": t, "tflops": (1 + bwd_factor) * per_pair * pairs / t / 1e12})
+    (a, b) = rows[0], rows[1]
+    slope = (b["seconds"] - a["seconds"]) / (b["lk"] - a["lk"])  # seconds per key (all lq rows, all heads)
+    rate = (1 + bwd_factor) * per_pair * lq / slope if slope > 0 else b["tflops"] * 1e12
+    half_keys = max(0.0, a["seconds"] / slope - a["lk"]) if slope > 0 else 0.0
+    return {"heads": cfg.heads, "kv_heads": cfg.kv_heads, "head_dim": cfg.head_dim, "blocks": rows,
+            "tflops": rate / 1e12, "half_keys": half_keys, "bwd_over_fwd": (b["seconds"] - b["forward_s"]) / b["forward_s"]}
+
+
+def measure_memory(cfg: Any, spec: Any, rows: int, repeats: int, gen: torch.Generator) -> dict[str, Any]:
+    """One layer's elementwise kernels forward + backward at `rows` tokens, bytes as the cost model counts them."""
+    from ..costmodel.kernels import memory_bytes
+    from ..runtime.model import RMSNorm, apply_rope, rope_inv_freq
+
+    h, d, H, Hkv, f = cfg.hidden, cfg.head_dim, cfg.heads, cfg.kv_heads, cfg.ffn
+    norm1, norm2 = RMSNorm(h, cfg.norm_eps), RMSNorm(h, cfg.norm_eps)
+    x = torch.randn(rows, h, generator=gen).requires_grad_()
+    o = torch.randn(rows, h, generator=gen).requires_grad_()
+    m = torch.randn(rows, h, generator=gen).requires_grad_()
+    q = torch.randn(rows, H, d, generator=gen).requires_grad_()
+    k = torch.randn(rows, Hkv, d, generator=gen).requires_grad_()
+    g = torch.randn(rows, f, generator=gen).requires_grad_()
+    u = torch.randn(rows, f, generator=gen).requires_grad_()
+    ang = torch.arange(rows, dtype=torch.float32)[:, None] * rope_inv_freq(cfg)[None]
+    cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
+
+    def run() -> None:
+        for t in (x, o, m, q, k, g, u):
+            t.grad = None
+        y = x + o  # residual add 1
+        total = norm1(x).sum() + apply_rope(q, cos, sin).sum() + apply_rope(k, cos, sin).sum()
+        total = total + norm2(y).sum() + (F.silu(g) * u).sum() + (y + m).sum()  # norm 2, activation, residual add 2
+        total.backward()
+
+    t = _timed(run, repeats)
+    mem = memory_bytes(spec)
+    nbytes = rows * sum(mem.values())
+    big = torch.randn(1 << 23, generator=gen)  # 32 MB of fp32: out of the caches
+    dst = torch.empty_like(big)
+    tc = _timed(lambda: dst.copy_(big), repeats)
+    return {"rows": rows, "seconds": t, "bytes": nbytes, "gbps": nbytes / t / 1e9,
+            "copy": {"elements": big.numel(), "seconds": tc, "gbps": 2 * big.numel() * BYTES_PER_ELEMENT / tc / 1e9}}
+
+
+def measure_step_parts(cfg: Any, rows: int, repeats: int, gen: torch.Generator) -> dict[str, Any]:
+    """The LM head with its loss (forward + backward) at `rows` tokens and one AdamW step of the model."""
+    from ..runtime.model import Llama, chunked_loss_sum
+
+    model = Llama(cfg).init_weights(0)
+    hid = torch.randn(rows, cfg.hidden, generator=gen).requires_grad_()
+    labels = torch.randint(0, cfg.vocab, (rows,), generator=gen)
+    w = model.lm_head.weight
+
+    def head() -> None:
+        hid.grad = w.grad = None
+        chunked_loss_sum(hid, w, labels).backward()
+
+    th = _timed(head, repeats)
+    params = [p for p in model.parameters()]
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=gen) * 1e-3
+    opt = torch.optim.AdamW(params, lr=1e-4)
+    to = _timed(opt.step, repeats)
+    return {"head_rows": rows, "head_s": th, "optimizer_s": to, "params": sum(p.numel() for p in params)}
+
+
+def measure_links(rank: int, world: int, elems: int, repeats: int) -> dict[str, Any]:
+    """Ping-pong between every pair (one pair at a time) and one all-to-all of the world."""
+    from ..runtime.comm import P2PBatch, ragged_all_to_all
+
+    def exchange(peer: int, n: int, first: bool) -> None:
+        buf = torch.zeros(n)
+        for turn in (0, 1):
+            batch = P2PBatch()
+            if (turn == 0) == first:
+                batch.send(buf, peer, 7)
+            else:
+                batch.recv(torch.empty(n), peer, 7)
+            batch.start().wait()
+
+    pairs = []
+    for a in range(world):
+        for b in range(a + 1, world):
+            dist.barrier()
+            if rank in (a, b):
+                peer, first = (b, True) if rank == a else (a, False)
+                small = _timed(lambda: exchange(peer, 1, first), repeats, statistics.median)
+                large = _timed(lambda: exchange(peer, elems, first), repeats, statistics.median)
+                if rank == a:  # a large message that did not take longer than a small one (load noise): no bandwidth
+                    extra = large - small
+                    pairs.append({"a": a, "b": b, "latency_us": small / 2 * 1e6, "elements": elems,
+                                  "gbps": elems * BYTES_PER_ELEMENT / (extra / 2) / 1e9 if extra > 0 else None})
+    dist.barrier()
+    per_peer = max(1, elems // max(1, world - 1))
+    x = torch.zeros(per_peer * world)
+    splits = [per_peer] * world
+    t = _timed(lambda: ragged_all_to_all(x, splits, splits), repeats, statistics.median)
+    sent = per_peer * (world - 1) * BYTES_PER_ELEMENT
+    return {"pairs": pairs, "all_to_all": {"elements_per_peer": per_peer, "seconds": t, "gbps": sent / t / 1e9}}
+
+
+def measure_worker(rank: int, world: int, job: MeasureJob) -> dict[str, Any]:
+    """Body of one rank of `hexiseq profile`."""
+    from ..runs.config import model_spec
+    from ..runtime import emulation as emu
+    from ..runtime.model import LlamaConfig
+
+    cfg = LlamaConfig(**job.model)
+    spec = model_spec(cfg, job.model_name)
+    gen = torch.Generator().manual_seed(1000 + rank)
+    rows = max(16, job.seq_len // world)
+    pacer = emu.Pacer(emu.Emulation.from_dict(job.emulation), rank) if job.emulation else None
+    out: dict[str, Any] = {"rank": rank, "threads": 1 if pacer else torch.get_num_threads()}
+    with emu.activate(None, rank, pacer):
+        torch.mm(torch.ones(8, 8), torch.ones(8, 8))  # the first operator under a dispatch mode pays a one-time set-up
+        if pacer is not None:
+            pacer.stats = emu.PacerStats()
+        dist.barrier()
+        out["matmul"] = measure_matmul(cfg, rows, job.repeats, gen)
+        out["attention"] = measure_attention(cfg, job.seq_len, world, job.repeats, job.attn_bwd_factor, gen)
+        out["memory"] = measure_memory(cfg, spec, rows, job.repeats, gen)
+        out["step_parts"] = measure_step_parts(cfg, rows, job.repeats, gen)
+    if pacer is not None:
+        out["pacing"] = {"slowdown": pacer.factor, **pacer.stats.to_dict()}
+    # links with the emulated ones but unpaced compute: a link is not slowed by its rank's device
+    links = emu.Emulation.from_dict({**job.emulation, "slowdown": [1.0] * world}) if job.emulation else None
+    with emu.activate(links, rank):
+        out["links"] = measure_links(rank, world, job.link_elems, job.repeats)
+    return out

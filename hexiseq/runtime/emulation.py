@@ -1,0 +1,313 @@
+"""CPU emulation of slower devices and links: a CPU world whose ranks behave like a heterogeneous cluster.
+
+The method (every figure it produces is labelled "emulated", with its factors):
+
+- **Compute.** Rank r emulates a device `slowdown[r]` = f ≥ 1 times slower than one unpaced CPU core.
+  Every aten operator the rank runs (forward, backward, recompute, optimizer: a TorchDispatchMode
+  sees them all) is timed with the thread's CPU time c and its wall time w; the rank then owes
+  f·c − w seconds, and sleeps them off once they exceed `QUANTUM_S` and before every communication
+  (so a message leaves at the emulated time). Sleeping, not busy-waiting, keeps the cores free for the
+  other ranks; pacing by CPU time, not wall time, keeps the emulated rate when ranks briefly share a
+  core (an operator slowed by a neighbour owes less sleep). An emulated rank runs one torch thread.
+  The rank is a device of 1/f of a core as long as Σ 1/f over the ranks stays within the cores.
+- **Links.** A pair (a, b) may have an emulated link of β bytes/s and α seconds (two "nodes" joined by
+  a slower network). Bytes are counted as the cost model counts them: 2 bytes per element (bf16),
+  whatever dtype the CPU run uses, so β is in the cost model's units. A batched P2P exchange
+  (`comm.P2PBatch`) that uses such a link completes no earlier than
+  max(its post time, the senders' post times) + α + max(Σ sent, Σ received)/β over those links (each
+  message carries its sender's post time, `time.monotonic`, shared by the processes of one machine);
+  a synchronous collective that crosses one (the ragged all-to-all, the gradient all-reduce) returns
+  its α–β time (costmodel.comm's formulas) after the real one. Links inside a node are the real ones.
+
+`activate(emulation, rank)` turns it on for a block of code; `active()` is the running `Pacer` (None
+when off, the default: then nothing here costs anything). The emulation of a plan on an emulated
+cluster is derived by `hexiseq.calibrate.emulation`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterator, Sequence
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..errors import HexiSeqError
+
+QUANTUM_S = 5e-3  # the rank sleeps off what it owes once it exceeds this: each sleep costs a wake-up, so not too often
+MIN_SLEEP_S = 2e-4  # before a message, less than this stays owed: a sleep costs Linux's timer slack (50 us) and a wake-up
+CREDIT_S = 0.05  # at most this much time lost to contention is made up later by sleeping less
+MODEL_BYTES_PER_ELEMENT = 2.0  # the cost model's activations are bf16
+_COMM_NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional")
+
+
+@dataclass(frozen=True)
+class Emulation:
+    """What a CPU world emulates: a slowdown per rank and the emulated links between ranks.
+
+    `link_gbps[a][b]` (GB/s, 1e9 bytes per second of bf16-counted bytes, per direction) and
+    `link_latency_us[a][b]` describe an emulated link; 0 means the pair uses the real link."""
+
+    slowdown: tuple[float, ...]
+    link_gbps: tuple[tuple[float, ...], ...] = ()
+    link_latency_us: tuple[tuple[float, ...], ...] = ()
+    source: str = ""  # what it emulates (e.g. "cluster cpu-4"), for the record
+
+    def __post_init__(self) -> None:
+        n = len(self.slowdown)
+        if n == 0:
+            raise HexiSeqError("an emulation needs at least one rank")
+        for r, f in enumerate(self.slowdown):
+            if not (isinstance(f, (int, float)) and math.isfinite(f) and f >= 1.0):
+                raise HexiSeqError(f"emulation: rank {r} has slowdown {f!r}; a CPU rank can only be slowed down, "
+                                   f"so the factor must be a number >= 1 (1 = one unpaced core)")
+        for name in ("link_gbps", "link_latency_us"):
+            m = getattr(self, name)
+            if m and (len(m) != n or any(len(row) != n for row in m)):
+                raise HexiSeqError(f"emulation: {name} must be {n} x {n} (one row per rank), got {len(m)} rows")
+            if m and any(not math.isfinite(x) or x < 0 for row in m for x in row):
+                raise HexiSeqError(f"emulation: {name} holds a negative or non-finite value")
+        object.__setattr__(self, "slowdown", tuple(float(f) for f in self.slowdown))
+        object.__setattr__(self, "link_gbps", tuple(tuple(float(x) for x in row) for row in self.link_gbps))
+        object.__setattr__(self, "link_latency_us", tuple(tuple(float(x) for x in row) for row in self.link_latency_us))
+
+    @property
+    def world_size(self) -> int:
+        return len(self.slowdown)
+
+    def link(self, a: int, b: int) -> tuple[float, float] | None:
+        """(bytes/s, seconds) of the emulated link a-b, None when the pair uses the real one."""
+        if not self.link_gbps or a == b or self.link_gbps[a][b] <= 0:
+            return None
+        return self.link_gbps[a][b] * 1e9, self.link_latency_us[a][b] * 1e-6
+
+    @property
+    def emulates_links(self) -> bool:
+        return any(x > 0 for row in self.link_gbps for x in row)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        return {k: [list(r) for r in v] if k.startswith("link") else (list(v) if isinstance(v, tuple) else v) for k, v in d.items()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Emulation":
+        return cls(tuple(d["slowdown"]), tuple(tuple(r) for r in d.get("link_gbps", ())),
+                   tuple(tuple(r) for r in d.get("link_latency_us", ())), d.get("source", ""))
+
+
+@dataclass
+class PacerStats:
+    """What the emulation did on one rank (seconds): the operators' CPU and wall time, the sleep that
+    made them f times slower, and the sleep that emulated links."""
+
+    ops: int = 0
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+    compute_sleep_s: float = 0.0
+    link_sleep_s: float = 0.0
+    messages: int = 0
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+class Pacer(TorchDispatchMode):
+    """The running emulation on one rank (module doc): paces compute, holds the links."""
+
+    def __init__(self, emulation: Emulation, rank: int) -> None:
+        super().__init__()
+        if not 0 <= rank < emulation.world_size:
+            raise HexiSeqError(f"emulation of {emulation.world_size} ranks has no rank {rank}")
+        self.emulation, self.rank = emulation, rank
+        self.factor = emulation.slowdown[rank]
+        self.debt = 0.0
+        self.stats = PacerStats()
+
+    # ------------------------------------------------------------------ compute
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func.namespace in _COMM_NAMESPACES:
+            self.settle()  # a message leaves at the emulated time
+            return func(*args, **kwargs)
+        if self.factor == 1.0:
+            return func(*args, **kwargs)
+        w0, c0 = time.monotonic(), time.thread_time()
+        out = func(*args, **kwargs)
+        dc, dw = time.thread_time() - c0, time.monotonic() - w0
+        st = self.stats
+        st.ops += 1
+        st.cpu_s += dc
+        st.wall_s += dw
+        self.debt = max(-CREDIT_S, self.debt + self.factor * dc - dw)
+        if self.debt > QUANTUM_S:
+            self.settle()
+        return out
+
+    def settle(self, at_least: float = MIN_SLEEP_S) -> None:
+        """Sleep off what the rank owes, when it is at least `at_least` seconds (before it communicates,
+        and whenever it exceeds QUANTUM_S); a smaller debt stays owed."""
+        if self.debt > 0 and self.debt >= at_least:
+            t0 = time.monotonic()
+            time.sleep(self.debt)
+            slept = time.monotonic() - t0
+            self.stats.compute_sleep_s += slept
+            self.debt -= slept  # an oversleep is owed back
+
+    # ------------------------------------------------------------------ links
+    def hold_until(self, deadline: float) -> None:
+        """Block until `deadline` (time.monotonic) for an emulated link."""
+        wait = deadline - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+            self.stats.link_sleep_s += wait
+
+    def hold(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+            self.stats.link_sleep_s += seconds
+
+    def a2a_seconds(self, ranks: Sequence[int], send_elems: Sequence[int], recv_elems: Sequence[int]) -> float:
+        """Emulated time of this rank's part of an all-to-all among `ranks` (global, group order):
+        α + max(Σ sent, Σ received)/β over the peers behind an emulated link (costmodel/comm.py's rule)."""
+        lat, send, recv = 0.0, 0.0, 0.0
+        for peer, s, r in zip(ranks, send_elems, recv_elems):
+            link = self.emulation.link(self.rank, peer)
+            if link is None:
+                continue
+            bw, a = link
+            lat = max(lat, a)
+            send += s * MODEL_BYTES_PER_ELEMENT / bw
+            recv += r * MODEL_BYTES_PER_ELEMENT / bw
+        return lat + max(send, recv) if (send or recv or lat) else 0.0
+
+    def all_reduce_seconds(self, ranks: Sequence[int], elems: int) -> float:
+        """Emulated time of a ring all-reduce of `elems` elements among `ranks` when any pair of them is
+        an emulated link: the slowest link and largest latency of the pairs (costmodel.comm's ring)."""
+        from ..costmodel.comm import ring_allreduce_s
+
+        links = [self.emulation.link(a, b) for a in ranks for b in ranks if a != b]
+        links = [x for x in links if x is not None]
+        if not links:
+            return 0.0
+        bw, lat = min(x[0] for x in links), max(x[1] for x in links)
+        return ring_allreduce_s(elems * MODEL_BYTES_PER_ELEMENT, len(ranks), bw, lat)
+
+
+_ACTIVE: list[Pacer] = []
+
+
+def active() -> Pacer | None:
+    """The emulation running on this rank, None when off."""
+    return _ACTIVE[-1] if _ACTIVE else None
+
+
+@contextlib.contextmanager
+def activate(emulation: Emulation | dict | None, rank: int, pacer: Pacer | None = None) -> Iterator[Pacer | None]:
+    """Run the block under `emulation` as rank `rank` (None: nothing changes). One torch thread while
+    it runs. Pass the same `pacer` again to accumulate its statistics over several blocks."""
+    if emulation is None and pacer is None:
+        yield None
+        return
+    if pacer is None:
+        emulation = Emulation.from_dict(emulation) if isinstance(emulation, dict) else emulation
+        pacer = Pacer(emulation, rank)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    _ACTIVE.append(pacer)
+    try:
+        with pacer:
+            yield pacer
+        pacer.settle(0.0)
+    finally:
+        _ACTIVE.pop()
+        torch.set_num_threads(threads)
+
+
+# ---------------------------------------------------------------------- hooks the runtime calls
+
+
+def after_collective(kind: str, ranks: Sequence[int], elems: int = 0, send: Sequence[int] = (), recv: Sequence[int] = ()) -> None:
+    """Called after a synchronous collective returns: hold for its emulated link time, if any.
+    kind: "all_to_all" (per-peer `send` / `recv` element counts, group order) or "all_reduce" (`elems`)."""
+    pacer = active()
+    if pacer is None or not pacer.emulation.emulates_links:
+        return
+    if kind == "all_to_all":
+        pacer.hold(pacer.a2a_seconds(ranks, send, recv))
+    elif kind == "all_reduce":
+        pacer.hold(pacer.all_reduce_seconds(ranks, elems))
+    else:
+        raise ValueError(f"unknown collective kind {kind!r}")
+
+
+@dataclass
+class P2PLinks:
+    """The emulated part of one batched P2P exchange (comm.P2PBatch): built while ops are added."""
+
+    pacer: Pacer
+    stamps: list[tuple[torch.Tensor, int]] = field(default_factory=list)  # send buffers whose tail holds the post time
+    recvs: list[tuple[torch.Tensor, int]] = field(default_factory=list)  # receive buffers (with a tail) and payload length
+    send_s: float = 0.0
+    recv_s: float = 0.0
+    latency_s: float = 0.0
+    posted: float = 0.0
+
+    @staticmethod
+    def tail(dtype: torch.dtype) -> int:
+        """Elements of `dtype` that hold one float64 time stamp."""
+        size = torch.empty((), dtype=dtype).element_size()
+        if 8 % size:
+            raise HexiSeqError(f"link emulation cannot stamp messages of dtype {dtype}")
+        return 8 // size
+
+    def send(self, t: torch.Tensor, peer: int) -> torch.Tensor:
+        """The message to post to `peer`: t itself, or t with a time-stamp tail over an emulated link."""
+        link = self.pacer.emulation.link(self.pacer.rank, peer)
+        if link is None:
+            return t
+        bw, lat = link
+        self.send_s += t.numel() * MODEL_BYTES_PER_ELEMENT / bw
+        self.latency_s = max(self.latency_s, lat)
+        flat = t.reshape(-1)
+        out = torch.cat([flat, flat.new_zeros(self.tail(t.dtype))])
+        self.stamps.append((out, flat.numel()))
+        return out
+
+    def recv(self, t: torch.Tensor, peer: int) -> torch.Tensor:
+        """The buffer to receive into from `peer`: t itself, or a longer one (payload + stamp)."""
+        link = self.pacer.emulation.link(self.pacer.rank, peer)
+        if link is None:
+            return t
+        bw, lat = link
+        self.recv_s += t.numel() * MODEL_BYTES_PER_ELEMENT / bw
+        self.latency_s = max(self.latency_s, lat)
+        buf = t.new_empty(t.numel() + self.tail(t.dtype))
+        self.recvs.append((buf, t.numel()))
+        return buf
+
+    def post(self) -> None:
+        """Stamp the messages with the post time (after the rank's owed compute sleep)."""
+        self.pacer.settle()
+        self.posted = time.monotonic()
+        stamp = torch.tensor([self.posted], dtype=torch.float64)
+        for buf, n in self.stamps:
+            buf[n:] = stamp.view(buf.dtype)
+
+    def complete(self) -> None:
+        """After the real transfers: hold until the emulated links would have delivered."""
+        if not (self.stamps or self.recvs):
+            return
+        start = self.posted
+        for buf, n in self.recvs:
+            start = max(start, float(buf[n:].clone().view(torch.float64)[0]))  # clone: an odd offset cannot be viewed as float64
+        self.pacer.stats.messages += len(self.stamps) + len(self.recvs)
+        self.pacer.hold_until(start + self.latency_s + max(self.send_s, self.recv_s))
+
+
+def p2p_links() -> P2PLinks | None:
+    """A P2PLinks for a new batch when links are emulated, else None."""
+    pacer = active()
+    return P2PLinks(pacer) if pacer is not None and pacer.emulation.emulates_links else None

@@ -1,0 +1,104 @@
+"""`hexiseq calibrate` (hexiseq/calibrate/calibrate.py, plans.py): the quick calibration really runs its
+plans (emulated cpu-4 ranks, the bundled profile) and reports every one with all fields; the fit is
+deterministic and recovers known multipliers; bad input is refused before any rank starts. The
+accuracy target is a benchmark (benchmarks/bench_calibrate.py), not a unit test."""
+
+import json
+
+import pytest
+
+from hexiseq.calibrate.calibrate import FITTED, fit, predict, scaled_cluster
+from hexiseq.calibrate.plans import calibration_plans
+from hexiseq.cli import main
+from hexiseq.errors import HexiSeqError
+from hexiseq.specs import get_model, load_cluster
+from hexiseq.specs.files import data_path
+
+ROW_KEYS = {"plan", "measured_s", "predicted_before_s", "predicted_after_s", "error_before", "error_after", "split", "recompute",
+            "shape", "pacing_overrun", "run_dir"}
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    import contextlib
+    import io
+
+    out = tmp_path_factory.mktemp("cal") / "runs"
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main(["calibrate", "--cluster", "cpu-4", "--quick", "--json", "--profile", str(data_path("profiles") / "cpu-4.yaml"),
+                   "--out", str(out)])
+    assert rc == 0
+    return json.loads(buf.getvalue()), out
+
+
+def test_quick_calibration_reports_every_plan(quick):
+    d, out = quick
+    rows = d["rows"]
+    assert len(rows) >= 6 and {r["recompute"] for r in rows} == {"none", "selective", "full"}
+    assert {"fit", "held-out"} == {r["split"] for r in rows}
+    for r in rows:
+        assert ROW_KEYS <= set(r), r["plan"]
+        assert r["measured_s"] > 0 and r["predicted_before_s"] > 0 and r["predicted_after_s"] > 0
+        assert r["error_after"] == pytest.approx(r["predicted_after_s"] / r["measured_s"] - 1)
+    assert set(d["factors"]) == set(FITTED) and d["emulated"] is True
+    assert d["stats"]["all_after"]["plans"] == len(rows)
+    assert json.loads((out / "calibration.json").read_text())["rows"] == rows
+
+
+def test_every_calibration_run_is_a_labelled_emulated_run(quick):
+    d, _ = quick
+    for r in d["rows"]:
+        s = json.loads(open(f"{r['run_dir']}/summary.json").read())
+        assert s["status"] == "completed" and s["emulated"] is True
+        assert s["emulation"]["slowdown"] == [4.0, 4.0, 10.0, 10.0] and s["emulation"]["links"] == [{"gbps": 0.05, "latency_us": 1000.0}]
+        assert len(s["emulation"]["pacing"]) == 4 and s["measured_step_time_s"] == r["measured_s"]
+        assert s["prediction"]["step_time_s"] == pytest.approx(r["predicted_before_s"])
+        assert "emulating cluster cpu-4" in s["measured_on"]
+
+
+def test_the_plan_set_covers_the_shapes():
+    plans = calibration_plans(8192, 8, 4, 64)
+    assert len(plans) >= 6 and len({p.name for p in plans}) == len(plans)
+    shapes = {(p.plan.num_groups, max(g.size for g in p.plan.groups)) for p in plans}
+    assert {(4, 1), (1, 4), (2, 2)} <= shapes  # CP, HP, CP x HP
+    for policy in ("none", "selective", "full"):
+        assert sum(p.recompute == policy for p in plans) >= 2
+    even = [p for p in plans if len({g.chunk_len for g in p.plan.groups}) == 1 and all(len(set(g.shards)) == 1 for g in p.plan.groups)]
+    assert 1 <= len(even) < len(plans)
+    assert all(p.plan.world_size == 4 for p in plans)
+
+
+def test_fit_recovers_known_multipliers_deterministically():
+    c, m = load_cluster("cpu-4"), get_model("tiny")
+    plans = calibration_plans(8192, 8, 4, 64)
+    truth = {"peak_bf16_tflops": 0.75, "eff_hbm": 0.5, "link_latency_us": 2.0}
+    measured = [predict(scaled_cluster(c, truth), m, p) for p in plans]
+    got = fit(c, m, plans, measured)
+    assert got == fit(c, m, plans, measured)
+    for k, v in truth.items():
+        assert got[k] == pytest.approx(v, rel=0.05), k
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--cluster", "nope"], "cluster file not found: nope"),
+    (["--cluster", "mixed-4"], "can only emulate the CPU types"),
+    (["--world", "3"], "calibrate runs its plans on 4 ranks"),
+    (["--cluster", "cpu-4", "--steps", "2"], "--steps must exceed the 2 warm-up steps"),
+    (["--compare"], "--compare needs an emulated heterogeneous --cluster"),
+    (["--calibration", "x.json"], "--calibration is reused by --compare"),
+    (["--cluster", "cpu-4", "--profile", "nope.yaml"], "nope.yaml"),
+])
+def test_bad_input_is_refused_before_any_work(argv, msg, capsys, tmp_path):
+    assert main(["calibrate", *argv, "--out", str(tmp_path / "out")]) == 2
+    assert msg in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_profile_of_other_devices_is_refused(tmp_path, capsys):
+    p = tmp_path / "p.yaml"
+    p.write_text("gpus:\n  CPU-x1: {peak_bf16_tflops: 0.1}\n")
+    assert main(["calibrate", "--cluster", "cpu-4", "--profile", str(p), "--out", str(tmp_path / "o")]) == 2
+    assert "the profile has no figures for CPU-x4, CPU-x10" in capsys.readouterr().err
+    with pytest.raises(HexiSeqError, match="heads over 4 ranks in whole KV heads"):
+        calibration_plans(8192, 4, 4, 64)

@@ -1,0 +1,109 @@
+"""`hexiseq profile` (hexiseq/calibrate/profile.py): a real 2-rank world measured briefly; the file
+round-trips, `hexiseq estimate --profile` reads it; the bundled reference profile and the CPU catalog
+written from it agree; bad input is refused before any rank starts."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hexiseq.calibrate import Profile, profile
+from hexiseq.calibrate.catalog import catalog_text
+from hexiseq.calibrate.profile import resolve_world
+from hexiseq.cli import main
+from hexiseq.costmodel import simulate
+from hexiseq.errors import HexiSeqError, SpecError
+from hexiseq.plan import ring_plan
+from hexiseq.specs import ClusterSpec, Workload, get_model, load_gpu_catalog, load_profile
+from hexiseq.specs.files import data_path
+from hexiseq.specs.gpus import numeric_fields
+
+FIELDS = {"peak_bf16_tflops", "eff_matmul", "eff_attention", "attn_block_half_keys", "hbm_bandwidth_gbps", "eff_hbm",
+          "link_bandwidth_gbps", "link_latency_us"}
+
+
+@pytest.fixture(scope="module")
+def measured():
+    return profile(world=2, quick=True, repeats=1)
+
+
+def test_profile_measures_every_field_of_the_world(measured):
+    (name,) = measured.gpus  # one device type: two local ranks
+    g = measured.gpus[name]
+    assert FIELDS <= set(g)
+    assert g["peak_bf16_tflops"] > 0 and 0 < g["eff_matmul"] <= 1 and 0 < g["eff_attention"] <= 1 and 0 < g["eff_hbm"] <= 1
+    assert g["link_bandwidth_gbps"] > 0 and g["link_latency_us"] > 0
+    m = measured.measured
+    assert m["world"]["ranks"] == 2 and m["world"]["types"] == [name, name] and m["machine"]["cores"]
+    assert m["when"] and m["command"].startswith("hexiseq profile") and m["load_average"]["before"] is not None
+    assert [r["rank"] for r in m["ranks"]] == [0, 1] and len(m["links"]) == 1
+
+
+def test_profile_round_trips_and_the_cost_model_reads_it(measured, tmp_path, capsys):
+    path = measured.save(tmp_path / "p.yaml")
+    assert path.read_text().startswith("# yaml-language-server: $schema=../schemas/profile.schema.json")
+    back = Profile.load(path)
+    assert back.gpus == load_profile(path) == measured.gpus
+    assert back.measured["world"] == measured.measured["world"]
+    (name,) = measured.gpus
+    cluster_file = tmp_path / "two.yaml"
+    cluster_file.write_text(yaml.safe_dump({"nodes": [{"gpu": name, "count": 2, "nic_gbps": 1}]}))
+    assert main(["estimate", "--cluster", str(cluster_file), "--model", "tiny", "--seq-len", "2048", "--layout", "ring",
+                 "--recompute", "none", "--block-size", "64", "--profile", str(path), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)["iteration_time_s"]
+    c = ClusterSpec.from_nodes("two", [(name, 2, 1.0)])
+    want = simulate(ring_plan([0, 1], 2048, 8, 4, block_size=64), measured.apply(c), get_model("tiny"),
+                    Workload(2048, 1, "none", "zero3", 64)).iteration_time_s
+    assert got == pytest.approx(want, rel=1e-9)
+    assert measured.cluster().gpu_types == {name: 2}
+
+
+def test_the_cpu_catalog_is_written_from_the_reference_profile():
+    ref = data_path("profiles") / "cpu-4.yaml"
+    prof = Profile.load(ref)
+    assert prof.measured["world"]["cluster"] == "cpu-4" and set(prof.gpus) == {"CPU-x4", "CPU-x10"}
+    assert data_path("gpus-cpu.yaml").read_text() == catalog_text(prof, "data/profiles/cpu-4.yaml"), \
+        "data/gpus-cpu.yaml is stale: python -m hexiseq.calibrate.catalog data/profiles/cpu-4.yaml"
+    cat = load_gpu_catalog(data_path("gpus-cpu.yaml"))
+    sources = yaml.safe_load((data_path("validation") / "sources.yaml").read_text())
+    raw = yaml.safe_load(data_path("gpus-cpu.yaml").read_text())
+    for name, entry in raw.items():
+        assert set(numeric_fields()) <= set(entry) and set(entry["sources"]) == set(numeric_fields()), name
+        assert all(k in sources for k in entry["sources"].values()), name
+    base = cat["CPU-x1"]
+    for name, g in cat.items():
+        f = float(name.removeprefix("CPU-x"))
+        assert g.peak_bf16_tflops == pytest.approx(base.peak_bf16_tflops / f, rel=1e-3)
+        assert g.hbm_bandwidth_gbps == pytest.approx(base.hbm_bandwidth_gbps / f, rel=1e-3)
+        assert (g.eff_matmul, g.eff_attention, g.link_bandwidth_gbps) == (base.eff_matmul, base.eff_attention, base.link_bandwidth_gbps)
+
+
+def test_bad_worlds_are_refused_before_any_work(tmp_path):
+    with pytest.raises(SpecError, match="cluster file not found: nope"):
+        resolve_world(None, "nope")
+    with pytest.raises(HexiSeqError, match="world of 8 ranks, but cluster 'cpu-4' has 4 devices"):
+        resolve_world(8, "cpu-4")
+    with pytest.raises(HexiSeqError, match="leaves devices 2..3 of cluster 'cpu-4' unmeasured"):
+        resolve_world(2, "cpu-4")
+    with pytest.raises(SpecError, match="can only emulate the CPU types"):
+        resolve_world(None, "testbed-8")
+    with pytest.raises(HexiSeqError, match="positive number of ranks"):
+        resolve_world(0, None)
+    out = tmp_path / "p.yaml"
+    out.write_text("x")
+    with pytest.raises(SystemExit):  # argparse refuses --world 0 with its rule
+        main(["profile", "--world", "0"])
+    assert main(["profile", "--world", "2", "--out", str(out)]) == 2  # exists, no --force: refused, nothing measured
+    assert out.read_text() == "x"
+
+
+def test_a_profile_with_an_unknown_type_or_key_is_refused(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("gpus:\n  CPU-x3: {peak_bf16_tflops: 0.1}\n")
+    with pytest.raises(SpecError, match="CPU-x3 is not a GPU type of the catalog"):
+        Profile.load(p)
+    p.write_text("gpus:\n  CPU-x4: {peak_bf16_tflops: 0.1}\nmeasure: {}\n")
+    with pytest.raises(SpecError, match="measure"):
+        Profile.load(p)
+    assert Path(p).exists()

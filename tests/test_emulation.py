@@ -1,0 +1,131 @@
+"""CPU emulation of slower devices and links (hexiseq/runtime/emulation.py, hexiseq/calibrate/emulation.py):
+real gloo processes; the assertions are on what the emulation recorded (its sleeps against the
+operators' CPU time) and on lower bounds of link times, which a loaded machine can only lengthen."""
+
+import math
+
+import pytest
+import torch
+
+from hexiseq.calibrate.emulation import check_emulated, cpu_factor, emulation_for, local_cluster, local_factor
+from hexiseq.errors import HexiSeqError, SpecError
+from hexiseq.plan import ring_plan, symmetric_plan
+from hexiseq.runtime import emulation as E
+from hexiseq.runtime.launch import spawn_world
+from hexiseq.specs import load_cluster
+
+
+def _work(rank: int, world: int, factors: list[float], link: tuple[float, float]) -> dict:
+    """Each rank: the same matmuls under its slowdown, then one P2P message and one all-to-all over an
+    emulated link (bandwidth GB/s, latency us) between rank 0 and rank 1."""
+    import time
+
+    from hexiseq.runtime.comm import P2PBatch, ragged_all_to_all
+
+    gbps, lat_us = link
+    emu = E.Emulation(tuple(factors), ((0.0, gbps), (gbps, 0.0)), ((0.0, lat_us), (lat_us, 0.0)), source="test")
+    a = torch.randn(192, 192, generator=torch.Generator().manual_seed(rank))
+    out = {}
+    with E.activate(emu, rank) as pacer:
+        torch.mm(a, a)  # the first operator under a dispatch mode pays a one-time set-up
+        pacer.stats = E.PacerStats()
+        for _ in range(60):
+            a = torch.tanh(a @ a)
+        pacer.settle(0.0)
+        compute = pacer.stats.to_dict()
+        n = 100_000
+        payload = torch.arange(n, dtype=torch.float32) + rank
+        t0 = time.monotonic()
+        batch = P2PBatch()
+        batch.send(payload, 1 - rank, 3)
+        batch.recv(torch.empty(n), 1 - rank, 3)
+        (got,) = batch.start().wait()
+        out["p2p_s"] = time.monotonic() - t0
+        out["p2p_ok"] = bool(torch.equal(got, torch.arange(n, dtype=torch.float32) + (1 - rank)))
+        t0 = time.monotonic()
+        y = ragged_all_to_all(torch.full((2 * n,), float(rank)), [n, n], [n, n])
+        out["a2a_s"] = time.monotonic() - t0
+        out["a2a_ok"] = bool(torch.equal(y[:n], torch.zeros(n)) and torch.equal(y[n:], torch.ones(n)))
+        out["links"] = {k: v for k, v in pacer.stats.to_dict().items() if k in ("link_sleep_s", "messages")}
+    out["compute"] = compute
+    return out
+
+
+@pytest.fixture(scope="module")
+def world():
+    return spawn_world(_work, 2, [1.0, 2.5], (0.01, 5000.0), timeout_s=120)
+
+
+def test_a_slowed_rank_sleeps_its_factor_of_cpu_time(world):
+    fast, slow = world[0]["compute"], world[1]["compute"]
+    assert fast["compute_sleep_s"] == 0.0 and fast["ops"] == 0  # f = 1: nothing is paced
+    f = 2.5
+    assert slow["ops"] >= 120 and slow["cpu_s"] > 0
+    paced = slow["wall_s"] + slow["compute_sleep_s"]
+    assert paced >= f * slow["cpu_s"] - 1e-3  # never faster than f x its CPU time
+    if slow["wall_s"] <= f * slow["cpu_s"]:  # the machine left it its share: the sleep made up exactly the rest
+        assert paced <= f * slow["cpu_s"] + 0.05  # (the last sleep may overshoot by a scheduler tick)
+
+
+def test_emulated_link_holds_messages_and_keeps_them_intact(world):
+    n_bytes = 100_000 * E.MODEL_BYTES_PER_ELEMENT
+    want = 5e-3 + n_bytes / 0.01e9  # alpha + bytes / beta: 25 ms
+    for r in world:
+        assert r["p2p_ok"] and r["a2a_ok"]
+        assert r["p2p_s"] >= want * 0.99
+        assert r["a2a_s"] >= want * 0.99
+        assert r["links"]["link_sleep_s"] > 0 and r["links"]["messages"] >= 2
+
+
+def test_emulation_refuses_bad_factors_and_shapes():
+    with pytest.raises(HexiSeqError, match=r"rank 1 has slowdown 0.5.*must be a number >= 1"):
+        E.Emulation((1.0, 0.5))
+    with pytest.raises(HexiSeqError, match="rank 0 has slowdown nan"):
+        E.Emulation((math.nan,))
+    with pytest.raises(HexiSeqError, match=r"link_gbps must be 2 x 2"):
+        E.Emulation((1.0, 2.0), ((0.0,),), ((0.0,),))
+    with pytest.raises(HexiSeqError, match="negative"):
+        E.Emulation((1.0, 2.0), ((0.0, -1.0), (0.0, 0.0)), ((0.0, 0.0), (0.0, 0.0)))
+    with pytest.raises(HexiSeqError, match="has no rank 3"):
+        E.Pacer(E.Emulation((1.0, 2.0)), 3)
+    with pytest.raises(SpecError, match="factor >= 1"):
+        from hexiseq.calibrate.emulation import derived_type
+        from hexiseq.specs import gpu_catalog
+
+        derived_type(gpu_catalog()["CPU-x1"], 0.5)
+
+
+def test_cpu_4_emulation_is_derived_from_the_cluster():
+    c = load_cluster("cpu-4")
+    assert [cpu_factor(d.gpu) for d in c.devices] == [4.0, 4.0, 10.0, 10.0]
+    emu = emulation_for(ring_plan(range(4), 2048, 8, 4, block_size=64, cluster="cpu-4"), c)
+    assert emu.slowdown == (4.0, 4.0, 10.0, 10.0)
+    assert emu.link(0, 1) is None and emu.link(2, 3) is None  # inside a node: the real loopback
+    bw, lat = emu.link(0, 2)
+    assert bw == pytest.approx(0.05e9 * c.devices[0].gpu.nic_efficiency) and lat == pytest.approx(1e-3)
+    # a plan on devices 2, 3 only: its ranks 0, 1 are the slow devices of one node
+    sub = symmetric_plan([2, 3], 2048, 8, 4, cp=2, hp=1, block_size=64, cluster="cpu-4")
+    e2 = emulation_for(sub, c)
+    assert e2.slowdown == (10.0, 10.0) and not e2.emulates_links
+
+
+def test_gpu_clusters_cannot_be_emulated():
+    with pytest.raises(SpecError, match="mixed-4.*A100-80GB, H100-SXM.*CPU types of data/gpus-cpu.yaml"):
+        check_emulated(load_cluster("mixed-4"))
+
+
+def test_local_world_leaves_room_on_the_cores():
+    assert local_factor(4, cores=2) == 4.0  # four ranks use one of the two cores
+    assert local_factor(2, cores=2) == 2.0
+    assert local_factor(1, cores=8) == 1.0
+    assert local_cluster(4, cores=2).gpu_types == {"CPU-x4": 4}
+    with pytest.raises(HexiSeqError, match="use at most 10 ranks"):
+        local_factor(11, cores=2)
+    with pytest.raises(HexiSeqError, match="positive number of ranks"):
+        local_cluster(0)
+
+
+def test_off_by_default():
+    assert E.active() is None
+    with E.activate(None, 0) as p:
+        assert p is None and E.active() is None
