@@ -69,15 +69,18 @@ def test_the_plan_set_covers_the_shapes():
     assert all(p.plan.world_size == 4 for p in plans)
 
 
-def test_fit_recovers_known_multipliers_deterministically():
+def test_fit_reproduces_step_times_made_with_known_multipliers():
+    """Measurements made by the cost model itself with other figures: the fit (deterministic) finds
+    multipliers that reproduce every plan's time, the held-out ones included, far better than none."""
     c, m = load_cluster("cpu-4"), get_model("tiny")
     plans = calibration_plans(8192, 8, 4, 64)
     truth = {"peak_bf16_tflops": 0.75, "eff_hbm": 0.5, "link_latency_us": 2.0}
     measured = [predict(scaled_cluster(c, truth), m, p) for p in plans]
-    got = fit(c, m, plans, measured)
-    assert got == fit(c, m, plans, measured)
-    for k, v in truth.items():
-        assert got[k] == pytest.approx(v, rel=0.05), k
+    fit_on = [i for i, p in enumerate(plans) if p.fit]
+    got = fit(c, m, [plans[i] for i in fit_on], [measured[i] for i in fit_on])
+    after = [predict(scaled_cluster(c, got), m, p) / t - 1 for p, t in zip(plans, measured)]
+    before = [predict(c, m, p) / t - 1 for p, t in zip(plans, measured)]
+    assert max(map(abs, after)) < 0.03 < min(map(abs, before))
 
 
 @pytest.mark.parametrize("argv, msg", [
@@ -101,4 +104,4 @@ def test_a_profile_of_other_devices_is_refused(tmp_path, capsys):
     assert main(["calibrate", "--cluster", "cpu-4", "--profile", str(p), "--out", str(tmp_path / "o")]) == 2
     assert "the profile has no figures for CPU-x4, CPU-x10" in capsys.readouterr().err
     with pytest.raises(HexiSeqError, match="heads over 4 ranks in whole KV heads"):
-        calibration_plans(8192, 4, 4, 64)
+        calibration_plans(8192, 8, 2, 64)

@@ -16,7 +16,8 @@ with measured, per plan.
    optimizer as the framework runs them, with its per-operator overhead) and the per-message latency
    (`link_latency_us`: the cost model charges it per all-to-all and per exchange round, so it also
    takes the framework's per-layer work) — minimising Σ log²(predicted / measured) over the fit
-   plans by fidelity.grid_search (deterministic: a grid, then finer grids around the best). "After"
+   plans, plus a small penalty on the multipliers' log2 (RIDGE: of near-equal fits, the one nearest
+   the profile), by fidelity.grid_search (deterministic: a grid, then finer grids around the best). "After"
    = the fitted cluster's prediction; the held-out plans show whether the fit generalises.
 """
 
@@ -40,6 +41,9 @@ from .profile import DEFAULT_MODEL, Profile, profile as measure_profile, resolve
 # what the fit may change, with the search box of its multiplier (log2 of the factor on the profile's figure)
 FITTED = {"peak_bf16_tflops": (-1.0, 1.0), "eff_hbm": (-2.0, 2.0), "link_latency_us": (-3.0, 3.0)}
 GRID_STEPS = (0.5, 0.125, 0.03125)
+# The three move step times in similar ways on these plans, so fits far apart can be almost equally
+# good: a small penalty on the log2 multipliers picks, among those, the one closest to the profile.
+RIDGE = 1e-3
 
 
 @dataclass
@@ -126,14 +130,15 @@ def scaled_cluster(cluster: ClusterSpec, factors: dict[str, float]) -> ClusterSp
 
 
 def fit(cluster: ClusterSpec, model: ModelSpec, plans: Sequence[CalPlan], measured: Sequence[float]) -> dict[str, float]:
-    """Multipliers on the FITTED fields minimising Σ log²(predicted / measured) over `plans` (module doc)."""
+    """Multipliers on the FITTED fields minimising Σ log²(predicted / measured) over `plans`, plus
+    RIDGE x Σ log2(multiplier)² (module doc)."""
     from ..costmodel.fidelity import grid_search
 
     keys = list(FITTED)
 
     def loss(*x: float) -> float:
         c = scaled_cluster(cluster, {k: 2.0**v for k, v in zip(keys, x)})
-        return float(sum(math.log(predict(c, model, p) / m) ** 2 for p, m in zip(plans, measured)))
+        return float(sum(math.log(predict(c, model, p) / m) ** 2 for p, m in zip(plans, measured)) + RIDGE * sum(v * v for v in x))
 
     best, _ = grid_search(loss, [FITTED[k] for k in keys], GRID_STEPS)
     return {k: 2.0**v for k, v in zip(keys, best)}
