@@ -141,7 +141,7 @@ def test_replay_properties_on_random_plans(case, knobs, within):
     """For random plans, clusters, policies, shardings, batch sizes and kernel knobs:
     - every traced critical path's length is its pass's duration;
     - every rank's phases sum to the iteration time, with no negative wait;
-    - the replay equals the independent replay of its documented rules;
+    - the replay equals the independent replay of its documented rules (with communication);
     - the iteration is at least every rank's own work."""
     plan, cluster, model, w, opts = _case(*case)
     with kernel_knobs(*knobs):
@@ -157,7 +157,8 @@ def test_replay_properties_on_random_plans(case, knobs, within):
     within(np.abs(total - it).max() / it, 1e-12, "phases sum to the iteration")
     assert sim.phases["wait"].min() >= -1e-12 * it
     assert all(sim.phases[p].min() >= -1e-12 * it for p in PHASES)
-    within(abs(reference_iteration(d) - it) / it, 1e-12, "independent replay")
+    if d.comm:  # (without communication the all-to-all rendezvous is in question: see the xfail test below)
+        within(abs(reference_iteration(d) - it) / it, 1e-12, "independent replay")
     assert it >= own_work(d).max() * (1 - 1e-12)
 
 
@@ -200,28 +201,44 @@ def test_without_communication_single_rank_groups_run_at_the_slowest_rank(testbe
         assert np.abs(sim.phases[p]).max() <= 1e-12 * sim.iteration_time_s, p  # zero up to rounding
 
 
-@pytest.mark.parametrize("policy", POLICIES)
-def test_without_communication_one_group_syncs_at_each_alltoall(testbed, policy):
-    """ignore_comm and one group of several ranks: the all-to-alls are still rendezvous (every member
-    takes part), so a pass takes the sum of the slowest member's time of each segment between them
-    (≥ the slowest rank's own work; equal when one rank is slowest in every segment)."""
+def _one_uneven_group(testbed, policy):
     S = 64 * 1024
     w = Workload(seq_len=S, activation_checkpointing=policy)
     shards = (12288, 2048, 12288, 6144, 4096, 12288, 8192, 8192)
     heads = (2, 8, 1, 5, 3, 1, 8, 4)
     plan = Plan(S, H, HKV, (Group(tuple(range(8)), S // 2, shards, heads),), 128)
     d = durations(plan, testbed, MODEL, w, CostOptions(ignore_comm=True))
-    sim = simulate_durations(d)
-    att_f, att_b = d.att_f[:, 0], d.att_b[:, 0]
-    f = d.lin_pre_f.max() + att_f.max() + d.lin_post_f.max()
-    if policy == "full":  # the replayed forward runs into the backward's first segment without a sync
-        b = d.lin_pre_f.max() + att_f.max() + (d.lin_post_f + d.lin_post_b).max() + att_b.max() + d.lin_pre_b.max()
-    else:
-        b = d.lin_post_b.max() + att_b.max() + d.lin_pre_b.max()
-    want = MODEL.layers * (f + b) + d.head.max() + d.optimizer.max()
-    assert sim.iteration_time_s == pytest.approx(want, rel=1e-12)
-    assert sim.iteration_time_s >= own_work(d).max()
-    assert sim.phases["wait"].min() >= 0 and sim.phases["wait"].max() > 0
+    return d, simulate_durations(d)
+
+
+def _slowest_own_work_per_pass(d) -> float:
+    f = d.lin_pre_f + d.lin_post_f + np.where(d.a.active, d.att_f.sum(axis=1), 0)
+    b = d.lin_pre_b + d.lin_post_b + np.where(d.a.active, d.att_b.sum(axis=1), 0) + (f if d.rule.replay_layer else 0)
+    return d.batch * (d.layers * (f.max() + b.max()) + d.head.max()) + d.optimizer.max()
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_without_communication_one_group_is_at_least_its_slowest_rank(testbed, policy):
+    """ignore_comm, one group of uneven ranks: at least the sum over passes of the slowest rank's own
+    work (holds whether or not the free all-to-alls still synchronize the group)."""
+    d, sim = _one_uneven_group(testbed, policy)
+    assert sim.iteration_time_s >= _slowest_own_work_per_pass(d) * (1 - 1e-12)
+    assert sim.iteration_time_s >= own_work(d).max() * (1 - 1e-12)
+    np.testing.assert_allclose(sum(sim.phases.values()), sim.iteration_time_s, rtol=1e-12)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "ignore_comm keeps the all-to-all rendezvous: durations.Coefficients.comm says 'False with "
+    "CostOptions(ignore_comm=True): no transfers, so nobody waits', and _Chain.exchange skips the KV-round "
+    "rendezvous when not d.comm, but _Chain.forward/backward still call group_sync at both all-to-alls, so "
+    "the ranks of one group wait for each other at every (free) all-to-all: a pass takes the sum of the "
+    "per-segment maxima (max pre + max attention + max post) instead of the slowest rank's own work. "
+    "Either skip group_sync when not d.comm, or correct the comment (and the doc of CostOptions.ignore_comm)."))
+def test_without_communication_nobody_waits_inside_a_pass(testbed):
+    """ignore_comm and one group: with no transfers nobody waits inside a pass (durations.py's
+    Coefficients.comm), so the replay is the sum over passes of the slowest rank's own work."""
+    d, sim = _one_uneven_group(testbed, "none")
+    assert sim.iteration_time_s == pytest.approx(_slowest_own_work_per_pass(d), rel=1e-12)
 
 
 @pytest.mark.parametrize("sharding", ["zero3", "replicated"])
