@@ -8,15 +8,14 @@ code, so that a test comparing the two can fail."""
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 from dataclasses import dataclass
-from unittest import mock
 
 import numpy as np
 
-from hexiseq.costmodel import kernels
 from hexiseq.plan import Group, Plan, random_plan
 from hexiseq.schedule import NONE, block_mask, group_segments
+from hexiseq.specs import ClusterSpec, GPUType
 
 BF16 = 2
 
@@ -131,10 +130,13 @@ def edge_plan() -> Plan:
 # ------------------------------------------------------------------------------ kernel knobs
 
 
-@contextlib.contextmanager
-def kernel_knobs(block_half_keys: float = 0.0, overlap_slowdown: float = 0.0):
-    """Give every GPU a per-row attention block cost and an overlap slowdown (the bundled catalog
-    leaves both at their documented default 0, so the terms would otherwise go untested)."""
-    with mock.patch.dict(kernels.CATALOG_DEFAULTS, {"attn_block_half_keys": float(block_half_keys),
-                                                    "overlap_slowdown": float(overlap_slowdown)}):
-        yield
+def with_knobs(cluster: ClusterSpec, block_half_keys: float = 0.0, overlap_slowdown: float = 0.0) -> ClusterSpec:
+    """The cluster with every GPU given a per-row attention block cost and an overlap slowdown (the
+    bundled catalog leaves both at 0, so the terms would otherwise go untested), set as a profile."""
+    knobs = {"attn_block_half_keys": float(block_half_keys), "overlap_slowdown": float(overlap_slowdown)}
+    return cluster.with_profile({name: knobs for name in cluster.gpu_types})
+
+
+def gpu_with_knobs(gpu: GPUType, **fields: float) -> GPUType:
+    """One GPU type with some of its profile fields replaced."""
+    return dataclasses.replace(gpu, **fields)

@@ -63,15 +63,12 @@ def test_exchange_bytes_brute_force(testbed, seed, whole):
 def _exchange_cases():
     """(plan, cluster name, model name): random uneven plans with fine GQA splits and ranks without
     heads or tokens, on all or a part of the cluster, for MHA and GQA models."""
-    out = []
-    for i, p in enumerate(random_plans(8, 8, 32, 8, blocks=24, block_size=128)):
-        out.append((p, "testbed-8", "llama3-8b"))
-    for i, p in enumerate(random_plans(6, 12, 24, 8, blocks=30, block_size=64, seed0=50)):  # gq = 3
-        out.append((on_devices(p, list(range(31, 31 - 2 * p.world_size, -2))), "sim-32", "llama3.2-3b"))
-    for i, p in enumerate(random_plans(4, 6, 32, 32, blocks=12, block_size=128, seed0=80)):  # MHA
-        out.append((on_devices(p, [7, 0, 5, 2, 4, 3]), "testbed-8", "llama2-7b"))
+    out = [(p, "testbed-8", "llama3-8b") for p in random_plans(8, 8, 32, 8, blocks=24, block_size=128)]
+    out += [(on_devices(p, list(range(31, 31 - 2 * p.world_size, -2))), "sim-32", "llama3.2-3b")  # gq = 3
+            for p in random_plans(6, 12, 24, 8, blocks=30, block_size=64, seed0=50)]
+    out += [(on_devices(p, [7, 0, 5, 2, 4, 3]), "testbed-8", "llama2-7b")  # MHA
+            for p in random_plans(4, 6, 32, 32, blocks=12, block_size=128, seed0=80)]
     return out
-
 
 EXCHANGE_CASES = _exchange_cases()
 

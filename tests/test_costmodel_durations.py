@@ -5,12 +5,12 @@ schedule), and the forms' linearity in (s, L, products)."""
 
 import numpy as np
 import pytest
-from _costmodel_ref import brute_exchange, edge_plan, kernel_knobs, on_devices, random_plans
+from _costmodel_ref import brute_exchange, edge_plan, on_devices, random_plans, with_knobs
 
 from hexiseq.costmodel.arrays import link_matrices, plan_arrays
 from hexiseq.costmodel.durations import Durations, coefficients, durations, evaluate, exact_products
 from hexiseq.costmodel.flops import group_pair_matrix
-from hexiseq.costmodel.kernels import CostOptions, gpu_number
+from hexiseq.costmodel.kernels import CostOptions
 from hexiseq.errors import SpecError
 from hexiseq.plan import symmetric_plan
 from hexiseq.schedule import CAUSAL, block_pairs, group_segments, needed_segments, packed
@@ -53,9 +53,9 @@ def reference(plan, cluster, model: ModelSpec, workload: Workload, options: Cost
         g = cluster.devices[me.device].gpu
         mm = g.peak_bf16_tflops * 1e12 * g.eff_matmul
         at = g.peak_bf16_tflops * 1e12 * g.eff_attention
-        hbm = g.hbm_bandwidth_gbps * 1e9 * gpu_number(g, "eff_hbm")
+        hbm = g.hbm_bandwidth_gbps * 1e9 * g.eff_hbm
         pair_s = 4 * d / at
-        row_s = gpu_number(g, "attn_block_half_keys") * pair_s
+        row_s = g.attn_block_half_keys * pair_s
         s, eta = me.num_tokens, me.num_heads
         rerun = 1.0 if policy == "selective" else 0.0
         out["lin_pre_f"][r] = s * (pre_fl / mm + pre_by / hbm)
@@ -121,9 +121,10 @@ def test_durations_equal_a_direct_per_rank_computation(plan, cluster_name, model
     cluster, model = load_cluster(cluster_name), get_model(model_name)
     w = Workload(seq_len=plan.seq_len, activation_checkpointing=policy, param_sharding=sharding, global_batch=2)
     opts = CostOptions(ignore_comm=ignore_comm)
-    with kernel_knobs(block_half_keys=384 if knobs else 0, overlap_slowdown=0.05 if knobs else 0):
-        d = durations(plan, cluster, model, w, opts)
-        want = reference(plan, cluster, model, w, opts)
+    if knobs:
+        cluster = with_knobs(cluster, block_half_keys=384, overlap_slowdown=0.05)
+    d = durations(plan, cluster, model, w, opts)
+    want = reference(plan, cluster, model, w, opts)
     for key in ARRAY_FIELDS:
         got, ref = np.asarray(getattr(d, key)), want[key]
         assert got.shape == ref.shape, key
@@ -144,9 +145,9 @@ def test_the_edge_plan_durations(within):
     model = ModelSpec("edge", layers=2, hidden=48, heads=6, kv_heads=2, ffn=64, vocab=100)
     cluster = ClusterSpec.from_nodes("c6", [("A100-80GB", 3, 25), ("H100-SXM", 3, 50)])
     w = Workload(seq_len=plan.seq_len, block_size=2, activation_checkpointing="full")
-    with kernel_knobs(block_half_keys=3, overlap_slowdown=0.2):
-        d = durations(plan, cluster, model, w)
-        want = reference(plan, cluster, model, w, CostOptions())
+    cluster = with_knobs(cluster, block_half_keys=3, overlap_slowdown=0.2)
+    d = durations(plan, cluster, model, w)
+    want = reference(plan, cluster, model, w, CostOptions())
     for key in ARRAY_FIELDS:
         scale = max(np.abs(want[key]).max(), 1e-300)
         within(np.abs(np.asarray(getattr(d, key)) - want[key]).max() / scale, 1e-12, key)
@@ -165,8 +166,8 @@ def test_durations_are_affine_in_tokens_lengths_and_products(testbed, seed):
     m = get_model("llama3-8b")
     plan = random_plans(1, 8, 32, 8, blocks=24, block_size=128, seed0=seed)[0]
     w = Workload(seq_len=plan.seq_len, activation_checkpointing=("none", "selective", "full", "full")[seed])
-    with kernel_knobs(block_half_keys=256, overlap_slowdown=0.1):
-        c = coefficients(plan_arrays(plan, testbed, m, w), m, w)
+    cluster = with_knobs(testbed, block_half_keys=256, overlap_slowdown=0.1)
+    c = coefficients(plan_arrays(plan, cluster, m, w), m, w)
     rng = np.random.default_rng(seed)
     R, k = plan.world_size, plan.num_groups
     pts = [(rng.uniform(0, 4096, R), rng.uniform(0, 4096, k), rng.uniform(0, 4096 ** 2, (k, k)), rng.uniform(0, 4096 ** 2, (k, k)))

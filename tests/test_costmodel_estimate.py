@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from _costmodel_ref import kernel_knobs
+from _costmodel_ref import with_knobs
 
 from hexiseq.costmodel import MEMORY_KEYS, PHASES, CostOptions, compute_bound, estimate, simulate
 from hexiseq.errors import PlanError, SpecError
@@ -106,8 +106,7 @@ def test_balanced_plan_without_comm_recompute_or_waste_reaches_the_bound(node8, 
     assert estimate(plan, node8, MODEL, w, exact).efficiency_vs_bound == pytest.approx(1.0, rel=1e-12)
     # the tile waste, a per-row cost, recompute or communication each move it below 1
     assert estimate(plan, node8, MODEL, w, CostOptions(ignore_comm=True)).efficiency_vs_bound < 0.9999
-    with kernel_knobs(block_half_keys=128):
-        assert estimate(plan, node8, MODEL, w, exact).efficiency_vs_bound < 0.9999
+    assert estimate(plan, with_knobs(node8, block_half_keys=128), MODEL, w, exact).efficiency_vs_bound < 0.9999
     assert estimate(plan, node8, MODEL, wl(64 * 1024, ac=True, param_sharding=sharding), exact).efficiency_vs_bound < 0.999
     assert estimate(plan, node8, MODEL, w).efficiency_vs_bound < 0.999
 
@@ -118,8 +117,7 @@ def test_no_plan_beats_the_bound(testbed, seed):
     w = wl(64 * 1024, ac=("none", "selective", "full")[seed % 3], global_batch=1 + seed % 2)
     plan = random_plan(8, w.seq_len, H, HKV, seed=seed, block_size=128)
     for opts in (CostOptions(ignore_comm=True, attn_tile=0), CostOptions()):
-        with kernel_knobs(*((256.0, 0.1) if seed % 2 else (0.0, 0.0))):
-            e = estimate(plan, testbed, MODEL, w, opts)
+        e = estimate(plan, with_knobs(testbed, *((256.0, 0.1) if seed % 2 else (0.0, 0.0))), MODEL, w, opts)
         assert 0 < e.efficiency_vs_bound <= 1 + 1e-12
     assert e.efficiency_vs_bound < 1
 

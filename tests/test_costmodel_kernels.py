@@ -2,18 +2,14 @@
 per pair from the model's shape, every per-unit coefficient, and the attention block model (rows and
 causal-tile waste) against the block pairs the executor actually runs (hexiseq/schedule.py)."""
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
-from _costmodel_ref import edge_plan, kernel_knobs, random_plans
+from _costmodel_ref import edge_plan, gpu_with_knobs, random_plans
 
 from hexiseq.costmodel.kernels import (
-    CATALOG_DEFAULTS,
     CostOptions,
     attention_rows,
     attention_waste,
-    gpu_number,
     layer_work,
     memory_bytes,
     rates,
@@ -31,24 +27,22 @@ def test_rates_from_the_catalog():
     r = rates([H100, A100])
     np.testing.assert_array_equal(r.matmul, [989e12 * H100.eff_matmul, 312e12 * A100.eff_matmul])
     np.testing.assert_array_equal(r.attention, [989e12 * H100.eff_attention, 312e12 * A100.eff_attention])
-    np.testing.assert_array_equal(r.hbm, [3350e9, 2039e9])  # eff_hbm defaults to 1
-    np.testing.assert_array_equal(r.block_half_keys, [0, 0])
-    np.testing.assert_array_equal(r.overlap_slowdown, [0, 0])
+    np.testing.assert_array_equal(r.hbm, [3350e9 * H100.eff_hbm, 2039e9 * A100.eff_hbm])
+    np.testing.assert_array_equal(r.block_half_keys, [H100.attn_block_half_keys, A100.attn_block_half_keys])
+    np.testing.assert_array_equal(r.overlap_slowdown, [H100.overlap_slowdown, A100.overlap_slowdown])
 
 
-def test_a_gpus_own_number_wins_over_the_default():
-    """gpu_number: the GPU's field where it has one, else the documented default."""
-    g = SimpleNamespace(name="x", peak_bf16_tflops=100.0, eff_matmul=0.5, eff_attention=0.4, hbm_bandwidth_gbps=1000.0,
-                        eff_hbm=0.8, attn_block_half_keys=256.0, overlap_slowdown=None)
-    assert gpu_number(g, "eff_hbm") == 0.8
-    assert gpu_number(g, "overlap_slowdown") == CATALOG_DEFAULTS["overlap_slowdown"] == 0.0  # None: the default
-    assert gpu_number(H100, "link_efficiency") == 1.0
+def test_the_per_gpu_knobs_are_profile_fields():
+    """Every per-GPU number of the kernel model is a GPUType field that a measured profile may set;
+    set, it reaches the rates."""
+    from hexiseq.specs.gpus import profile_fields
+
+    knobs = {"eff_matmul", "eff_attention", "eff_hbm", "attn_block_half_keys", "overlap_slowdown", "link_efficiency", "nic_efficiency"}
+    assert knobs <= set(profile_fields())
+    g = gpu_with_knobs(A100, eff_hbm=0.8, attn_block_half_keys=256.0, overlap_slowdown=0.1)
     r = rates([g])
-    assert r.matmul[0] == 50e12 and r.attention[0] == 40e12 and r.hbm[0] == 800e9 and r.block_half_keys[0] == 256
-    with kernel_knobs(block_half_keys=512, overlap_slowdown=0.1):
-        r = rates([H100])
-        assert r.block_half_keys[0] == 512 and r.overlap_slowdown[0] == 0.1
-    assert rates([H100]).block_half_keys[0] == 0  # restored
+    assert r.hbm[0] == 2039e9 * 0.8 and r.block_half_keys[0] == 256 and r.overlap_slowdown[0] == 0.1
+    assert r.matmul[0] == rates([A100]).matmul[0]
 
 
 @pytest.mark.parametrize("model", [LLAMA, get_model("llama3-8b"), GPT, get_model("tiny")], ids=lambda m: m.name)
@@ -79,11 +73,10 @@ def test_llama2_7b_memory_bytes_by_hand():
 def test_work_times_per_unit(model):
     opts = CostOptions(attn_bwd_factor=2.0, attn_tile=64, loss_bytes_per_logit=10.0, optimizer_bytes_per_param=20.0)
     gpus = [H100, A100, H100]
-    with kernel_knobs(block_half_keys=300, overlap_slowdown=0.07):
-        w = work_times(gpus, model, opts)
+    w = work_times([gpu_with_knobs(g, attn_block_half_keys=300.0, overlap_slowdown=0.07) for g in gpus], model, opts)
     mm = np.array([g.peak_bf16_tflops * 1e12 * g.eff_matmul for g in gpus])
     at = np.array([g.peak_bf16_tflops * 1e12 * g.eff_attention for g in gpus])
-    hbm = np.array([g.hbm_bandwidth_gbps * 1e9 for g in gpus])
+    hbm = np.array([g.hbm_bandwidth_gbps * 1e9 * g.eff_hbm for g in gpus])
     lw, mem = layer_work(model), memory_bytes(model)
     close = lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-15, atol=0)  # noqa: E731
     close(w.pre_matmul, lw.pre_flops / mm)
@@ -108,8 +101,7 @@ def test_work_times_per_unit(model):
 def test_short_blocks_run_at_half_rate_at_block_half_keys():
     """The per-row cost: a full block of Lq rows against attn_block_half_keys keys takes twice its
     long-block time (kernels doc), and the row cost is independent of the keys."""
-    with kernel_knobs(block_half_keys=512):
-        w = work_times([A100], LLAMA)
+    w = work_times([gpu_with_knobs(A100, attn_block_half_keys=512.0)], LLAMA)
     Lq, eta = 1024, 4
     def block(Lk):
         return eta * (Lq * Lk * w.pair[0] + Lq * w.row[0])
@@ -164,3 +156,4 @@ def test_attention_rows_on_arrays():
     np.testing.assert_array_equal(rows[2], 2 * L)
     np.testing.assert_array_equal(waste[0], 128 * L)
     np.testing.assert_array_equal(waste[1], 0 * L)
+

@@ -13,7 +13,6 @@ from hexiseq.costmodel.memory import (
     MemoryTerms,
     checkpoint_token_bytes,
     kv_buffer_bytes,
-    logits_tokens,
     memory_bytes,
     memory_terms,
     token_activation_bytes,
@@ -65,8 +64,9 @@ def by_hand(plan, cluster, model, w, options=CostOptions()) -> dict[str, np.ndar
             out["attention"][r] = grads + send + s * A_tok + A_att
         B = list(recv[r, 1:]) + [0.0]
         out["kv_buffers"][r] = 2 * max(B[j] + B[j + 1] for j in range(len(B) - 1)) if len(B) > 1 else 0.0
-        c = min(s, options.loss_chunk_tokens) if V >= options.large_vocab else s
-        out["logits"][r] = c * V * 6
+        # a large vocabulary's loss runs in chunks: a whole chunk is charged (linear; the runtime holds
+        # min(s, chunk), so at most one chunk too much for a shard below it)
+        out["logits"][r] = (options.loss_chunk_tokens if V >= options.large_vocab else s) * V * 6
         out["reserved"][r] = options.reserved_fraction * cluster.devices[me.device].gpu.memory_gib * GIB
     return out
 
@@ -101,7 +101,12 @@ def test_memory_terms_are_the_affine_categories():
     """memory_terms: const + c_s·s + c_w·(η·L_g) + c_u·(κ·L_g), the same numbers memory_bytes uses."""
     w = Workload(seq_len=65536, activation_checkpointing="selective")
     terms = memory_terms(MODEL, w, 8)
-    assert set(terms) == {"weights", "grads", "optimizer", "param_buffers", "activations", "attention"}
+    assert set(terms) == {"weights", "grads", "optimizer", "param_buffers", "activations", "attention", "logits"}
+    assert terms["logits"] == MemoryTerms(c_s=MODEL.vocab * 6)  # a small vocabulary: all logits of the shard
+    big = get_model("llama3-8b")
+    assert memory_terms(big, w, 8)["logits"] == MemoryTerms(const=2048 * big.vocab * 6)
+    assert memory_terms(big, w, 8, options=CostOptions(loss_chunk_tokens=512))["logits"] == MemoryTerms(const=512 * big.vocab * 6)
+    assert memory_terms(big, w, 8, options=CostOptions(large_vocab=10 ** 6))["logits"] == MemoryTerms(c_s=big.vocab * 6)
     assert terms["weights"] == MemoryTerms(const=2 * MODEL.param_count / 8)
     t = terms["activations"]
     assert t.c_s == MODEL.layers * checkpoint_token_bytes(MODEL) and t.const == 0
@@ -181,10 +186,13 @@ def test_chunked_loss_for_large_vocab(testbed):
     assert m["logits"][0] == pytest.approx(CostOptions().loss_chunk_tokens * big.vocab * 6, rel=1e-15)
     small = mem(ulysses_plan(range(8), 8 * 16384, H, HKV), testbed)
     assert small["logits"][0] == pytest.approx(16384 * MODEL.vocab * 6, rel=1e-15)
-    # a shard below the chunk keeps all of its logits; the knobs are CostOptions fields
-    np.testing.assert_array_equal(logits_tokens(np.array([100.0, 5000.0]), big, CostOptions()), [100, 2048])
-    np.testing.assert_array_equal(logits_tokens(np.array([100.0, 5000.0]), big, CostOptions(loss_chunk_tokens=512)), [100, 512])
-    np.testing.assert_array_equal(logits_tokens(np.array([5000.0]), big, CostOptions(large_vocab=10 ** 6)), [5000])
+    # a whole chunk is charged, also to a shard below it (conservative, and linear for the planner)
+    tiny = Plan(8 * 16384, big.heads, big.kv_heads, (Group(tuple(range(8)), 4 * 16384, (1024,) + (16384,) * 6 + (16384 * 2 - 1024,),
+                                                           (4,) * 8),), 128)
+    m = mem(tiny, testbed, model=big)
+    np.testing.assert_array_equal(m["logits"], CostOptions().loss_chunk_tokens * big.vocab * 6)
+    m = mem(tiny, testbed, model=big, options=CostOptions(large_vocab=10 ** 6))
+    np.testing.assert_allclose(m["logits"], np.array(tiny.shards) * big.vocab * 6, rtol=1e-15)
 
 
 def test_reserved_fraction(testbed):

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from _costmodel_ref import edge_plan, kernel_knobs, on_devices
+from _costmodel_ref import edge_plan, on_devices, with_knobs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -144,8 +144,7 @@ def test_replay_properties_on_random_plans(case, knobs, within):
     - the replay equals the independent replay of its documented rules (with communication);
     - the iteration is at least every rank's own work."""
     plan, cluster, model, w, opts = _case(*case)
-    with kernel_knobs(*knobs):
-        d = durations(plan, cluster, model, w, opts)
+    d = durations(plan, with_knobs(cluster, *knobs) if any(knobs) else cluster, model, w, opts)
     sim = simulate_durations(d, trace=True)
     it = sim.iteration_time_s
     assert set(sim.paths) == set(sim.passes)
@@ -169,8 +168,7 @@ def test_paths_and_phases_of_the_edge_plan(policy, sharding, within):
     model = ModelSpec("edge", layers=3, hidden=48, heads=6, kv_heads=2, ffn=64, vocab=100)
     cluster = ClusterSpec.from_nodes("c6", [("A100-80GB", 3, 25), ("H100-SXM", 3, 50)])
     w = Workload(seq_len=plan.seq_len, block_size=2, activation_checkpointing=policy, param_sharding=sharding, global_batch=2)
-    with kernel_knobs(3, 0.2):
-        d = durations(plan, cluster, model, w)
+    d = durations(plan, with_knobs(cluster, 3, 0.2), model, w)
     sim = simulate_durations(d, trace=True)
     for name, (_, seconds) in sim.passes.items():
         within(abs(path_length(d, sim.paths[name]) - seconds) / seconds, 1e-12, name)
@@ -314,6 +312,8 @@ def test_selective_recompute_phase_is_the_linear_forward(testbed, seed):
     for p in ("linear", "memory_bound", "attention", "alltoall", "lm_head", "optimizer"):
         np.testing.assert_allclose(s1.phases[p], s0.phases[p], rtol=1e-12, err_msg=p)
     assert not s0.phases["recompute"].any()
+    # the rerun also widens the backward window that hides the all-reduce buckets
+    assert np.all(s1.phases["param_comm"] <= s0.phases["param_comm"] * (1 + 1e-12))
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -385,8 +385,7 @@ def test_overlap_slowdown_charges_the_overlapped_compute(testbed):
     plan = random_plan(8, 64 * 1024, H, HKV, seed=4, block_size=128)
     w = Workload(seq_len=plan.seq_len, param_sharding="replicated")
     base = simulate(plan, testbed, MODEL, w).iteration_time_s
-    with kernel_knobs(overlap_slowdown=0.2):
-        d = durations(plan, testbed, MODEL, w)
+    d = durations(plan, with_knobs(testbed, overlap_slowdown=0.2), MODEL, w)
     slow = simulate_durations(d).iteration_time_s
     assert slow > base
     assert plan.num_groups > 1
