@@ -112,7 +112,13 @@ class _Chain:
         self.log: dict = {}
 
     def group_sync(self, t: np.ndarray, ph: dict, tag: str) -> np.ndarray:
+        """The all-to-all's rendezvous: every member starts when the last arrives. Without
+        communication (CostOptions.ignore_comm) there is no all-to-all to wait for."""
         a = self.a
+        if not self.d.comm:
+            if self.trace:
+                self.log[tag] = None
+            return t
         start = np.maximum.reduceat(t, a.gstart)
         if self.trace:  # the member that arrives last (first of the ties)
             self.log[tag] = _group_argmax(t, start, a)
@@ -242,25 +248,30 @@ class _Chain:
                 else:
                     j, at = j - 2, "A"
 
+    def _last_arrival(self, tag: str, r: int) -> int:
+        """The member of r's group the path jumps to at a rendezvous (r itself when there is none)."""
+        log = self.log[tag]
+        return r if log is None else int(log[self.a.grp[r]])
+
     def forward_path(self, r: int, tag: str = "f") -> list[Item]:
         """Rank r's forward finish traced back to the pass's start (a rank's own all-to-all time is
         added after its group's last arrival: each sync jumps to the member that arrived last)."""
         items: list[Item] = [("post_f", r), ("a2a_out", r, int(self.log[tag + ":a2a_out"][r]))]
-        r = int(self.log[tag + ":sync_out"][self.a.grp[r]])
+        r = self._last_arrival(tag + ":sync_out", r)
         x, r = self._exchange_path(tag + ":x", r, backward=False)
         items += x
         items.append(("a2a_in", r, int(self.log[tag + ":a2a_in"][r])))
-        r = int(self.log[tag + ":sync_in"][self.a.grp[r]])
+        r = self._last_arrival(tag + ":sync_in", r)
         items.append(("pre_f", r))
         return items
 
     def backward_path(self, r: int) -> list[Item]:
         items: list[Item] = [("pre_b", r), ("a2a_in", r, int(self.log["b:a2a_in"][r]))]
-        r = int(self.log["b:sync_in"][self.a.grp[r]])
+        r = self._last_arrival("b:sync_in", r)
         x, r = self._exchange_path("b:x", r, backward=True)
         items += x
         items.append(("a2a_out", r, int(self.log["b:a2a_out"][r])))
-        r = int(self.log["b:sync_out"][self.a.grp[r]])
+        r = self._last_arrival("b:sync_out", r)
         items.append(("post_b", r))
         if self.d.rule.replay_layer:
             items += self.forward_path(r, tag="r")
