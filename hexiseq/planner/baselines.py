@@ -292,10 +292,12 @@ def baselines(cluster: ClusterSpec, model: ModelSpec, workload: Workload, progre
         out[family] = evaluate_family(family, cands, cluster, model, workload, pol, options)
     if progress:
         progress("proportional")
-    try:
-        cands = [("node groups, split by FLOP/s", proportional_plan(cluster, model, workload))]
-    except PlanError:
-        cands = []
+    cands = []
+    for label, devs in subsets:  # on every candidate subset too: leaving slow devices out may pay
+        try:
+            cands.append((f"node groups, split by FLOP/s, on {label} ({len(devs)} GPUs)", proportional_plan(cluster, model, workload, devs)))
+        except PlanError:
+            pass
     out["proportional"] = evaluate_family("proportional", cands, cluster, model, workload, pol, options)
     return out
 

@@ -418,21 +418,30 @@ class LayoutModel:
         return out
 
     def _memory_cuts(self, x_n: np.ndarray, x_s: np.ndarray) -> int:
-        """Add the violated K/V-buffer rows (lazy); returns how many were added."""
+        """Add, per class, the row of its most violated K/V-buffer round not yet in the model (lazy:
+        the rows of the other rounds are added if a later solution violates them); returns how many
+        were added."""
         if not self.with_memory or self.k <= 1:
             return 0
-        cf, B = self.coef, self.workload.block_size
+        cf, B, k = self.coef, self.workload.block_size, self.k
         L = B * x_n
+        reps = self.rep
+        rb = cf.x_recv_bytes[reps] * L[cf.pair_src[reps]]  # [C, k] bytes received per round
+        piece = 2.0 * (rb + np.concatenate([rb[:, 1:], np.zeros((len(reps), 1))], axis=1))
+        piece[:, 0] = -np.inf  # round 0 receives nothing
+        a = cf.a
+        base = self._mem_const + self._mem_s * np.asarray(x_s) + (self._mem_w * a.eta[reps] + self._mem_u * a.kvc[reps]) * L[a.grp[reps]]
+        cap = np.array([self._capacity(c) for c in range(self.C)])
+        over = (base[:, None] + piece) / GIB > cap[:, None] * (1 + 1e-9)
         added = 0
-        for c in range(self.C):
-            r = self.rep[c]
-            rb = cf.x_recv_bytes[r] * L[cf.pair_src[r]]
-            base = self._mem_const + self._mem_s * x_s[c] + (self._mem_w * cf.a.eta[r] + self._mem_u * cf.a.kvc[r]) * L[cf.a.grp[r]]
-            for j in range(1, self.k):
-                piece = 2.0 * (rb[j] + (rb[j + 1] if j + 1 < self.k else 0.0))
-                if (base + piece) / GIB > self._capacity(c) * (1 + 1e-9) and (c, j) not in self._mem_rows:
-                    self._add_kv_row(c, j)
+        for c in np.nonzero(over.any(axis=1))[0]:
+            for j in np.argsort(-piece[c], kind="stable"):
+                if not over[c, j]:
+                    break
+                if (int(c), int(j)) not in self._mem_rows:
+                    self._add_kv_row(int(c), int(j))
                     added += 1
+                    break
         return added
 
     # ------------------------------------------------------------------ parameters
@@ -633,20 +642,46 @@ class LayoutModel:
             return None, math.inf
         return self.to_plan(blocks, sol.shards), sol.bound_s
 
+    def _whole_tokens(self, blocks: Sequence[int], shards: Sequence[float]) -> list[list[int]]:
+        """Per group, its ranks' shards rounded to whole tokens summing to 2·blocks·B (largest remainder)."""
+        B = self.workload.block_size
+        per_rank = np.maximum(np.asarray(shards, dtype=float)[self.cls], 0.0)
+        out, r0 = [], 0
+        for g, devs in enumerate(self.layout.groups):
+            n = len(devs)
+            out.append(round_to_sum(list(per_rank[r0:r0 + n]), 2 * int(blocks[g]) * B))
+            r0 += n
+        return out
+
+    def judge(self, blocks: Sequence[int], shards: Sequence[float]) -> tuple[float, bool] | None:
+        """(replayed step time, fits in memory) of to_plan(blocks, shards), from this layout's
+        coefficients (the plan's structure is the layout's: no schedule or coefficients to derive
+        again); None when the plan would leave a rank out (its structure differs: estimate it)."""
+        from dataclasses import replace
+
+        from ..costmodel.memory import memory_bytes
+
+        ints = self._whole_tokens(blocks, shards)
+        if any(t == 0 and h == 0 for tok, heads in zip(ints, self.layout.heads) for t, h in zip(tok, heads)):
+            return None
+        s = np.array([t for tok in ints for t in tok], dtype=float)
+        L = self.workload.block_size * np.asarray(blocks, dtype=float)
+        d = evaluate(self.coef, s, L)
+        t = simulate_durations(d).iteration_time_s
+        a = replace(self.coef.a, s=s, L=L)
+        mem = sum(memory_bytes(a, self.model, self.workload, d.recv_bytes, self.options).values())
+        return t, bool(np.all(mem <= a.capacity))
+
     def to_plan(self, blocks: Sequence[int], shards: Sequence[float], name: str = "hexiseq") -> Plan:
         """The plan of integer chunk blocks and per-class shards, rounded to whole tokens inside each
         group (largest remainder); heads as the layout has them. A rank left with neither tokens nor
         heads is left out of the run (it would only wait)."""
         B, layout = self.workload.block_size, self.layout
-        per_rank = np.maximum(np.asarray(shards, dtype=float)[self.cls], 0.0)
-        groups, r0 = [], 0
-        for g, (devs, heads) in enumerate(zip(layout.groups, layout.heads)):
-            n = len(devs)
-            ints = round_to_sum(list(per_rank[r0:r0 + n]), 2 * int(blocks[g]) * B)
-            keep = [i for i in range(n) if ints[i] > 0 or heads[i] > 0]
+        groups = []
+        for g, (devs, heads, ints) in enumerate(zip(layout.groups, layout.heads, self._whole_tokens(blocks, shards))):
+            keep = [i for i in range(len(devs)) if ints[i] > 0 or heads[i] > 0]
             groups.append(Group(tuple(devs[i] for i in keep), int(blocks[g]) * B, tuple(ints[i] for i in keep),
                                 tuple(heads[i] for i in keep)))
-            r0 += n
         return Plan(self.workload.seq_len, self.model.heads, self.model.kv_heads, tuple(groups), B, name,
                     self.cluster.name, self.model.name)
 

@@ -134,19 +134,24 @@ class Search:
         rounding pushes a rank over its memory, the shards are chosen again for the rounded chunks."""
         lm = node.model
         wl = self.workload.with_recompute(node.policy)
-        plan = lm.to_plan(blocks, shards)
-        est = estimate(plan, self.cluster, self.model, wl, self.options)
-        if not est.fits:
+        judged = lm.judge(blocks, shards)
+        if judged is None:  # the plan leaves a rank out: a structure of its own
+            est = estimate(lm.to_plan(blocks, shards), self.cluster, self.model, wl, self.options)
+            judged = (est.iteration_time_s, est.fits)
+        if not judged[1]:
             plan, _ = lm.best_plan(blocks)
             if plan is None:
                 return
             est = estimate(plan, self.cluster, self.model, wl, self.options)
-        if not est.fits:
-            return
-        t = est.iteration_time_s
+            if not est.fits:
+                return
+            t = est.iteration_time_s
+        else:
+            t, plan = judged[0], None
         node.best_s = min(node.best_s, t)
         if t < self.best_s * (1 - 1e-12):
-            self.best_s, self.best_plan, self.best_policy = t, plan, node.policy
+            self.best_s, self.best_policy = t, node.policy
+            self.best_plan = plan if plan is not None else lm.to_plan(blocks, shards)
             self.best_source = f"model: {node.cand.label}"
 
     @property
