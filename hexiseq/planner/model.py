@@ -343,7 +343,7 @@ class LayoutModel:
         expr = LinearExpression(constant=float(const),
                                 linear_coefs=[float(cn[o]) for o in nz_n] + [float(cs[v]) for v in nz_s] + [-1.0],
                                 linear_vars=[m.n[int(o)] for o in nz_n] + [m.s[int(v)] for v in nz_s] + [m.D[name]])
-        m.cuts.add(expr <= 0.0)
+        self._register(m.cuts.add(expr <= 0.0))
         self._cut_forms.append((name, const, cn, cs))
 
     def child(self, var: int, lo: float | None = None, hi: float | None = None) -> "LayoutModel":
@@ -394,7 +394,13 @@ class LayoutModel:
         if j + 1 < k:
             piece = piece + 2.0 * float(cf.x_recv_bytes[r, j + 1]) * B * self.m.n[int(self.nvar[int(cf.pair_src[r, j + 1])])]
         self._mem_rows.add((c, j))
-        self.m.mem.add(self._memory_expr(c, piece) <= self._capacity(c))
+        self._register(self.m.mem.add(self._memory_expr(c, piece) <= self._capacity(c)))
+
+    def _register(self, con) -> None:
+        """Hand a row added after the first solve to the persistent solver (it does not rescan the
+        model for new rows: planner/lp.py)."""
+        if self._solver is not None:
+            self._solver.add_constraints([con])
 
     def memory_forms(self) -> list[dict]:
         """Per class, its memory as numbers (bytes): const (states, the reserve), per token of its
