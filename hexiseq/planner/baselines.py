@@ -29,7 +29,7 @@ from ..costmodel.arrays import plan_arrays
 from ..costmodel.durations import coefficients, evaluate
 from ..costmodel.memory import memory_bytes
 from ..costmodel.simulate import pass_schedule, simulate_durations
-from ..costmodel.comm import param_collectives
+from ..costmodel.comm import ParamComm, param_collectives
 from ..costmodel.kernels import CostOptions
 from ..errors import PlanError
 from ..plan import Group, Plan, symmetric_plan

@@ -429,7 +429,7 @@ class LayoutModel:
         were added."""
         if not self.with_memory or self.k <= 1:
             return 0
-        cf, B, k = self.coef, self.workload.block_size, self.k
+        cf, B = self.coef, self.workload.block_size
         L = B * x_n
         reps = self.rep
         rb = cf.x_recv_bytes[reps] * L[cf.pair_src[reps]]  # [C, k] bytes received per round
@@ -523,7 +523,7 @@ class LayoutModel:
         at the solution matches it (to CUT_TOL), when no critical path's cut is violated there (the
         relaxation's minimum), or after `max_rounds` (status "work limit"). `start` = (blocks, shards
         per class) seeds the cuts at a point (default: the box's centre, even shards)."""
-        k, C = self.k, self.C
+        k = self.k
         B = self.workload.block_size
         if start is not None:
             n0, s0 = np.asarray(start[0], dtype=float), np.asarray(start[1], dtype=float)
@@ -569,7 +569,7 @@ class LayoutModel:
         McCormick planes are tighter; an empty box proves that no plan of the layout reaches
         `best_s` (the rounding makes this an argument about integer plans, stronger than the LP's).
         True when the box shrank."""
-        pyo, m = self.pyo, self.m
+        m = self.m
         if any(m.n[o].fixed for o in range(self.NV)):
             return False
         m.T.setub(MS * best_s)
