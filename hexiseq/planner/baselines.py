@@ -205,14 +205,14 @@ def _lower_bound(a, fl: SimpleNamespace, model: ModelSpec, workload: Workload, o
     ex_b = np.where(active, np.maximum(w.attn_bwd_factor * fl.att, fl.xb), 0.0)
     fwd = a.s * (w.pre_fwd + w.post_fwd) + ex_f
     bwd = a.s * (w.pre_bwd + w.post_bwd + rerun * (w.pre_fwd + w.post_fwd)) + ex_b + rep * fwd
-    own = {"f": float(fwd.max()), "b": float(bwd.max()), "h": float((a.s * w.head).max())}
+    own = {"f": fwd, "b": bwd, "h": a.s * w.head}
     local_params = model.param_count / (a.R if workload.param_sharding == "zero3" else 1)
     shape = SimpleNamespace(params=fl.pc, layers=model.layers, batch=workload.global_batch, comm=not options.ignore_comm)
     total = float(local_params * w.optimizer.max())
-    for step in pass_schedule(shape):  # a pass takes at least its slowest rank's own work, and its collective
-        if step[0] == "pass":
+    for step in pass_schedule(shape):
+        if step[0] == "pass":  # every rank: max(its own work, the collective) + the slowdown the collective causes
             _, _, kind, count, comm = step
-            total += count * max(own[kind], comm)
+            total += count * float((np.maximum(own[kind], comm) + (w.overlap_slowdown * comm if comm > 0 else 0.0)).max())
         else:
             total += step[2] * step[3]
     return total

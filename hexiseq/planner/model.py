@@ -202,9 +202,12 @@ class LayoutModel:
             g = int(self.orbit_groups[o][0])
             cs = [c for c in range(C) if self.cls_group[c] == g]
             m.shards.add(sum(float(self.members[c]) * m.s[int(self.svar[c])] for c in cs) == 2.0 * B * m.n[o])
-        for st in passes:  # a pass can never be shorter than its collective
+        # a pass is never shorter than its collective and the slowdown it causes on any rank
+        # (simulate._pass: chain_r + max(0, c - window_r) + slowdown_r·c ≥ c·(1 + slowdown_r))
+        slow = float(np.max(self.coef.slowdown)) if len(self.coef.slowdown) else 0.0
+        for st in passes:
             if st[4] > 0:
-                m.D[st[1]].setlb(MS * st[4])
+                m.D[st[1]].setlb(MS * st[4] * (1.0 + slow))
         m.cuts = pyo.ConstraintList()
         m.mem = pyo.ConstraintList()
         if self.with_memory:
