@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from ..costmodel.arrays import plan_arrays
+from ..costmodel.bound import subset_time_bound
 from ..costmodel.durations import coefficients, evaluate
 from ..costmodel.memory import memory_bytes
 from ..costmodel.simulate import pass_schedule, simulate_durations
@@ -231,14 +232,20 @@ def policies_of(workload: Workload, policies: Sequence[str] | None = None) -> li
 
 def evaluate_family(name: str, candidates: list[tuple[str, Plan]], cluster: ClusterSpec, model: ModelSpec, workload: Workload,
                     policies: Sequence[str], options: CostOptions = CostOptions()) -> BaselineResult:
-    """The family's best plan: every (configuration, policy) replayed unless its lower bound is above
-    the best so far (then it cannot be the best); ordered by that bound, so the search stops early."""
+    """The family's best plan: every (configuration, policy) replayed unless its lower bound (the
+    larger of plan_lower_bound and the bound of its device set) is above the best so far (then it
+    cannot be the best); ordered by that bound, so the search stops early."""
     scored = []
+    subset: dict[tuple, float] = {}  # the bound of every plan on a device set (costmodel.bound), per policy
     for i, (label, plan) in enumerate(candidates):
         a = plan_arrays(plan, cluster, model, workload, options)  # the same for every policy
         fl = _floors(a, model, workload, options)
+        devs = tuple(sorted(plan.rank_devices))
         for policy in policies:
-            scored.append((_lower_bound(a, fl, model, workload.with_recompute(policy), options), label, i, policy))
+            wl = workload.with_recompute(policy)
+            if (devs, policy) not in subset:
+                subset[devs, policy] = subset_time_bound(cluster, devs, model, wl, options)
+            scored.append((max(_lower_bound(a, fl, model, wl, options), subset[devs, policy]), label, i, policy))
     scored.sort(key=lambda x: (x[0], x[1], x[3]))
     best = None
     fitting = skipped = 0
