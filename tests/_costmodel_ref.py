@@ -1,7 +1,8 @@
 """Independent references shared by the cost-model and schedule tests: the exchange schedule derived
 by brute force from the DESIGN rules (positions, head ownership), plan generators that reach the
-edge cases (uneven chunks, fine GQA splits, ranks with no heads or no tokens), and a way to turn on
-the kernel-model knobs the bundled catalog leaves at 0 (per-row block cost, overlap slowdown).
+edge cases (uneven chunks, fine GQA splits, ranks with no heads or no tokens), and ways to set the
+kernel-model knobs of every GPU of a cluster (the catalog's refitted values, data/gpus.yaml, are
+nonzero; a claim that needs a knob neutral sets it explicitly).
 
 Written from the module docstrings (hexiseq/schedule.py, hexiseq/costmodel/*.py), not from their
 code, so that a test comparing the two can fail."""
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hexiseq.plan import Group, Plan, random_plan
-from hexiseq.schedule import NONE, block_mask, group_segments
+from hexiseq.schedule import NONE, block_mask, block_pairs, group_segments, needed_segments, packed
 from hexiseq.specs import ClusterSpec, GPUType
 
 BF16 = 2
@@ -129,14 +130,51 @@ def edge_plan() -> Plan:
 
 # ------------------------------------------------------------------------------ kernel knobs
 
+# The knobs at which they take no effect: every memory-bound kernel at the datasheet bandwidth, no
+# per-row attention block cost, no overlap slowdown, every link and NIC at its line rate.
+NEUTRAL_KNOBS = {"eff_hbm": 1.0, "attn_block_half_keys": 0.0, "overlap_slowdown": 0.0, "link_efficiency": 1.0, "nic_efficiency": 1.0}
+
+
+def with_fields(cluster: ClusterSpec, **fields: float) -> ClusterSpec:
+    """The cluster with these profile fields set on every GPU type (the others keep the catalog's)."""
+    knobs = {key: float(v) for key, v in fields.items()}
+    return cluster.with_profile({name: knobs for name in cluster.gpu_types})
+
+
+def neutral(cluster: ClusterSpec, **fields: float) -> ClusterSpec:
+    """The cluster with every knob of NEUTRAL_KNOBS neutral, and `fields` on top."""
+    return with_fields(cluster, **{**NEUTRAL_KNOBS, **fields})
+
 
 def with_knobs(cluster: ClusterSpec, block_half_keys: float = 0.0, overlap_slowdown: float = 0.0) -> ClusterSpec:
-    """The cluster with every GPU given a per-row attention block cost and an overlap slowdown (the
-    bundled catalog leaves both at 0, so the terms would otherwise go untested), set as a profile."""
-    knobs = {"attn_block_half_keys": float(block_half_keys), "overlap_slowdown": float(overlap_slowdown)}
-    return cluster.with_profile({name: knobs for name in cluster.gpu_types})
+    """The cluster with every GPU given this per-row attention block cost and overlap slowdown (both
+    set, 0 by default: the catalog's values are replaced), as a profile."""
+    return with_fields(cluster, attn_block_half_keys=block_half_keys, overlap_slowdown=overlap_slowdown)
 
 
 def gpu_with_knobs(gpu: GPUType, **fields: float) -> GPUType:
     """One GPU type with some of its profile fields replaced."""
     return dataclasses.replace(gpu, **fields)
+
+
+def rank_gpus(plan: Plan, cluster: ClusterSpec) -> list[GPUType]:
+    """The GPU of every rank of the plan, from the cluster."""
+    return [cluster.devices[dev].gpu for dev in plan.rank_devices]
+
+
+def attention_row_seconds(plan: Plan, cluster: ClusterSpec, head_dim: int) -> np.ndarray:
+    """[R] seconds per layer forward of each rank's per-row attention cost (kernels.py's doc: a block
+    of Lq query rows costs η·Lq·attn_block_half_keys·4d / (peak·eff_attention) on top of its pairs),
+    summed over the blocks the rank runs in every round, from the schedule's block pairs of the real
+    chunks (round 0: the own chunks; later rounds: the source's needed segments)."""
+    k = plan.num_groups
+    out = np.zeros(plan.world_size)
+    for me, g in zip(plan.layout(), rank_gpus(plan, cluster)):
+        rows = 0
+        for j in range(k):
+            src = (me.group - j) % k
+            keys = group_segments(plan, src) if j == 0 else packed(needed_segments(plan, src, me.group))
+            rows += sum(p.q_rows[1] - p.q_rows[0] for p in block_pairs(group_segments(plan, me.group), keys))
+        row_s = g.attn_block_half_keys * 4 * head_dim / (g.peak_bf16_tflops * 1e12 * g.eff_attention)
+        out[me.rank] = me.num_heads * rows * row_s
+    return out

@@ -5,7 +5,7 @@ subset under each policy."""
 
 import numpy as np
 import pytest
-from _costmodel_ref import on_devices, with_knobs
+from _costmodel_ref import attention_row_seconds, on_devices, with_knobs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -152,17 +152,18 @@ M8 = get_model("llama3-8b")
 @settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 10), on_sim=st.booleans(), policy=st.sampled_from(("none", "selective", "full")),
        sharding=st.sampled_from(("zero3", "replicated")), batch=st.integers(1, 3), ignore_comm=st.booleans(),
-       knobs=st.sampled_from([(0.0, 0.0), (512.0, 0.1)]), blocks=st.integers(0, 40))
+       knobs=st.sampled_from([None, (0.0, 0.0), (512.0, 0.1)]), blocks=st.integers(0, 40))
 def test_subset_time_bound_is_below_the_replay_of_every_plan(seed, n, on_sim, policy, sharding, batch, ignore_comm, knobs, blocks):
     """It is used to prune candidate subsets: no plan on the subset may replay faster than it, under
-    any policy, sharding, batch, with or without communication and kernel knobs."""
+    any policy, sharding, batch, with or without communication, on the catalog's kernel knobs (None)
+    and on set ones."""
     cluster = SIM32 if on_sim else TESTBED
     n = min(n, cluster.size)
     devices = sorted(np.random.default_rng(seed).choice(cluster.size, n, replace=False).tolist())
     S = 2 * 128 * (n + blocks)
     plan = on_devices(random_plan(n, S, M8.heads, M8.kv_heads, seed=seed, block_size=128, whole_kv_heads=seed % 2 == 0), devices)
     w = Workload(seq_len=S, activation_checkpointing=policy, param_sharding=sharding, global_batch=batch)
-    cluster = with_knobs(cluster, *knobs)
+    cluster = cluster if knobs is None else with_knobs(cluster, *knobs)
     bound = subset_time_bound(cluster, devices, M8, w, CostOptions(ignore_comm=ignore_comm))
     t = simulate(plan, cluster, M8, w, CostOptions(ignore_comm=ignore_comm)).iteration_time_s
     assert bound <= t * (1 + 1e-12)
@@ -170,12 +171,21 @@ def test_subset_time_bound_is_below_the_replay_of_every_plan(seed, n, on_sim, po
 
 @pytest.mark.parametrize("policy", ["none", "selective", "full"])
 def test_subset_time_bound_is_tight_for_balanced_comm_free_plans(policy):
-    """Identical devices, even plan, no communication and no tile waste: the replay reaches the bound
-    (the bound counts the policy's recompute exactly)."""
-    node8 = ClusterSpec.from_nodes("h100x8", [("H100-SXM", 8, 50)])
+    """Identical devices, even plan, no communication and no tile waste: without the per-row block
+    cost (attn_block_half_keys = 0, set here) the replay reaches the bound (the bound counts the
+    policy's recompute exactly); with a per-row cost (the catalog's, and a larger one) the replay
+    exceeds the bound by exactly that cost, which the bound leaves out: per layer and sequence
+    (1 + attn_bwd_factor, + 1 forward again under "full") × η × rows × row seconds."""
+    catalog = ClusterSpec.from_nodes("h100x8", [("H100-SXM", 8, 50)])
     opts = CostOptions(ignore_comm=True, attn_tile=0)
     w = Workload(seq_len=64 * 1024, activation_checkpointing=policy, global_batch=2)
+    runs = 1 + opts.attn_bwd_factor + (1.0 if policy == "full" else 0.0)  # attention passes per layer and sequence
     for plan in (ring_plan(range(8), w.seq_len, H, HKV), ulysses_plan(range(8), w.seq_len, H, HKV),
                  symmetric_plan(range(8), w.seq_len, H, HKV, 2, 4)):
-        t = simulate(plan, node8, MODEL, w, opts).iteration_time_s
-        assert subset_time_bound(node8, range(8), MODEL, w, opts) == pytest.approx(t, rel=1e-12), plan.name
+        for node8 in (with_knobs(catalog), catalog, with_knobs(catalog, block_half_keys=384)):
+            t = simulate(plan, node8, MODEL, w, opts).iteration_time_s
+            rows = w.global_batch * MODEL.layers * runs * attention_row_seconds(plan, node8, MODEL.head_dim)
+            assert np.ptp(rows) <= 1e-15 * rows.max()  # an even plan: the same rows on every rank
+            bound = subset_time_bound(node8, range(8), MODEL, w, opts)
+            assert bound + rows.max() == pytest.approx(t, rel=1e-12), plan.name
+            assert (rows.max() == 0) == (node8.devices[0].gpu.attn_block_half_keys == 0)

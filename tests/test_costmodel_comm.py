@@ -4,7 +4,7 @@ receiver and per round equal the executor's transfer tables (`schedule.rank_roun
 
 import numpy as np
 import pytest
-from _costmodel_ref import edge_plan, executor_bytes, on_devices, random_plans
+from _costmodel_ref import edge_plan, executor_bytes, neutral, on_devices, random_plans
 
 from hexiseq.costmodel.arrays import link_matrices, plan_arrays
 from hexiseq.costmodel.comm import (
@@ -224,33 +224,51 @@ def test_collective_formulas():
 
 @pytest.mark.parametrize("sharding", ["zero3", "replicated"])
 def test_param_collectives_over_the_slowest_link(testbed, sharding):
-    """One global ring over the slowest link among the plan's devices (testbed: the 25 GB/s NIC, 10 us)."""
+    """One global ring over the slowest link among the plan's devices (testbed: the 25 GB/s NIC at
+    the catalog's nic_efficiency, 10 us; on one node: NVLink at its link_efficiency)."""
     m = get_model("llama2-7b")
     w = Workload(seq_len=16384, param_sharding=sharding)
     layer, root = 2 * m.params_per_layer, 2 * (m.param_count - m.layers * m.params_per_layer)
+    gpus = [d.gpu for d in testbed.devices]
+    nic = 25e9 * min(g.nic_efficiency for g in gpus)
+    assert nic < min(g.link_bandwidth_gbps * 1e9 * g.link_efficiency for g in gpus)  # the NIC is the slowest link
     a = plan_arrays(symmetric_plan(range(8), 16384, m.heads, m.kv_heads, 2, 4), testbed, m, w)
     p = param_collectives(a.bw, a.lat, m, w)
     assert p.sharding == sharding
     if sharding == "zero3":
-        assert p.ag_layer == p.rs_layer == pytest.approx(7 / 8 * layer / 25e9 + 7 * 10e-6, rel=1e-12)
-        assert p.ag_root == p.rs_root == pytest.approx(7 / 8 * root / 25e9 + 7 * 10e-6, rel=1e-12)
+        assert p.ag_layer == p.rs_layer == pytest.approx(7 / 8 * layer / nic + 7 * 10e-6, rel=1e-12)
+        assert p.ag_root == p.rs_root == pytest.approx(7 / 8 * root / nic + 7 * 10e-6, rel=1e-12)
         assert p.ar_layer == p.ar_root == 0
     else:
-        assert p.ar_layer == pytest.approx(2 * 7 / 8 * layer / 25e9 + 14 * 10e-6, rel=1e-12)
-        assert p.ar_root == pytest.approx(2 * 7 / 8 * root / 25e9 + 14 * 10e-6, rel=1e-12)
+        assert p.ar_layer == pytest.approx(2 * 7 / 8 * layer / nic + 14 * 10e-6, rel=1e-12)
+        assert p.ar_root == pytest.approx(2 * 7 / 8 * root / nic + 14 * 10e-6, rel=1e-12)
         assert p.ag_layer == p.rs_layer == 0
     # on one node (the H100s) the ring runs over NVLink
+    nvlink = 450e9 * testbed.devices[0].gpu.link_efficiency
     a4 = plan_arrays(symmetric_plan(range(4), 16384, m.heads, m.kv_heads, 2, 2), testbed, m, w)
     p4 = param_collectives(a4.bw, a4.lat, m, w)
     if sharding == "zero3":
-        assert p4.ag_layer == pytest.approx(3 / 4 * layer / 450e9 + 3 * 3e-6, rel=1e-12)
+        assert p4.ag_layer == pytest.approx(3 / 4 * layer / nvlink + 3 * 3e-6, rel=1e-12)
     else:
-        assert p4.ar_layer == pytest.approx(2 * 3 / 4 * layer / 450e9 + 6 * 3e-6, rel=1e-12)
+        assert p4.ar_layer == pytest.approx(2 * 3 / 4 * layer / nvlink + 6 * 3e-6, rel=1e-12)
 
 
 def test_link_matrices_from_the_cluster(testbed):
-    """Same node: the GPU link; across nodes: the NIC; the catalog's achieved fractions default to 1."""
+    """Same node: the GPU link; across nodes: the NIC; each at the catalog's achieved fraction
+    (link_efficiency inside a node, nic_efficiency across, the lower of the two ends); at neutral
+    fractions (1, set here) the line rates."""
     bw, lat = link_matrices(testbed)
-    assert bw[0, 1] == 450e9 and bw[4, 5] == 300e9 and bw[0, 4] == 25e9 and np.isinf(bw[2, 2])
+    h100, a100 = testbed.devices[0].gpu, testbed.devices[4].gpu
+    assert bw[0, 1] == pytest.approx(450e9 * h100.link_efficiency, rel=1e-15)
+    assert bw[4, 5] == pytest.approx(300e9 * a100.link_efficiency, rel=1e-15)
+    assert bw[0, 4] == bw[4, 0] == pytest.approx(25e9 * min(h100.nic_efficiency, a100.nic_efficiency), rel=1e-15)
+    assert np.isinf(bw[2, 2])
     assert lat[0, 1] == pytest.approx(3e-6) and lat[0, 7] == pytest.approx(10e-6) and lat[3, 3] == 0
     assert not bw.flags.writeable
+    line, _ = link_matrices(neutral(testbed))
+    assert line[0, 1] == 450e9 and line[4, 5] == 300e9 and line[0, 4] == 25e9 and np.isinf(line[2, 2])
+    # the two ends' NIC fractions differ: the transfer reaches the lower one
+    uneven = testbed.with_profile({"H100-SXM": {"nic_efficiency": 0.5}, "A100-80GB": {"nic_efficiency": 0.8}})
+    bw2, _ = link_matrices(uneven)
+    assert bw2[0, 4] == bw2[4, 0] == pytest.approx(25e9 * 0.5, rel=1e-15)
+    assert bw2[0, 1] == bw[0, 1] and bw2[4, 5] == bw[4, 5]  # inside a node the NIC fraction plays no part

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from _costmodel_ref import edge_plan, on_devices, with_knobs
+from _costmodel_ref import edge_plan, on_devices, rank_gpus, with_fields, with_knobs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -136,15 +136,15 @@ CASE = st.tuples(st.integers(0, 10_000), st.integers(1, 10), st.sampled_from(sor
 
 
 @settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(case=CASE, knobs=st.sampled_from([(0.0, 0.0), (256.0, 0.0), (0.0, 0.08), (512.0, 0.15)]))
+@given(case=CASE, knobs=st.sampled_from([None, (0.0, 0.0), (256.0, 0.0), (0.0, 0.08), (512.0, 0.15)]))
 def test_replay_properties_on_random_plans(case, knobs, within):
-    """For random plans, clusters, policies, shardings, batch sizes and kernel knobs:
+    """For random plans, clusters, policies, shardings, batch sizes and kernel knobs (None: the catalog's):
     - every traced critical path's length is its pass's duration;
     - every rank's phases sum to the iteration time, with no negative wait;
     - the replay equals the independent replay of its documented rules;
     - the iteration is at least every rank's own work."""
     plan, cluster, model, w, opts = _case(*case)
-    d = durations(plan, with_knobs(cluster, *knobs) if any(knobs) else cluster, model, w, opts)
+    d = durations(plan, cluster if knobs is None else with_knobs(cluster, *knobs), model, w, opts)
     sim = simulate_durations(d, trace=True)
     it = sim.iteration_time_s
     assert set(sim.paths) == set(sim.passes)
@@ -348,38 +348,58 @@ def test_global_batch_scales_the_micro_steps(testbed, sharding, ignore_comm):
             assert c4 == 4 * count, name
 
 
-def test_param_collective_phases_by_hand(testbed):
-    """Per-layer collectives prefetched behind each rank's compute windows (no slowdown): the exposed
-    part per rank is max(0, comm - window), plus the exposed first gathers / last reduce-scatters."""
+@pytest.mark.parametrize("knobs", ["catalog", "no-slowdown"])
+def test_param_collective_phases_by_hand(testbed, knobs):
+    """Per-layer collectives prefetched behind each rank's compute windows: the exposed part per rank
+    is max(0, comm - window) plus the rank's overlap_slowdown × comm (the compute it overlaps is
+    slowed; nothing with overlap_slowdown = 0, set here), plus the exposed first gathers / last
+    reduce-scatters."""
+    cluster = testbed if knobs == "catalog" else with_fields(testbed, overlap_slowdown=0.0)
     S, B, Lyr = 32 * 1024, 4, MODEL.layers
     plan = symmetric_plan(range(8), S, H, HKV, 2, 4)
     layer = 2 * MODEL.params_per_layer
     root = 2 * (MODEL.param_count - Lyr * MODEL.params_per_layer)
-    ag, ag_root = 7 / 8 * layer / 25e9 + 7 * 10e-6, 7 / 8 * root / 25e9 + 7 * 10e-6  # the slowest link: 25 GB/s, 10 us
-    ar, ar_root = 2 * 7 / 8 * layer / 25e9 + 14 * 10e-6, 2 * 7 / 8 * root / 25e9 + 14 * 10e-6
+    gpus = rank_gpus(plan, cluster)
+    nic = 25e9 * min(g.nic_efficiency for g in gpus)  # the slowest link: the 25 GB/s NIC at its achieved fraction, 10 us
+    assert nic < min(g.link_bandwidth_gbps * 1e9 * g.link_efficiency for g in gpus)
+    slow = np.array([g.overlap_slowdown for g in gpus])
+    ag, ag_root = 7 / 8 * layer / nic + 7 * 10e-6, 7 / 8 * root / nic + 7 * 10e-6
+    ar, ar_root = 2 * 7 / 8 * layer / nic + 14 * 10e-6, 2 * 7 / 8 * root / nic + 14 * 10e-6
     w = Workload(seq_len=S, param_sharding="replicated", global_batch=B)
-    d = durations(plan, testbed, MODEL, w)
+    d = durations(plan, cluster, MODEL, w)
     rc = simulate_durations(d).phases["param_comm"]
-    np.testing.assert_allclose(rc, (Lyr - 1) * np.maximum(0, ar - d.window_b) + ar + ar_root, rtol=1e-12)
+    np.testing.assert_allclose(rc, (Lyr - 1) * (np.maximum(0, ar - d.window_b) + slow * ar) + ar + ar_root, rtol=1e-12)
     assert np.all(rc < Lyr * ar + ar_root)  # something is hidden
     w = Workload(seq_len=S, param_sharding="zero3", global_batch=B)
-    d = durations(plan, testbed, MODEL, w)
+    d = durations(plan, cluster, MODEL, w)
     zc = simulate_durations(d).phases["param_comm"]
-    fwd = ag_root + ag + (Lyr - 1) * np.maximum(0, ag - d.window_f)
-    bwd = np.maximum(0, ag - d.window_h) + (Lyr - 1) * np.maximum(0, 2 * ag - d.window_b) + ag + ag_root
+    fwd = ag_root + ag + (Lyr - 1) * (np.maximum(0, ag - d.window_f) + slow * ag)
+    bwd = (np.maximum(0, ag - d.window_h) + slow * ag + (Lyr - 1) * (np.maximum(0, 2 * ag - d.window_b) + slow * 2 * ag)
+           + ag + ag_root)
     np.testing.assert_allclose(zc, B * (fwd + bwd), rtol=1e-12)
     assert np.all(zc > 0)
 
 
 def test_overlap_slowdown_charges_the_overlapped_compute(testbed):
-    """A nonzero overlap slowdown makes the multi-group replay slower, and by no more than
-    slowdown × every rank's link time (plus the collectives it overlaps)."""
+    """A nonzero overlap slowdown makes the multi-group replay slower, and by no more than slowdown ×
+    (each round's largest link time, per layer pass; a backward round moves the K/V and their
+    gradients: at most twice the forward's) plus slowdown × the collectives it overlaps. The replay
+    is monotone in the slowdown: the catalog's lies between none and a larger one."""
     plan = random_plan(8, 64 * 1024, H, HKV, seed=4, block_size=128)
     w = Workload(seq_len=plan.seq_len, param_sharding="replicated")
-    base = simulate(plan, testbed, MODEL, w).iteration_time_s
-    d = durations(plan, with_knobs(testbed, overlap_slowdown=0.2), MODEL, w)
+    base = simulate(plan, with_fields(testbed, overlap_slowdown=0.0), MODEL, w).iteration_time_s
+    hi = min(1.0, max(g.overlap_slowdown for g in rank_gpus(plan, testbed)) + 0.1)
+    d = durations(plan, with_fields(testbed, overlap_slowdown=hi), MODEL, w)
     slow = simulate_durations(d).iteration_time_s
     assert slow > base
+    catalog = simulate(plan, testbed, MODEL, w).iteration_time_s
+    assert base * (1 - 1e-12) <= catalog <= slow * (1 + 1e-12)
+    # a pass's longest path meets each exchange round once, on one rank: it gains at most the largest
+    # link time of each round (twice that in a backward exchange), and the collective it overlaps
+    Lyr, B = MODEL.layers, w.global_batch
+    forwards = B * Lyr * (2 if d.rule.replay_layer else 1)
+    per_round = d.link.max(axis=0).sum()
+    assert slow - base <= hi * ((forwards + 2 * B * Lyr) * per_round + (Lyr - 1) * d.params.ar_layer) * (1 + 1e-12)
     assert plan.num_groups > 1
 
 
