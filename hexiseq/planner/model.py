@@ -272,9 +272,10 @@ class LayoutModel:
         j = int(it[2])
         h = int(c.pair_src[r, j])
         rc, sc = c.x_recv[r, j] * B, c.x_send[r, j] * B  # per block of L_h, of L_g
-        if kind == "slow":
-            f.n[h] += c.slowdown[r] * rc
-            f.n[g] += c.slowdown[r] * sc
+        if kind in ("slow", "slow_b"):
+            both = 2.0 if kind == "slow_b" else 1.0  # backward: K/V in and dK/dV back
+            f.n[h] += both * c.slowdown[r] * rc
+            f.n[g] += both * c.slowdown[r] * sc
         elif kind == "xc_f":
             f.const += c.x_lat[r, j]
             if it[3] == 0:
