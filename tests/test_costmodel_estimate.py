@@ -11,20 +11,12 @@ from _costmodel_ref import attention_row_seconds, with_fields, with_knobs
 from hexiseq.costmodel import MEMORY_KEYS, PHASES, CostOptions, compute_bound, estimate, simulate
 from hexiseq.errors import PlanError, SpecError
 from hexiseq.plan import Group, Plan, random_plan, ring_plan, symmetric_plan, ulysses_plan
-from hexiseq.specs import GIB, ClusterSpec, Workload, get_model
+from hexiseq.specs import GIB, Workload, get_model
 
 MODEL = get_model("llama2-7b")
 H, HKV = MODEL.heads, MODEL.kv_heads
 
 
-@pytest.fixture(scope="module")
-def node8():
-    return ClusterSpec.from_nodes("h100x8", [("H100-SXM", 8, 50)])
-
-
-@pytest.fixture(scope="module")
-def h100x16():
-    return ClusterSpec.from_nodes("h100x16", [("H100-SXM", 8, 50), ("H100-SXM", 8, 50)])
 
 
 def wl(S=128 * 1024, ac=True, **kw):

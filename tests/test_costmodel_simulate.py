@@ -27,14 +27,6 @@ def sim32():
     return load_cluster("sim-32")
 
 
-@pytest.fixture(scope="module")
-def node8():
-    return ClusterSpec.from_nodes("h100x8", [("H100-SXM", 8, 50)])
-
-
-@pytest.fixture(scope="module")
-def h100x16():
-    return ClusterSpec.from_nodes("h100x16", [("H100-SXM", 8, 50), ("H100-SXM", 8, 50)])
 
 
 # ------------------------------------------------------------------------------ an independent replay
