@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import HexiSeqError, InfeasibleError
-from .specs import Workload, bundled_clusters, get_model, load_cluster, model_catalog, parse_tokens
+from .specs import RecomputePolicy, Workload, bundled_clusters, get_model, load_cluster, model_catalog, parse_tokens
 
 SEQ_CHOICES = [("8K", 8192), ("16K", 16384), ("32K", 32768), ("64K", 65536), ("128K", 131072),
                ("256K", 262144), ("512K", 524288), ("1M", 1048576)]
@@ -58,26 +58,13 @@ class PlanView:
     seconds: float = 0.0
 
 
-def _left_out_text(result: Any, cluster: Any, systems: list[dict[str, Any]]) -> str | None:
-    """Which devices the plan leaves out, and the evidence that leaving them out is faster."""
-    from .reproduce.plan_figures import left_out
-    from .reproduce.style import si_label
-
-    out = left_out(result.plan, cluster)
-    if not out:
+def _left_out_text(result: Any, cluster: Any) -> str | None:
+    """Which devices the plan leaves out, and the planner's evidence that leaving them out is faster
+    (PlanResult.left_out: the fastest plan found with them and the bound of every plan with them)."""
+    if not result.left_out:
         return None
-    n = sum(len(v) for v in out.values())
-    which = ", ".join(f"{len(v)}x {t} ({cluster.devices[v[0]].name}{'…' + cluster.devices[v[-1]].name if len(v) > 1 else ''})" for t, v in out.items())
-    text = (f"{n} of {cluster.size} devices left out: {which}. The planner also searched groupings that use them and found "
-            "those slower (their share of the work would cost more in communication and waiting than their compute returns)")
-    full = [s for s in systems if s.get("feasible") and s["system"] != "hexiseq" and s.get("devices_used") == cluster.size]
-    if full:
-        b = max(full, key=lambda s: s["tokens_per_s"])
-        text += (f"; the best plan known here that uses every device ({b['system']}, {b['config']}) reaches {si_label(b['tokens_per_s'])} tokens/s, "
-                 f"{1 - b['tokens_per_s'] / result.tokens_per_s:.0%} less")
-    else:
-        text += "; no baseline that uses every device fits in memory"
-    return text + "."
+    n = cluster.size - result.plan.world_size
+    return f"{n} of {cluster.size} devices left out. " + "; ".join(result.left_out) + "."
 
 
 def plan_view(s: Settings) -> PlanView:
@@ -107,9 +94,10 @@ def plan_view(s: Settings) -> PlanView:
     else:
         head += "and no baseline fits in memory: HexiSeq's is the only plan that does"
     gap = result.gap
-    details = [f"recompute {result.recompute}; gap {'n/a' if gap != gap else f'{gap:.2%}'} (how far the plan can be from the "
-               f"optimum of the planner's model); {si_label(result.bound_tokens_per_s)} tokens/s compute bound; planned in {result.plan_time_s:.1f} s"]
-    lo = _left_out_text(result, cluster, systems)
+    details = [f"recompute {result.recompute}; gap {'n/a' if gap != gap else f'{gap:.2%}'} (proven: no plan of the search space is "
+               f"faster than {result.lower_bound_s:.4g} s); {si_label(result.bound_tokens_per_s)} tokens/s compute bound; "
+               f"planned in {result.plan_time_s:.1f} s"]
+    lo = _left_out_text(result, cluster)
     if lo:
         details.append(lo)
     details += [n for n in result.notes if n not in details]
@@ -170,7 +158,7 @@ class PlanExplorer:
         self.w_cluster = W.Dropdown(options=bundled_clusters(), value=cluster, description="cluster")
         self.w_model = W.Dropdown(options=list(model_catalog()), value=model, description="model")
         self.w_seq = W.SelectionSlider(options=seq_options, value=seq_len, description="tokens")
-        self.w_rec = W.Dropdown(options=["auto", "none", "selective", "full"], value=recompute, description="recompute")
+        self.w_rec = W.Dropdown(options=[str(p) for p in RecomputePolicy], value=recompute, description="recompute")
         self.w_shard = W.ToggleButtons(options=["zero3", "replicated"], value=sharding, description="states")
         self.button = W.Button(description="Plan", button_style="primary", icon="play", tooltip="plan these settings")
         self.status = W.HTML()

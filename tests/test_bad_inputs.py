@@ -183,7 +183,7 @@ PLAN = {**ring_plan(range(8), 8192, 32, 32, block_size=128).to_dict(), "cluster"
 
 
 def plan(id: str, change: Callable[[dict], Any] | str, *words: str) -> Case:
-    """`estimate --plan FILE --no-simulate` with the base plan changed by `change` (in place or
+    """`estimate --plan FILE` with the base plan changed by `change` (in place or
     returning the new object) or replaced by a text."""
     if isinstance(change, str):
         text = change
@@ -191,7 +191,7 @@ def plan(id: str, change: Callable[[dict], Any] | str, *words: str) -> Case:
         d = copy.deepcopy(PLAN)
         out = change(d)
         text = json.dumps(d if out is None else out)
-    return Case(id, ("estimate", "--plan", "{f}", "--no-simulate"), words, file=text, suffix=".json")
+    return Case(id, ("estimate", "--plan", "{f}"), words, file=text, suffix=".json")
 
 
 def group(key: str, value: Any) -> Callable[[dict], None]:
@@ -235,7 +235,7 @@ PLAN_CASES = [
     plan("nan", json.dumps(PLAN).replace('"chunk_len": 512', '"chunk_len": NaN', 1), "NaN is not a JSON number"),
     plan("not-json", "{", "not valid JSON"),
     plan("a-list", "[1]", "must be a JSON object, got list"),
-    Case("plan-for-another-cluster", ("estimate", "--plan", "{f}", "--cluster", "sim-64", "--no-simulate"),
+    Case("plan-for-another-cluster", ("estimate", "--plan", "{f}", "--cluster", "sim-64"),
          ("made for cluster 'testbed-8', not 'sim-64'",), file=json.dumps(PLAN), suffix=".json"),
     Case("plan-file-not-found", ("estimate", "--plan", "{tmp}/none.json"), ("plan file not found",)),
     Case("plan-file-is-a-directory", ("estimate", "--plan", "{tmp}"), ("is a directory, not a plan file",)),
@@ -269,8 +269,8 @@ CLI_CASES = [
     cli("block-size-zero", PLAN_ARGS + ("--block-size", "0"), "argument --block-size: must be an integer from 1 to 1,048,576 tokens, got 0"),
     cli("block-size-fraction", PLAN_ARGS + ("--block-size", "2.5"), "argument --block-size", "got 2.5 (a fraction)"),
     cli("estimate-block-size-negative", EST_ARGS + ("--seq-len", "64K", "--block-size", "-1"), "argument --block-size", "got -1"),
-    cli("time-limit-negative", PLAN_ARGS + ("--time-limit", "-1"), "time_limit_s must be positive, got -1.0"),
-    cli("time-limit-nan", PLAN_ARGS + ("--time-limit", "nan"), "time_limit_s must be positive, got nan"),
+    cli("work-negative", PLAN_ARGS + ("--work", "-1"), "work must be positive"),
+    cli("gap-nan", PLAN_ARGS + ("--gap", "nan"), "gap >= 0"),
     cli("ranks-negative", PLAN_ARGS + ("--ranks", "-1"), "--ranks must be >= 0"),
     cli("recompute-typo", PLAN_ARGS + ("--recompute", "fulll"), "argument --recompute: invalid choice: 'fulll'"),
     cli("estimate-recompute-auto", EST_ARGS + ("--seq-len", "64K", "--recompute", "auto"), "needs a concrete --recompute"),
@@ -291,7 +291,7 @@ PROFILE = "notes: test bench\ngpus:\n  H100-SXM:\n    eff_matmul: 0.7\n    eff_a
 
 
 def profile(id: str, text: str, *words: str) -> Case:
-    return Case(id, EST_ARGS + ("--seq-len", "64K", "--no-simulate", "--profile", "{f}"), words, file=text)
+    return Case(id, EST_ARGS + ("--seq-len", "64K", "--profile", "{f}"), words, file=text)
 
 
 PROFILE_CASES = [
@@ -507,9 +507,9 @@ def test_bad_input_is_refused_clearly(case, tmp_path, capsys):
         Case("cluster-with-overrides", ("info", "{f}"), (), file=overrides("a: 0, b: 3, bandwidth_gbps: 5, latency_us: 2"), rc=0),
         Case("one-node", ("info", "{f}"), (), file=node(repeat=2, link_bandwidth_gbps=400), rc=0),
         Case("hf-config", ("info", "testbed-8", "--model", "{f}"), (), file=json.dumps(HF), suffix=".json", rc=0),
-        Case("plan", ("estimate", "--plan", "{f}", "--no-simulate"), (), file=json.dumps(PLAN), suffix=".json", rc=0),
-        Case("profile", EST_ARGS + ("--seq-len", "64K", "--no-simulate", "--profile", "{f}"), (), file=PROFILE, rc=0),
-        Case("seq-len-at-the-limit", EST_ARGS + ("--seq-len", "128M", "--no-simulate"), (), rc=0),
+        Case("plan", ("estimate", "--plan", "{f}"), (), file=json.dumps(PLAN), suffix=".json", rc=0),
+        Case("profile", EST_ARGS + ("--seq-len", "64K", "--profile", "{f}"), (), file=PROFILE, rc=0),
+        Case("seq-len-at-the-limit", EST_ARGS + ("--seq-len", "128M"), (), rc=0),
         Case("run", ("run", "--plan", "{f}", "--steps", "1", "--out", "{tmp}/run", "--init-from", "{tmp}/ckpt"), (), file=RUN_PLAN,
              suffix=".json", setup=checkpoint(), rc=0),
         Case("run-tokens", ("run", "--plan", "{f}", "--steps", "1", "--out", "{tmp}/run", "--data", "{tmp}/t.npy", "--model", "tiny"), (),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 
 from hexiseq.cli import main
 from hexiseq.plan import Plan
@@ -16,8 +15,9 @@ ARGS = ["plan", "--cluster", "testbed-8", "--model", "llama2-7b", "--seq-len", "
 def test_text_report(capsys):
     assert main(ARGS + ["--no-progress"]) == 0
     out = capsys.readouterr().out
-    for needle in ("HexiSeq plan for llama2-7b on testbed-8", "group", "rank", "memory GiB", "hexiseq", "ring[H100-SXM]",
-                   "proportional", "speedup over the best baseline", "compute-bound", "lower bound", "gap", "planning took"):
+    for needle in ("HexiSeq plan for llama2-7b on testbed-8", "group", "rank", "memory GiB", "hexiseq", "ring", "ulysses", "usp",
+                   "proportional", "speedup over the best baseline", "compute-bound", "lower bound", "within", "planning took",
+                   "cutting-plane rounds"):
         assert needle in out, needle
 
 
@@ -25,9 +25,11 @@ def test_json_and_out(capsys, tmp_path):
     path = tmp_path / "plan.json"
     assert main(ARGS + ["--json", "--out", str(path)]) == 0
     d = json.loads(capsys.readouterr().out)
-    for key in ("throughput_tokens_per_s", "baselines", "speedup_vs_best_baseline", "gap", "plan_time_s", "stage_times_s", "solver_status"):
+    for key in ("throughput_tokens_per_s", "baselines", "speedup_vs_best_baseline", "gap", "lower_bound_s", "plan_time_s",
+                "stage_times_s", "search_space", "left_out"):
         assert key in d
     assert d["speedup_vs_best_baseline"] >= 1.0
+    assert d["lower_bound_s"] <= d["iteration_time_s"] and 0 <= d["gap"] < 0.01
     assert set(d["baselines"]) >= {"ring", "ulysses", "usp", "proportional"}
     plan = Plan.load(path)
     assert plan.name == "hexiseq"
@@ -70,15 +72,18 @@ def test_bare_recompute_means_selective_and_the_text_says_so(capsys):
     assert "recompute: selective" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("solver", ["no-such-solver"])
-def test_unknown_solver_is_a_clear_error(capsys, solver):
-    assert main(ARGS + ["--solver", solver]) == 2
-    assert "not available" in capsys.readouterr().err
+def test_write_model_exports_the_chosen_layout(capsys, tmp_path):
+    path = tmp_path / "model.lp"
+    assert main(ARGS + ["--no-progress", "--write-model", str(path)]) == 0
+    text = path.read_text()
+    assert "min" in text and "cuts" in text and "cover" in text and "D(_forward" in text
+    assert main(ARGS + ["--write-model", str(tmp_path / "model.txt")]) == 2
+    assert "must end in .lp or .mps" in capsys.readouterr().err
 
 
-def test_non_positive_time_limit_is_a_clear_error(capsys):
-    assert main(ARGS + ["--time-limit", "-1"]) == 2
+def test_non_positive_work_is_a_clear_error(capsys):
+    assert main(ARGS + ["--work", "0"]) == 2
     err = capsys.readouterr().err
-    assert "time_limit_s must be positive, got -1.0" in err and "Traceback" not in err
+    assert "work must be positive" in err and "Traceback" not in err
     assert main(ARGS + ["--ranks", "-1"]) == 2
     assert "--ranks must be >= 0" in capsys.readouterr().err

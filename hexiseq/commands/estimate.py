@@ -3,9 +3,10 @@
     hexiseq estimate --plan plan.json [--cluster C] [--model M] [--json]
     hexiseq estimate --cluster testbed-8 --model llama2-7b --seq-len 128K --layout usp:2x4
 
-Prints per rank the time by phase (seconds per iteration) and memory against capacity, then the
-iteration time of the analytic estimate and of the step simulator (the judge), tokens/s, MFU,
-efficiency against the compute bound, the critical path, and every rank that does not fit.
+Prints per rank the time by phase (seconds per iteration, from the step replay: its own work, the
+exposed exchange, parameter traffic and waiting, summing to the iteration time) and memory against
+capacity, then the iteration time, tokens/s, MFU, efficiency against the compute bound, the
+critical path, and every rank that does not fit.
 
 The cost model needs a concrete recompute policy (--recompute none|selective|full). By default it
 is the one the plan file records (meta["recompute"], written by `hexiseq plan`), else none.
@@ -21,7 +22,8 @@ from ..plan import Plan, symmetric_plan
 
 from .common import RECOMPUTE_HELP, add_cluster_args, add_workload_args, dump_json, load_cluster_arg, load_workload_args, plan_recompute, print_table
 
-_SHORT = {"linear": "linear", "lm_head": "head", "attention": "attn", "alltoall": "a2a", "kv_exchange": "kv", "recompute": "recomp", "param_comm": "params", "optimizer": "optim"}
+_SHORT = {"linear": "linear", "memory_bound": "mem", "lm_head": "head", "attention": "attn", "alltoall": "a2a", "kv_exchange": "kv",
+          "recompute": "recomp", "param_comm": "params", "optimizer": "optim", "wait": "wait"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,7 +34,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_workload_args(p, seq_required=False, recompute_help=RECOMPUTE_HELP + "; default: the plan file's policy "
                       "(meta['recompute']), else none (auto is the planner's choice, not a policy to estimate)")
     p.set_defaults(model=None)
-    p.add_argument("--no-simulate", action="store_true", help="skip the step simulator (analytic estimate only)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -88,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     from ..costmodel import PHASES, estimate
 
     plan, cluster, model, wl = _inputs(args)
-    e = estimate(plan, cluster, model, wl, simulate=not args.no_simulate)
+    e = estimate(plan, cluster, model, wl)
     if args.json:
         dump_json(e.to_dict())
         return 0
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     for r in e.ranks:
         rows.append([r.rank, r.device, r.gpu, r.group, r.tokens, r.heads] + [r.time_s[p] for p in PHASES]
                     + [r.busy_s, r.idle_s, f"{r.memory_gib:.1f}/{r.capacity_gib:.1f}", "" if r.fits else "OOM"])
-    print_table(["rank", "dev", "gpu", "grp", "tokens", "heads"] + [_SHORT[p] for p in PHASES] + ["busy s", "idle s", "mem/cap GiB", ""], rows, indent="  ")
+    print_table(["rank", "dev", "gpu", "grp", "tokens", "heads"] + [_SHORT[p] for p in PHASES] + ["busy s", "wait s", "mem/cap GiB", ""], rows, indent="  ")
     crit = e.ranks[e.critical_rank]
     print("  memory of the critical rank (GiB): " + ", ".join(f"{k} {v:.2f}" for k, v in crit.memory_breakdown_gib.items() if v))
     print(e.summary())

@@ -25,8 +25,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="plan asymmetric CP x HP for a cluster, model and sequence length", description=__doc__)
     add_cluster_args(p)
     add_workload_args(p)
-    p.add_argument("--solver", default="highs", help="Pyomo solver name (default highs, embedded; e.g. scip_direct with pyscipopt)")
-    p.add_argument("--time-limit", type=float, default=None, help="seconds per MILP solve (default: scaled with the cluster)")
+    p.add_argument("--work", type=int, default=None,
+                   help="cutting-plane rounds the search may spend in all (a deterministic work limit; default 1500)")
+    p.add_argument("--gap", type=float, default=None, help="stop when the plan is provably within this fraction of the best (default 0.002)")
+    p.add_argument("--write-model", metavar="FILE.lp|FILE.mps",
+                   help="write the optimization model of the chosen layout (with its cutting planes) for reading or another solver")
     p.add_argument("--out", help="write the plan JSON to this file")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -47,9 +50,15 @@ def run(args: argparse.Namespace) -> int:
         check_output_path(args.out, "--out")  # before planning, not after minutes of it
     cluster = load_cluster_arg(args)
     model, workload = load_workload_args(args, default_recompute="none" if args.strict else "auto")
-    kw = {} if args.time_limit is None else {"time_limit_s": args.time_limit}
+    if args.write_model:
+        check_output_path(args.write_model, "--write-model")
+        if not args.write_model.endswith((".lp", ".mps")):
+            raise HexiSeqError(f"--write-model {args.write_model!r}: the file name must end in .lp or .mps (the format)")
+    kw = {k: v for k, v in (("work", args.work), ("gap", args.gap)) if v is not None}
     progress = not args.no_progress and not args.json and sys.stderr.isatty()
-    result = plan_cluster(cluster, model, workload, solver=args.solver, progress=progress, **kw)
+    result = plan_cluster(cluster, model, workload, progress=progress, **kw)
+    if args.write_model:
+        write_model(result, cluster, model, workload, args.write_model)
     if args.out:
         result.plan.save(args.out)
     if args.json:
@@ -59,6 +68,18 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         print(f"plan written to {args.out}")
     return 0
+
+
+def write_model(result, cluster, model, workload, path: str) -> None:
+    """The optimization model of the plan's layout and policy, with the cutting planes that bound it."""
+    from ..planner import Layout, LayoutModel
+    from ..specs import write_text_atomic  # noqa: F401 - the model writer writes the file itself
+
+    plan = result.plan
+    layout = Layout(tuple(g.devices for g in plan.groups), tuple(g.heads for g in plan.groups))
+    lm = LayoutModel(cluster, model, workload.with_recompute(result.recompute), layout)
+    lm.solve()
+    lm.write(path)
 
 
 def _pct(x: float) -> str:
@@ -115,14 +136,14 @@ def print_result(result, cluster, max_ranks: int = 64) -> None:
     else:
         print("  no baseline fits in memory on this cluster")
     print(f"  efficiency vs the compute-bound limit ({_tok(result.bound_tokens_per_s)} tokens/s): {result.efficiency_vs_bound:.3f}")
-    print(f"  step time: simulator {result.iteration_time_s:.4f} s, cost-model estimate {result.estimate_time_s:.4f} s, "
-          f"linear model {result.linear_time_s:.4f} s")
-    print(f"  solver {result.solver}: {result.solver_status} (solver gap {_pct(result.solver_gap)}); lower bound "
-          f"{result.lower_bound_s:.4f} s, gap of this plan {_pct(result.gap)} (linear model, chosen grouping)")
-    print(f"  over all {result.candidates} candidate groupings explored: lower bound {result.search_lower_bound_s:.4f} s, "
-          f"{_pct(result.search_gap)} below the simulated step time")
+    print(f"  step time (replayed) {result.iteration_time_s:.4f} s; lower bound {result.lower_bound_s:.4f} s over the whole "
+          f"search space: this plan is within {_pct(result.gap)} of the best plan there")
     stages = ", ".join(f"{k} {v:.2f} s" for k, v in result.stage_times_s.items())
-    print(f"  planning took {result.plan_time_s:.2f} s ({stages}); {result.solved} groupings solved, {result.pruned} pruned by bounds")
+    print(f"  planning took {result.plan_time_s:.2f} s ({stages}); {result.candidates} (layout, policy) candidates: "
+          f"{result.solved} searched with their model, {result.pruned} bounded by their devices' subset bound alone (balanced compute, parameter collectives); "
+          f"{result.work_rounds} cutting-plane rounds")
+    for n in result.left_out:
+        print(f"  left out: {n}")
     for n in result.notes:
         print(f"  note: {n}")
 

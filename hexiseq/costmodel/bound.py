@@ -1,38 +1,36 @@
 """The compute-bound throughput of a cluster for a workload: the limit no plan can beat.
 
-The bound is the throughput of a perfectly balanced iteration with no communication and no
-recompute, timed with the estimate's own per-kernel model (estimate.py), so that such a plan
-has efficiency_vs_bound = 1 exactly and every loss below 1 is imbalance, communication or
-recompute. Useful FLOPs (`useful_flops`, `Estimate.model_flops`) are a different number and
-stay as they are: 3 × forward, recompute not counted.
+The bound is the throughput of a perfectly balanced iteration with no communication, no
+recompute and no waiting, timed with the kernel-time model every other part uses (kernels.py), so
+every loss below it is imbalance, communication, recompute or a kernel cost the bound leaves out
+(the causal-tile waste and the per-row block cost of attention, both >= 0, are left out: the
+bound stays a bound). Useful FLOPs (`useful_flops`, `Estimate.model_flops`) are a different
+number: 3 × forward, recompute not counted.
 
-Per-kernel time model (seconds; B = global_batch, S = seq_len, Λ = layers, H = heads, d = head_dim,
-V = vocabulary; device i: m_i = peak × eff_matmul, a_i = peak × eff_attention FLOP/s, b_i = HBM bytes/s):
-    token work      τ_i = 3·(Λ·F_layer + 2hV)/m_i + V·loss_bytes_per_logit/b_i   seconds per token
-                    (all matmuls fwd + 2× bwd, and the loss's HBM traffic: estimate's linear + lm_head)
-    attention work  ρ_i = (1 + attn_bwd_factor)·4d/a_i                            seconds per
-                    (query, key) pair per head per layer (forward + the flash backward at 2.5×)
+Per device i (kernels.WorkTimes; B = global_batch, S = seq_len, Λ = layers, H = heads):
+    token work      τ_i = Λ·(pre + post, forward and backward) + head   seconds per token
+    attention work  ρ_i = (1 + attn_bwd_factor)·pair                    seconds per (query, key)
+                                                                        pair per head per layer
     total work      B·S tokens and B·Λ·H·S(S+1)/2 pair-heads (a zigzag group g does exactly
                     L_g·(S+1) pairs per head, so a plan's pairs always sum to this)
-No imbalance, no communication, no memory limit: the fastest conceivable compute time is the LP
+The fastest conceivable compute time is the LP
 
     t* = min t  s.t.  Σ_i x_i = B·S, Σ_i y_i = B·Λ·H·S(S+1)/2, x_i·τ_i + y_i·ρ_i ≤ t, x, y ≥ 0,
 
-i.e. each device doing the kind of work it is relatively best at. Solved exactly by sorting the
-devices by (1/ρ_i)/(1/τ_i) (attention to the front) and finding the split device; when every
-device has the same ratio it reduces to t* = B·S/Σ(1/τ_i) + pairs/Σ(1/ρ_i).
-The optimizer step is added as min_i of its per-rank time over the cluster's devices
-(params/N under zero3, all params replicated; N = all devices): every plan's critical rank pays
-at least that on top of its share of the work, so the bound stays a bound, and it is exact for
-a balanced plan on identical devices. Bound = B·S / (t* + optimizer) tokens/s.
+each device doing the kind of work it is relatively best at; solved exactly by sorting the devices
+by (1/ρ_i)/(1/τ_i) and finding the split device. The optimizer step is added as the least of its
+per-rank times over the cluster (params/N under zero3, all params replicated): every plan's last
+rank pays at least that on top of its share of the work. Bound = B·S / (t* + optimizer) tokens/s.
 """
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from ..specs import ClusterSpec, ModelSpec, Workload
-from .arrays import CostOptions
+from .kernels import CostOptions, work_times
 
 
 def useful_flops(model: ModelSpec, workload: Workload) -> tuple[float, float]:
@@ -65,14 +63,10 @@ def min_compute_time(m: np.ndarray, a: np.ndarray, f_lin: float, f_att: float) -
 
 
 def kernel_rates(cluster: ClusterSpec, model: ModelSpec, options: CostOptions = CostOptions()) -> tuple[np.ndarray, np.ndarray]:
-    """Per device (tokens/s, pair-heads/s) of training work under the estimate's kernel time model:
-    1/τ_i and 1/ρ_i of the module doc."""
-    gpus = [d.gpu for d in cluster.devices]
-    m = np.array([g.matmul_flops for g in gpus])
-    a = np.array([g.attention_flops for g in gpus])
-    hbm = np.array([g.hbm_bandwidth_gbps * 1e9 for g in gpus])
-    tau = 3.0 * model.linear_flops_per_token / m + model.vocab * options.loss_bytes_per_logit / hbm
-    rho = (1.0 + options.attn_bwd_factor) * model.attention_flops_per_pair / a
+    """Per device (tokens/s, pair-heads/s) of training work under the kernel-time model: 1/τ_i, 1/ρ_i."""
+    w = work_times([d.gpu for d in cluster.devices], model, options)
+    tau = model.layers * w.token_fwd_bwd + w.head
+    rho = (1.0 + w.attn_bwd_factor) * w.pair
     return 1.0 / tau, 1.0 / rho
 
 
@@ -81,9 +75,67 @@ def min_iteration_time(cluster: ClusterSpec, model: ModelSpec, workload: Workloa
     tok_rate, att_rate = kernel_rates(cluster, model, options)
     S, B = workload.seq_len, workload.global_batch
     work = min_compute_time(tok_rate, att_rate, float(B * S), float(B * model.layers * model.heads * model.causal_pairs(S)))
-    hbm = np.array([d.gpu.hbm_bandwidth_gbps * 1e9 for d in cluster.devices])
+    w = work_times([d.gpu for d in cluster.devices], model, options)
     local_params = model.param_count / (cluster.size if workload.param_sharding == "zero3" else 1)
-    return work + float((local_params * options.optimizer_bytes_per_param / hbm).min())
+    return work + float((local_params * w.optimizer).min())
+
+
+def subset_time_bound(cluster: ClusterSpec, devices: "Sequence[int]", model: ModelSpec, workload: Workload,
+                      options: CostOptions = CostOptions()) -> float:
+    """Seconds no plan on exactly these devices can beat under the workload's (concrete) recompute
+    policy: the larger of two bounds. (1) The balanced, communication-free iteration of
+    `min_compute_time` with the policy's recompute counted (selective: the linear forward again;
+    full: the whole layer forward again) plus the least optimizer step. (2) The step replay's pass
+    structure (simulate.pass_schedule): every pass of a kind takes at least the balanced compute of
+    one such pass and its prefetched parameter collective with the slowdown it causes; the
+    exposed collectives add; the collectives are those of these devices (comm.param_collectives:
+    they depend on the set of devices only). The planner prunes a candidate whose subset cannot beat
+    the best plan found."""
+    from types import SimpleNamespace
+
+    from .arrays import link_matrices
+    from .comm import ParamComm, param_collectives
+    from .policy import rule_of
+    from .simulate import pass_schedule
+
+    rule = rule_of(workload)
+    w = work_times([cluster.devices[d].gpu for d in devices], model, options)
+    fwd_tok = w.pre_fwd + w.post_fwd
+    rerun = 1.0 if rule.rerun_linear else 0.0
+    rep = 1.0 if rule.replay_layer else 0.0
+    tau = model.layers * (w.token_fwd_bwd + rerun * fwd_tok + rep * fwd_tok) + w.head
+    rho = (1.0 + w.attn_bwd_factor + rep) * w.pair
+    S, B = workload.seq_len, workload.global_batch
+    pairs = float(model.heads * model.causal_pairs(S))  # per layer and sequence
+    work = min_compute_time(1.0 / tau, 1.0 / rho, float(B * S), float(B * model.layers) * pairs)
+    local_params = model.param_count / (len(devices) if workload.param_sharding == "zero3" else 1)
+    optimizer = float((local_params * w.optimizer).min())
+    # (2) pass by pass
+    per_pass = {
+        "f": min_compute_time(1.0 / fwd_tok, 1.0 / w.pair, float(S), pairs),
+        "b": min_compute_time(1.0 / (w.pre_bwd + w.post_bwd + (rerun + rep) * fwd_tok), 1.0 / ((w.attn_bwd_factor + rep) * w.pair),
+                              float(S), pairs),
+        "h": min_compute_time(1.0 / w.head, np.full(len(devices), np.inf), float(S), 0.0),
+    }
+    comm = not options.ignore_comm
+    if comm:
+        bw, lat = link_matrices(cluster)
+        idx = np.asarray(list(devices), dtype=np.int64)
+        pc = param_collectives(bw[np.ix_(idx, idx)], lat[np.ix_(idx, idx)], model, workload)
+    else:
+        pc = ParamComm(workload.param_sharding)
+    # a pass with a prefetched collective c takes max_r(chain_r + max(0, c - window_r) + slowdown_r·c)
+    # (simulate._pass), and chain_r ≥ window_r, own work_r: at least c·(1 + slowdown_r) on every
+    # rank, and the slowest rank's work + slowdown·c
+    slow_lo, slow_hi = float(w.overlap_slowdown.min()), float(w.overlap_slowdown.max())
+    passes = optimizer
+    for step in pass_schedule(SimpleNamespace(params=pc, layers=model.layers, batch=B, comm=comm)):
+        if step[0] == "pass":
+            _, _, kind, count, c = step
+            passes += count * max(c * (1.0 + slow_hi), per_pass[kind] + slow_lo * c)
+        else:
+            passes += step[2] * step[3]
+    return max(work + optimizer, passes)
 
 
 def compute_bound(cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()) -> float:

@@ -1,9 +1,11 @@
-"""Per-rank peak memory of one training iteration, in bytes.
+"""Per-rank peak memory of one training iteration, in bytes: one home for memory per token.
 
 Notation: P = parameters, R = ranks of the plan, Λ = layers, h = hidden, H / H_kv = query / KV
 heads, d = head_dim, f = ffn width, V = vocabulary; per rank: s = shard tokens, η = query heads,
-κ = KV heads touched (with duplication for fine splits); its group: n_g = 2·L_g tokens.
-Activations are bf16 (2 bytes), softmax statistics fp32.
+κ = KV heads touched (with duplication for fine splits); its group: n_g = 2·L_g tokens. The head
+side is written with w = η·L_g and u = κ·L_g (n_g·η = 2w, n_g·κ = 2u), so every category is
+const + c_s·s + c_w·w + c_u·u (`MemoryTerms`), plus the K/V receive buffers and the logits, which
+the planner's model takes as pieces. Activations are bf16 (2 bytes), softmax statistics fp32.
 
 - model states (mixed-precision AdamW, `ModelSpec.state_bytes`): bf16 weights 2P, bf16 grads 2P,
   fp32 master 4P, Adam moments 8P. "replicated": all of it on every rank; "zero3": /R, plus the
@@ -14,38 +16,51 @@ Activations are bf16 (2 bytes), softmax statistics fp32.
   token side  s·A_tok,  A_tok = 2·(4h + H·d + m·f), m = 3 (SwiGLU: gate, up, gate·up) or 2 (GELU)
               (layer input, norm 1 output, attention output, residual, norm 2 output, MLP);
   head side   A_att = n_g·(2·(2η + 2κ)·d + 4η)   (q, k, v, out in bf16; log-sum-exp in fp32).
-  By recompute policy (Workload.recompute; runtime/model.py does the same):
-  "none"       Λ·(s·A_tok + A_att).
-  "selective"  (the norm + QKV part and the O + MLP part are checkpointed, the attention core is
-               not) Λ·(s·2·(h + H·d) + A_att), i.e. per layer the inputs of the two checkpointed
-               parts (the layer input and the attention output in token layout) and everything the
-               attention backward needs (q, k, v, out in attention layout, η heads × n_g tokens, and
-               lse); plus one layer's token side s·A_tok rebuilt during its backward (counted under
-               "attention").
-  "full"       (the whole block is checkpointed) Λ·s·2h, the layer inputs only; plus the one layer
-               being recomputed, s·A_tok + A_att (counted under "attention").
+  By the recompute rule's `keep` (policy.py; runtime/model.py does the same):
+  "all"          Λ·(s·A_tok + A_att).
+  "checkpoints"  Λ·(s·2·(h + H·d) + A_att): per layer the inputs of the two checkpointed parts (the
+                 layer input and the attention output in token layout) and everything the attention
+                 backward needs; plus one layer's token side s·A_tok rebuilt during its backward
+                 (counted under "attention").
+  "inputs"       Λ·s·2h, the layer inputs only; plus the one layer being recomputed, s·A_tok + A_att
+                 (counted under "attention").
 - attention working set of the layer in flight: the gradients dq, dk, dv, dout
   (n_g·(2η + 2κ)·d·2) and the all-to-all send buffer s·(H + 2·H_kv)·d·2.
 - kv_buffers: the exchange is double-buffered and the backward sends dK/dV back (bf16, the same
   size as the K/V they belong to): 2·max_j (B_j + B_{j+1}), B_j = bytes received in round j
   (B_k = 0); 0 for one group.
-- logits: c·V·6 bytes (bf16 logits + fp32 softmax/gradient), c = s, or min(s, loss_chunk_tokens)
-  when V ≥ large_vocab (chunked loss).
+- logits: c·V·6 bytes (bf16 logits + fp32 softmax/gradient), c = s, or a whole loss chunk
+  (loss_chunk_tokens) when V ≥ large_vocab (chunked loss: the runtime holds min(s, chunk); charging
+  the chunk keeps the memory linear, conservative by at most one chunk for shards under it).
 - reserved: reserved_fraction × capacity (CUDA context, NCCL buffers, allocator fragmentation).
 A rank fits when the sum ≤ capacity.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..specs import ModelSpec, Workload
-from .arrays import CostOptions, PlanArrays, recompute_of
-
-BF16 = 2.0
-FP32 = 4.0
+from .arrays import PlanArrays
+from .kernels import BF16, FP32, CostOptions
+from .policy import RecomputeRule, rule_of
 
 MEMORY_KEYS = ("weights", "grads", "optimizer", "param_buffers", "activations", "attention", "kv_buffers", "logits", "reserved")
+
+
+@dataclass(frozen=True)
+class MemoryTerms:
+    """bytes = const + c_s·s + c_w·w + c_u·u for one category (w = η·L_g, u = κ·L_g)."""
+
+    const: float = 0.0
+    c_s: float = 0.0
+    c_w: float = 0.0
+    c_u: float = 0.0
+
+    def __call__(self, s, w, u):
+        return self.const + self.c_s * s + self.c_w * w + self.c_u * u
 
 
 def token_activation_bytes(model: ModelSpec) -> float:
@@ -58,11 +73,6 @@ def checkpoint_token_bytes(model: ModelSpec) -> float:
     """Bytes kept per token per layer on the token side with selective checkpointing: the inputs of
     the two checkpointed parts, the layer input (h) and the attention output (H·d), bf16."""
     return BF16 * (model.hidden + model.heads * model.head_dim)
-
-
-def head_activation_bytes_per_token(model: ModelSpec, eta, kvc):
-    """Bytes kept per group token per layer on the head side: q, k, v, out (bf16) + lse (fp32)."""
-    return BF16 * (2 * np.asarray(eta) + 2 * np.asarray(kvc)) * model.head_dim + FP32 * np.asarray(eta)
 
 
 def state_bytes(model: ModelSpec, workload: Workload, ranks: int) -> dict[str, float]:
@@ -81,9 +91,35 @@ def state_bytes(model: ModelSpec, workload: Workload, ranks: int) -> dict[str, f
     return out
 
 
-def logits_tokens(s: np.ndarray, model: ModelSpec, options: CostOptions) -> np.ndarray:
-    """Tokens whose logits are alive at once."""
-    return np.minimum(s, options.loss_chunk_tokens) if model.vocab >= options.large_vocab else s
+def memory_terms(model: ModelSpec, workload: Workload, ranks: int, rule: RecomputeRule | None = None,
+                 options: CostOptions = CostOptions()) -> dict[str, MemoryTerms]:
+    """The affine categories of memory.py's model (all but kv_buffers and reserved)."""
+    rule = rule or rule_of(workload)
+    d, Lyr = model.head_dim, model.layers
+    tok = token_activation_bytes(model)
+    # head side per unit of w = η·L_g and u = κ·L_g (n_g = 2·L_g tokens): q, out (2·2d·η), k, v (2·2d·κ), lse (4·η)
+    att_w, att_u = 2.0 * (BF16 * 2 * d + FP32), 2.0 * BF16 * 2 * d
+    grad_w, grad_u = 2.0 * BF16 * 2 * d, 2.0 * BF16 * 2 * d  # dq, dout and dk, dv of the layer in flight
+    send_s = BF16 * (model.heads + 2 * model.kv_heads) * d
+    out = {key: MemoryTerms(const=v) for key, v in state_bytes(model, workload, ranks).items()}
+    if rule.keep == "inputs":
+        out["activations"] = MemoryTerms(c_s=Lyr * BF16 * model.hidden)
+        out["attention"] = MemoryTerms(c_s=tok + send_s, c_w=att_w + grad_w, c_u=att_u + grad_u)
+    elif rule.keep == "checkpoints":
+        out["activations"] = MemoryTerms(c_s=Lyr * checkpoint_token_bytes(model), c_w=Lyr * att_w, c_u=Lyr * att_u)
+        out["attention"] = MemoryTerms(c_s=tok + send_s, c_w=grad_w, c_u=grad_u)
+    else:
+        out["activations"] = MemoryTerms(c_s=Lyr * tok, c_w=Lyr * att_w, c_u=Lyr * att_u)
+        out["attention"] = MemoryTerms(c_s=send_s, c_w=grad_w, c_u=grad_u)
+    chunked = model.vocab >= options.large_vocab
+    out["logits"] = (MemoryTerms(const=options.loss_chunk_tokens * logits_bytes_per_token(model)) if chunked
+                     else MemoryTerms(c_s=logits_bytes_per_token(model)))
+    return out
+
+
+def logits_bytes_per_token(model: ModelSpec) -> float:
+    """bf16 logits + fp32 softmax / gradient per alive token."""
+    return model.vocab * (BF16 + FP32)
 
 
 def kv_buffer_bytes(recv_bytes: np.ndarray) -> np.ndarray:
@@ -95,27 +131,12 @@ def kv_buffer_bytes(recv_bytes: np.ndarray) -> np.ndarray:
     return 2.0 * (B + nxt).max(axis=1)
 
 
-def memory_bytes(a: PlanArrays, model: ModelSpec, workload: Workload, recv_bytes: np.ndarray, options: CostOptions = CostOptions()) -> dict[str, np.ndarray]:
+def memory_bytes(a: PlanArrays, model: ModelSpec, workload: Workload, recv_bytes: np.ndarray,
+                 options: CostOptions = CostOptions()) -> dict[str, np.ndarray]:
     """Per-rank bytes by category (MEMORY_KEYS), each an [R] array. `recv_bytes` from comm.exchange_times."""
-    R = a.R
-    n_g = 2.0 * a.L[a.grp]
-    layers = model.layers
-    out = {key: np.zeros(R) + v for key, v in state_bytes(model, workload, R).items()}
-    tok = a.s * token_activation_bytes(model)
-    att = n_g * head_activation_bytes_per_token(model, a.eta, a.kvc)
-    grads = n_g * BF16 * (2 * a.eta + 2 * a.kvc) * model.head_dim
-    sendbuf = a.s * BF16 * (model.heads + 2 * model.kv_heads) * model.head_dim
-    policy = recompute_of(workload)
-    if policy == "full":
-        out["activations"] = layers * a.s * BF16 * model.hidden
-        out["attention"] = tok + att + grads + sendbuf
-    elif policy == "selective":
-        out["activations"] = layers * (a.s * checkpoint_token_bytes(model) + att)
-        out["attention"] = tok + grads + sendbuf
-    else:
-        out["activations"] = layers * (tok + att)
-        out["attention"] = grads + sendbuf
+    L = a.L[a.grp]
+    w, u = a.eta * L, a.kvc * L
+    out = {key: np.zeros(a.R) + t(a.s, w, u) for key, t in memory_terms(model, workload, a.R, options=options).items()}
     out["kv_buffers"] = kv_buffer_bytes(recv_bytes)
-    out["logits"] = logits_tokens(a.s, model, options) * model.vocab * (BF16 + FP32)
     out["reserved"] = options.reserved_fraction * a.capacity
-    return out
+    return {key: out[key] for key in MEMORY_KEYS}

@@ -1,201 +1,416 @@
-"""Step-by-step replay of one training iteration: the judge of a plan.
+"""Step replay of one training iteration: the judge of a plan.
 
-Durations are the estimate's (estimate.Components: same compute, all-to-all and per-round KV
-transfer times); what the replay adds is *waiting*, i.e. the coupling between ranks:
+Durations are durations.py's; what the replay adds is *waiting*, the coupling between ranks. One
+layer pass is replayed event by event, from a synchronized start, exactly as the executor runs it:
 
-- all-to-all inside a group: it starts when the last member arrives; each member finishes
-  `start + its own all-to-all time`;
-- KV exchange, round j >= 1: rank r posts its round-j transfers at P_j (P_1 = after the
-  all-to-all); the batched P2P of the round starts when r and every rank of its two partner
-  groups, (g - j) and (g + j) mod k, have posted (group-level rendezvous), and takes r's own
-  transfer time c_j: C_j = max(P_j, partners' P_j) + c_j. Round j's attention runs after round
-  j-1's attention and after C_j: A_j = max(A_{j-1}, C_j) + att_j (round 0, the own K/V, starts at
-  once). Double buffering: round j+1 can be posted only when round j's transfer is done and
-  round j-1's attention has freed its buffer: P_{j+1} = max(C_j, A_{j-1}). Ranks without heads
-  take no part;
-- backward: the same per layer in reverse order (O/MLP backward, output all-to-all, exchange
-  rounds with K/V in and dK/dV out, input all-to-all, QKV backward). Recompute by policy:
-  "selective": the O/MLP part is recomputed before its backward and the norm/QKV part before its
-  own; attention and its transfers are not replayed. "full": the layer's whole forward (with its
-  all-to-all syncs and KV exchange rounds) is replayed before its backward;
-- parameter collectives (estimate.py, `param_exposed`): zero3 gathers the root unit and the
-  first layer at the start of each micro-step (a global collective: everyone waits for the last
-  rank), then prefetches layer l+1's weights during layer l (`overlapped`: the collective is
-  issued by each rank when it starts the layer, runs from the last issue, and each rank also pays
-  its own exposed part max(0, AG - C_f) as in the estimate); in backward the last layer's gather
-  overlaps the LM head, each further layer hides a gather + a reduce-scatter, and the final
-  reduce-scatters are a global barrier. "replicated": in the last micro-step's backward each
-  layer's bucket all-reduce overlaps the next layer's backward, the last bucket and the root
-  unit's are a barrier. Then each rank's optimizer step. iteration_time_s = the last rank's finish.
+- all-to-all inside a group: it starts when the last member arrives (every member takes part,
+  with or without tokens or heads); each member finishes `start + its own all-to-all time`;
+- KV exchange (ranks with heads; hexiseq.schedule): round 0 attends the own chunks at once; the
+  round-1 transfer is posted at P_1 = after the all-to-all. Round j's batched P2P starts when the
+  rank and every rank of its two partner groups, (g - j) and (g + j) mod k, have posted it
+  (group-level rendezvous), M_j = max(P_j, partners' P_j), and takes the rank's own transfer time:
+  C_j = M_j + c_j. Round j's attention runs after round j-1's and after C_j: A_j = max(A_{j-1}, C_j)
+  + att_j. Double buffering: round j+1 is posted when round j's transfer is done and round j-1's
+  attention has freed its buffer: P_{j+1} = max(C_j, A_{j-1}). Round j's attention is slowed by the
+  transfer of round j+1 that overlaps it (kernels.py, overlap): att_j + slowdown × link_{j+1};
+- backward: the same in reverse order (O/MLP backward, output all-to-all, exchange rounds with K/V
+  in and dK/dV out, input all-to-all, QKV backward); "full" recompute first replays the layer's
+  forward (with its all-to-all syncs and KV rounds), "selective" reruns the linear parts inside
+  their backward (durations.py).
 
-Identical layers (and micro-steps) make the replay a max-plus linear system: once one layer
-shifts every rank by the same amount the rest are extrapolated exactly; otherwise every layer
-is replayed. Without any communication (`CostOptions(ignore_comm=True)`: no transfers, hence no
-waits) every rank finishes at its own compute time and the iteration is their max (= estimate);
-with one group there is no exchange. In general simulate >= estimate.
+Layer passes are separated by a synchronization of all ranks (at every layer boundary, after the LM
+head and at every exposed collective): each pass of a kind takes the same time D, its slowest
+rank's. This is a conservative model of the cross-layer coupling (every group exchanges with every
+other group in every layer, so the groups run in lockstep within a fraction of a layer; the
+synchronization charges that fraction in full), and it makes the step time a sum of longest paths,
+which the planner's optimization model reproduces exactly (planner/model.py: its constraints are
+this replay's critical paths, `trace=True`).
+
+Parameter collectives: a prefetched collective of `c` seconds issued at the start of a pass runs
+while the pass computes; the pass then takes max(c, max_r(chain_r + max(0, c - window_r) +
+slowdown·c)): it hides only behind the rank's compute kernels (the all-to-alls and KV transfers
+keep the links busy themselves) and slows the compute it overlaps. Per micro-step (one sequence):
+  zero3       AG_root + AG, then (Λ-1) forward passes prefetching AG and one without, the LM head
+              prefetching AG (behind its backward, 2/3 of it), (Λ-1) backward passes with AG + RS
+              and one without, then RS + RS_root exposed;
+  replicated  Λ forward passes, the head, Λ backward passes; in the last micro-step's backward each
+              layer's all-reduce overlaps the next layer's backward (Λ-1 passes with AR, one
+              without) and the last bucket and the root's all-reduce are exposed.
+Then every rank's optimizer step; iteration_time_s = the last rank's finish.
+
+Every rank's time is split into phases (PHASES) that sum to the iteration time on every rank:
+its own work, the exchange time not hidden behind its attention ("kv_exchange": exposed transfers,
+partner waits and the overlap slowdown), exposed parameter traffic, and "wait" (for the group at an
+all-to-all, or for the slowest rank at a layer boundary).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..plan import Plan
 from ..specs import ClusterSpec, ModelSpec, Workload
-from .arrays import CostOptions
-from .estimate import Components, components, head_backward, layer_compute, phase_times
+from .durations import Durations, durations
+from .kernels import CostOptions
+
+PHASES = ("linear", "memory_bound", "attention", "alltoall", "kv_exchange", "lm_head", "recompute", "param_comm", "optimizer", "wait")
+
+# A critical path is a list of items, each one duration of durations.py (the planner's model turns
+# them into linear constraints): ("pre_f" | "post_f" | "pre_b" | "post_b" | "head", r),
+# ("a2a_in" | "a2a_out", r, piece), ("att_f" | "att_b", r, j), ("slow" | "slow_b", r, j) (slowdown ×
+# link of round j, charged to round j-1's attention; twice in backward), ("xc_f", r, j, piece), ("xc_b", r, j),
+# ("exposed", window, r, comm) (comm - window_r of a prefetching pass), ("const", seconds).
+Item = tuple
 
 
 @dataclass
 class SimResult:
     iteration_time_s: float
-    finish_s: np.ndarray  # [R] when each rank finishes its optimizer step
-    busy_s: np.ndarray  # [R] the rank's own work (the estimate's per-rank time)
-    wait_s: np.ndarray  # [R] finish - busy: time spent waiting for others
-    steps_replayed: int  # layer passes (forward or backward) actually replayed (the rest extrapolated)
+    phases: dict[str, np.ndarray]  # per rank seconds per phase (PHASES); each rank's sum = iteration_time_s
+    passes: dict[str, tuple[float, float]] = field(default_factory=dict)  # pass kind -> (count per iteration, seconds each)
+    paths: dict[str, list[Item]] = field(default_factory=dict)  # with trace=True: each pass kind's critical path
+
+    @property
+    def busy_s(self) -> np.ndarray:
+        """[R] the rank's own work (everything but waiting)."""
+        return self.iteration_time_s - self.phases["wait"]
+
+    @property
+    def wait_s(self) -> np.ndarray:
+        return self.phases["wait"]
 
     @property
     def critical_rank(self) -> int:
-        return int(np.argmax(self.finish_s))
+        """The rank that waits least (it sets the pace)."""
+        return int(np.argmin(self.phases["wait"]))
 
     def to_dict(self) -> dict:
-        return {
-            "iteration_time_s": self.iteration_time_s,
-            "critical_rank": self.critical_rank,
-            "finish_s": self.finish_s.tolist(),
-            "wait_s": self.wait_s.tolist(),
-        }
+        return {"iteration_time_s": self.iteration_time_s, "critical_rank": self.critical_rank,
+                "phases": {k: v.tolist() for k, v in self.phases.items()},
+                "passes": {k: {"count": c, "seconds": s} for k, (c, s) in self.passes.items()}}
 
 
-class _Replay:
-    def __init__(self, c: Components, extrapolate: bool = True):
-        self.c = c
-        self.extrapolate = extrapolate
-        a = c.a
-        self.a = a
-        self.active = a.eta > 0
-        self.multi = a.gsize.max() > 1 and c.comm
-        self.steps = 0
+def _group_argmax(t: np.ndarray, gmax: np.ndarray, a) -> np.ndarray:
+    """[k] the first rank of each group whose t equals the group's maximum."""
+    cand = np.where(t == gmax[a.grp], np.arange(a.R), a.R)
+    return np.minimum.reduceat(cand, a.gstart)
 
-    def group_sync(self, t: np.ndarray) -> np.ndarray:
-        if not self.multi:
-            return t
-        return np.maximum.reduceat(t, self.a.gstart)[self.a.grp]
 
-    def exchange(self, t: np.ndarray, att: np.ndarray, comm: np.ndarray) -> np.ndarray:
+def _zeros(R: int) -> dict[str, np.ndarray]:
+    return {p: np.zeros(R) for p in PHASES}
+
+
+class _Chain:
+    """One layer pass, event by event, for every rank at once (module doc); with `trace` it keeps
+    every max's winner so that a rank's finish can be traced back to the path that sets it."""
+
+    def __init__(self, d: Durations, trace: bool = False):
+        self.d, self.a = d, d.a
+        self.trace = trace
+        self.log: dict = {}
+
+    def group_sync(self, t: np.ndarray, ph: dict, tag: str) -> np.ndarray:
+        """The all-to-all's rendezvous: every member starts when the last arrives. Without
+        communication (CostOptions.ignore_comm) there is no all-to-all to wait for."""
         a = self.a
+        if not self.d.comm:
+            if self.trace:
+                self.log[tag] = None
+            return t
+        start = np.maximum.reduceat(t, a.gstart)
+        if self.trace:  # the member that arrives last (first of the ties)
+            self.log[tag] = _group_argmax(t, start, a)
+        start = start[a.grp]
+        ph["wait"] += start - t
+        return start
+
+    def pieces(self, t: np.ndarray, pieces: np.ndarray, tag: str) -> np.ndarray:
+        if self.trace:
+            self.log[tag] = pieces.argmax(axis=1)
+        return t + pieces.max(axis=1)
+
+    def exchange(self, t: np.ndarray, att: np.ndarray, xc: np.ndarray, ph: dict, tag: str) -> np.ndarray:
+        """xc: [R, k, pieces] (forward) or [R, k] (backward)."""
+        a, d = self.a, self.d
+        active, k = a.active, a.k
+        att = att.copy()
+        # round j is slowed by round j+1's transfer: its bytes in + out over the link, which the
+        # backward doubles (K/V in and dK/dV back, both ways)
+        att[:, :-1] += (2.0 if xc.ndim == 2 else 1.0) * d.slowdown[:, None] * d.link[:, 1:]
+        xc = xc if xc.ndim == 3 else xc[:, :, None]
         A = t + att[:, 0]
-        if a.k == 1:
-            return A
-        P = t.copy()
-        grp, k = a.grp, a.k
-        neg = np.full(a.R, -np.inf)
-        for j in range(1, k):
-            if not self.c.comm:  # no transfers: each round's attention follows the previous one
-                A = A + att[:, j]
-                continue
-            gmax = np.maximum.reduceat(np.where(self.active, P, neg), a.gstart)
-            partner = np.maximum(gmax[(grp - j) % k], gmax[(grp + j) % k])
-            C = np.maximum(P, partner) + comm[:, j]
-            A_new = np.maximum(A, C) + att[:, j]
-            P = np.maximum(C, A)
-            A = A_new
-        return np.where(self.active, A, t)
+        log = {"A_from_C": [], "M_from": [], "piece": [], "P_from_C": []} if self.trace else None
+        if k > 1:
+            P = t.copy()
+            grp = a.grp
+            idx = np.arange(a.R)
+            for j in range(1, k):
+                if not d.comm:
+                    A = A + att[:, j]
+                    if log is not None:
+                        log["A_from_C"].append(np.zeros(a.R, dtype=bool))
+                    continue
+                Pa = np.where(active, P, -np.inf)
+                gmax = np.maximum.reduceat(Pa, a.gstart)
+                left, right = gmax[(grp - j) % k], gmax[(grp + j) % k]
+                M = np.maximum(P, np.maximum(left, right))
+                cmax = xc[:, j, :].max(axis=1)
+                C = M + cmax
+                from_C = C > A
+                A_new = np.maximum(A, C) + att[:, j]
+                P_from_C = C >= A
+                if log is not None:
+                    garg = _group_argmax(Pa, gmax, a)  # the active rank posting last in each group
+                    src = np.where(M == P, idx, np.where(left >= right, garg[(grp - j) % k], garg[(grp + j) % k]))
+                    log["A_from_C"].append(from_C)
+                    log["M_from"].append(src)
+                    log["piece"].append(xc[:, j, :].argmax(axis=1))
+                    log["P_from_C"].append(P_from_C)
+                P = np.maximum(C, A)
+                A = A_new
+        if log is not None:
+            self.log[tag] = log
+        end = np.where(active, A, t)
+        ph["kv_exchange"] += end - t  # the callers move the plain attention time out of it
+        return end
 
-    def fwd_layer(self, t: np.ndarray) -> np.ndarray:
-        c = self.c
-        self.steps += 1
-        t = t + c.lin_pre
-        t = self.group_sync(t) + c.a2a_in
-        t = self.exchange(t, c.att, c.xc_f)
-        t = self.group_sync(t) + c.a2a_out
-        return t + c.lin_post
-
-    def bwd_layer(self, t: np.ndarray) -> np.ndarray:
-        c = self.c
-        if c.recompute == "full":  # the whole layer forward again, collectives included
-            t = self.fwd_layer(t)
-        self.steps += 1
-        rec = 1.0 if c.recompute == "selective" else 0.0  # selective checkpointing: the linear parts run again
-        t = t + (2.0 + rec) * c.lin_post
-        t = self.group_sync(t) + c.a2a_out
-        t = self.exchange(t, c.bwd_factor * c.att, c.xc_b)
-        t = self.group_sync(t) + c.a2a_in
-        return t + (2.0 + rec) * c.lin_pre
-
-    def repeat(self, step, t: np.ndarray, n: int) -> np.ndarray:
-        """Apply `step` n times; extrapolate once a step shifts every rank by the same amount."""
-        for i in range(n):
-            new = step(t)
-            delta = new - t
-            t = new
-            if self.extrapolate and np.ptp(delta) <= 1e-12 * max(1.0, float(np.abs(t).max())):
-                return t + delta * (n - 1 - i)
+    def forward(self, t: np.ndarray, ph: dict, tag: str = "f") -> np.ndarray:
+        d = self.d
+        t = t + d.lin_pre_f
+        t = self.pieces(self.group_sync(t, ph, tag + ":sync_in"), d.a2a_in, tag + ":a2a_in")
+        t = self.exchange(t, d.att_f, d.xc_f, ph, tag + ":x")
+        t = self.pieces(self.group_sync(t, ph, tag + ":sync_out"), d.a2a_out, tag + ":a2a_out")
+        t = t + d.lin_post_f
+        ph["alltoall"] += d.a2a_in.max(axis=1) + d.a2a_out.max(axis=1)
+        lin = d.lin_pre_f + d.lin_post_f
+        ph["linear"] += d.matmul_f
+        ph["memory_bound"] += lin - d.matmul_f
+        att = np.where(self.a.active, d.att_f.sum(axis=1), 0.0)
+        ph["attention"] += att
+        ph["kv_exchange"] -= att
         return t
 
-    def overlapped(self, step, comm: float, window: np.ndarray):
-        """`step` with a global collective of `comm` seconds prefetched during it: every rank issues
-        the collective when it starts the step, so the collective runs from the last issue; a rank
-        goes on when its step, its own exposed part max(0, comm - window) (the estimate's term: the
-        collective hides behind compute kernels only) and the collective are done."""
-        exposed = np.maximum(0.0, comm - window)
+    def backward(self, t: np.ndarray, ph: dict) -> np.ndarray:
+        d = self.d
+        if d.rule.replay_layer:  # the whole layer forward again, collectives included
+            rec = _zeros(self.a.R)
+            t1 = self.forward(t, rec, tag="r")
+            ph["recompute"] += t1 - t - rec["wait"]
+            ph["wait"] += rec["wait"]
+            t = t1
+        t = t + d.lin_post_b
+        t = self.pieces(self.group_sync(t, ph, "b:sync_out"), d.a2a_out, "b:a2a_out")
+        t = self.exchange(t, d.att_b, d.xc_b, ph, "b:x")
+        t = self.pieces(self.group_sync(t, ph, "b:sync_in"), d.a2a_in, "b:a2a_in")
+        t = t + d.lin_pre_b
+        ph["alltoall"] += d.a2a_in.max(axis=1) + d.a2a_out.max(axis=1)
+        lin = d.lin_pre_b + d.lin_post_b
+        rerun = (d.lin_pre_f + d.lin_post_f) if d.rule.rerun_linear else 0.0
+        matmul = d.matmul_b - (d.matmul_f if d.rule.rerun_linear else 0.0)
+        ph["recompute"] += rerun
+        ph["linear"] += matmul
+        ph["memory_bound"] += lin - rerun - matmul
+        att = np.where(self.a.active, d.att_b.sum(axis=1), 0.0)
+        ph["attention"] += att
+        ph["kv_exchange"] -= att
+        return t
 
-        def run(t: np.ndarray) -> np.ndarray:
-            return np.maximum(step(t) + exposed, t.max() + comm)
+    # ------------------------------------------------------------------ tracing back
+    def _exchange_path(self, tag: str, r: int, backward: bool) -> tuple[list[Item], int]:
+        """Items from the exchange's start (t2 of the returned rank) to rank r's exchange end."""
+        a, k = self.a, self.a.k
+        items: list[Item] = []
+        if not a.active[r]:
+            return items, r
+        att_kind = "att_b" if backward else "att_f"
+        log = self.log[tag]
+        j, at = k - 1, "A"
+        while True:
+            if at == "A":
+                items.append((att_kind, r, j))
+                if j + 1 < k:
+                    items.append(("slow_b" if backward else "slow", r, j + 1))
+                if j == 0:
+                    return items, r
+                if not self.d.comm or not log["A_from_C"][j - 1][r]:
+                    j -= 1
+                    continue
+                at = "C"
+            if at == "C":  # C_j = M_j + c_j
+                items.append(("xc_b", r, j) if backward else ("xc_f", r, j, int(log["piece"][j - 1][r])))
+                r = int(log["M_from"][j - 1][r])
+                at = "P"
+            if at == "P":  # P_j: t2 for j = 1, else max(C_{j-1}, A_{j-2})
+                if j == 1:
+                    return items, r
+                if log["P_from_C"][j - 2][r]:
+                    j, at = j - 1, "C"
+                else:
+                    j, at = j - 2, "A"
 
-        return run
+    def _last_arrival(self, tag: str, r: int) -> int:
+        """The member of r's group the path jumps to at a rendezvous (r itself when there is none)."""
+        log = self.log[tag]
+        return r if log is None else int(log[self.a.grp[r]])
 
-    def barrier(self, t: np.ndarray, comm: float) -> np.ndarray:
-        """An exposed global collective: it starts when the last rank arrives."""
-        return np.full_like(t, t.max() + comm)
+    def forward_path(self, r: int, tag: str = "f") -> list[Item]:
+        """Rank r's forward finish traced back to the pass's start (a rank's own all-to-all time is
+        added after its group's last arrival: each sync jumps to the member that arrived last)."""
+        items: list[Item] = [("post_f", r), ("a2a_out", r, int(self.log[tag + ":a2a_out"][r]))]
+        r = self._last_arrival(tag + ":sync_out", r)
+        x, r = self._exchange_path(tag + ":x", r, backward=False)
+        items += x
+        items.append(("a2a_in", r, int(self.log[tag + ":a2a_in"][r])))
+        r = self._last_arrival(tag + ":sync_in", r)
+        items.append(("pre_f", r))
+        return items
 
-    def micro_step(self, t: np.ndarray, last: bool = True) -> np.ndarray:
-        """One sequence: forward, LM head, backward; zero3 gathers / reduce-scatters per layer, the
-        replicated all-reduce in the last micro-step's backward (estimate.py, `param_exposed`)."""
-        c, p, n = self.c, self.c.params, self.c.layers - 1
-        zero3 = c.comm and p.sharding == "zero3"
-        ddp = c.comm and p.sharding == "replicated" and last
-        c_f, c_b = layer_compute(c)
-        head = lambda x: x + c.head  # noqa: E731
-        if zero3:
-            t = self.barrier(t, p.ag_root + p.ag_layer)
-            t = self.repeat(self.overlapped(self.fwd_layer, p.ag_layer, c_f), t, n)
-            t = self.fwd_layer(t)  # the LM head's weights are in the root unit: nothing to prefetch
-            t = self.overlapped(head, p.ag_layer, head_backward(c))(t)
-            t = self.repeat(self.overlapped(self.bwd_layer, p.ag_layer + p.rs_layer, c_b), t, n)
-            t = self.bwd_layer(t)
-            return self.barrier(t, p.rs_layer + p.rs_root)
-        t = self.repeat(self.fwd_layer, t, c.layers)
-        t = head(t)
-        if not ddp:
-            return self.repeat(self.bwd_layer, t, c.layers)
-        t = self.bwd_layer(t)  # its bucket's all-reduce overlaps the next layer's backward
-        t = self.repeat(self.overlapped(self.bwd_layer, p.ar_layer, c_b), t, n)
-        return self.barrier(t, p.ar_layer + p.ar_root)
-
-    def iteration(self) -> np.ndarray:
-        c = self.c
-        t = self.repeat(lambda x: self.micro_step(x, last=False), np.zeros(self.a.R), c.batch - 1)
-        t = self.micro_step(t, last=True)
-        return t + c.optimizer
+    def backward_path(self, r: int) -> list[Item]:
+        items: list[Item] = [("pre_b", r), ("a2a_in", r, int(self.log["b:a2a_in"][r]))]
+        r = self._last_arrival("b:sync_in", r)
+        x, r = self._exchange_path("b:x", r, backward=True)
+        items += x
+        items.append(("a2a_out", r, int(self.log["b:a2a_out"][r])))
+        r = self._last_arrival("b:sync_out", r)
+        items.append(("post_b", r))
+        if self.d.rule.replay_layer:
+            items += self.forward_path(r, tag="r")
+        return items
 
 
-def simulate_components(c: Components, extrapolate: bool = True) -> SimResult:
-    """Replay one iteration from precomputed durations (`extrapolate=False` replays every layer)."""
-    rep = _Replay(c, extrapolate)
-    finish = rep.iteration()
-    busy = sum(phase_times(c).values())
-    return SimResult(float(finish.max()), finish, busy, finish - busy, rep.steps)
+def _pass(end: np.ndarray, own: dict, comm: float, window: np.ndarray, slowdown: np.ndarray) -> tuple[float, dict, int | None, bool]:
+    """A layer pass (from a synchronized start) with a prefetched collective of `comm` seconds: its
+    duration, every rank's phases (own work, exposed collective, waiting for the slowest), the rank
+    that sets it (None: the collective itself) and whether that rank's exposed part is comm - window."""
+    ph = {p: v.copy() for p, v in own.items()}
+    if comm > 0:
+        exposed = np.maximum(0.0, comm - window) + slowdown * comm
+        total = end + exposed
+        r = int(np.argmax(total))
+        D = float(max(total[r], comm))
+        ph["param_comm"] += exposed
+        ph["wait"] += D - total  # (not D - end - exposed: exactly 0 for the rank that sets D)
+        return D, ph, (r if total[r] >= comm else None), bool(comm - window[r] > 0)
+    r = int(np.argmax(end))
+    D = float(end[r])
+    ph["wait"] += D - end
+    return D, ph, r, False
 
 
-def simulate(
-    plan: Plan,
-    cluster: ClusterSpec,
-    model: ModelSpec,
-    workload: Workload,
-    options: CostOptions = CostOptions(),
-    extrapolate: bool = True,
-) -> SimResult:
-    """Replay one training iteration of `plan` step by step (see module doc); the judge of a plan."""
-    return simulate_components(components(plan, cluster, model, workload, options), extrapolate)
+def pass_schedule(d: Durations) -> list[tuple]:
+    """The passes of one iteration (module doc): ("pass", name, chain kind "f" | "b" | "h", count,
+    prefetched collective seconds) and ("barrier", name, count, seconds) for exposed collectives.
+    The planner's model reads the same list."""
+    p, n, B = d.params, d.layers - 1, d.batch
+    if d.comm and p.sharding == "zero3":
+        return [("barrier", "gather root + first layer", B, p.ag_root + p.ag_layer),
+                ("pass", "forward, prefetching", "f", B * n, p.ag_layer),
+                ("pass", "forward", "f", B, 0.0),
+                ("pass", "LM head, prefetching", "h", B, p.ag_layer),
+                ("pass", "backward, prefetching + reduce-scatter", "b", B * n, p.ag_layer + p.rs_layer),
+                ("pass", "backward", "b", B, 0.0),
+                ("barrier", "reduce-scatter last layer + root", B, p.rs_layer + p.rs_root)]
+    ddp = d.comm and p.sharding == "replicated" and p.ar_layer > 0
+    out = [("pass", "forward", "f", B * d.layers, 0.0), ("pass", "LM head", "h", B, 0.0),
+           ("pass", "backward", "b", B * d.layers - (n if ddp else 0), 0.0)]
+    if ddp:
+        out += [("pass", "backward, all-reduce", "b", n, p.ar_layer), ("barrier", "all-reduce last bucket + root", 1, p.ar_layer + p.ar_root)]
+    return out
+
+
+def simulate_durations(d: Durations, trace: bool = False) -> SimResult:
+    """Replay one iteration from precomputed durations (module doc); with `trace`, each pass kind's
+    critical path (the planner's model turns them into constraints)."""
+    R = d.a.R
+    chain = _Chain(d, trace)
+    own_f, own_b = _zeros(R), _zeros(R)
+    end_f = chain.forward(np.zeros(R), own_f)
+    end_b = chain.backward(np.zeros(R), own_b)
+    own_h = _zeros(R)
+    own_h["lm_head"] += d.head
+    slow = d.slowdown
+    total = _zeros(R)
+    passes: dict[str, tuple[float, float]] = {}
+    paths: dict[str, list[Item]] = {}
+    chains = {"f": (end_f, own_f, chain.forward_path), "b": (end_b, own_b, chain.backward_path),
+              "h": (d.head, own_h, lambda r: [("head", r)])}
+    windows = {"f": d.window_f, "b": d.window_b, "h": d.window_h}
+
+    def add(name: str, kind: str, count: float, comm: float = 0.0) -> None:
+        if count <= 0:
+            return
+        end, own, path_of = chains[kind]
+        D, ph, r, exposed = _pass(end, own, comm, windows[kind], slow)
+        for key in PHASES:
+            total[key] += count * ph[key]
+        c0, _ = passes.get(name, (0.0, D))
+        passes[name] = (c0 + count, D)
+        if trace:
+            if r is None:
+                paths[name] = [("const", comm)]
+            else:
+                extra = [("exposed", kind, r, comm)] if comm > 0 and exposed else []
+                paths[name] = path_of(r) + extra + ([("const", float(slow[r] * comm))] if comm > 0 else [])
+
+    def barrier(name: str, count: float, seconds: float) -> None:
+        if count > 0 and seconds > 0:
+            total["param_comm"] += count * seconds
+            c0, _ = passes.get(name, (0.0, seconds))
+            passes[name] = (c0 + count, seconds)
+            if trace:
+                paths[name] = [("const", seconds)]
+
+    for step in pass_schedule(d):
+        if step[0] == "pass":
+            add(*step[1:])
+        else:
+            barrier(*step[1:])
+    r = int(np.argmax(d.optimizer))
+    opt = float(d.optimizer[r])
+    total["optimizer"] += d.optimizer
+    total["wait"] += opt - d.optimizer
+    passes["optimizer"] = (1.0, opt)
+    if trace:
+        paths["optimizer"] = [("const", opt)]
+    t = float(sum(c * s for c, s in passes.values()))
+    return SimResult(t, total, passes, paths)
+
+
+def path_length(d: Durations, items: list[Item]) -> float:
+    """Seconds of a traced critical path: the sum of its items' durations (equals its pass's D)."""
+    windows = {"f": d.window_f, "b": d.window_b, "h": d.window_h}
+    plain = {"pre_f": d.lin_pre_f, "post_f": d.lin_post_f, "pre_b": d.lin_pre_b, "post_b": d.lin_post_b, "head": d.head}
+    total = 0.0
+    for it in items:
+        kind = it[0]
+        if kind in plain:
+            total += plain[kind][it[1]]
+        elif kind == "a2a_in":
+            total += d.a2a_in[it[1], it[2]]
+        elif kind == "a2a_out":
+            total += d.a2a_out[it[1], it[2]]
+        elif kind == "att_f":
+            total += d.att_f[it[1], it[2]]
+        elif kind == "att_b":
+            total += d.att_b[it[1], it[2]]
+        elif kind in ("slow", "slow_b"):
+            total += (2.0 if kind == "slow_b" else 1.0) * d.slowdown[it[1]] * d.link[it[1], it[2]]
+        elif kind == "xc_f":
+            total += d.xc_f[it[1], it[2], it[3]]
+        elif kind == "xc_b":
+            total += d.xc_b[it[1], it[2]]
+        elif kind == "exposed":
+            total += it[3] - windows[it[1]][it[2]]
+        elif kind == "const":
+            total += it[1]
+        else:  # pragma: no cover - a new item kind must be added here and in the planner's model
+            raise ValueError(f"unknown path item {it!r}")
+    return float(total)
+
+
+def simulate(plan: Plan, cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions(),
+             trace: bool = False) -> SimResult:
+    """Replay one training iteration of `plan` (module doc); the judge of a plan."""
+    return simulate_durations(durations(plan, cluster, model, workload, options), trace)

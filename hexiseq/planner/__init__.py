@@ -1,24 +1,23 @@
-"""The HexiSeq planner: homogeneous baselines, the Pyomo model per grouping, the hierarchical
-scheduler and infeasibility explanations.
+"""The HexiSeq planner: the candidate search space, the Pyomo model of a layout, best-first search
+with proven bounds, the homogeneous baselines and infeasibility explanations.
 
-- `plan_cluster(cluster, model, workload, solver="highs", time_limit_s=None, progress=True) -> PlanResult`
+- `plan_cluster(cluster, model, workload, progress=True) -> PlanResult`
 - `baselines(cluster, model, workload) -> dict[str, BaselineResult]`
-- `solve_grouping(grouping, cluster, model, workload, ...) -> MilpSolution` (one grouping)
-- `candidate_groupings(cluster, model) -> list[Grouping]` (stage I)
+- `candidate_layouts(cluster, model) -> list[Candidate]` (stage I)
+- `LayoutModel(cluster, model, workload, layout)` the optimization model of one layout
 - `explain_infeasible(cluster, model, workload) -> str`, `memory_report(...) -> MemoryReport`
 """
 
-from .baselines import BaselineResult, baselines, best_baseline, proportional_plan
-from .explain import MemoryReport, explain_infeasible, memory_report
-from .groupings import Grouping, candidate_groupings
-from .milp import MilpSolution, solve_grouping
+from .baselines import FAMILIES, BaselineResult, baselines, best_baseline, plan_lower_bound, proportional_plan
+from .candidates import Candidate, device_subsets, layouts
+from .explain import MemoryReport, explain_infeasible, may_fit, memory_report
+from .model import Layout, LayoutModel
 from .refine import refine
 from .result import PlanResult
-from .scheduler import plan_cluster
-from .solvers import check_solver
+from .scheduler import SEARCH_SPACE, candidate_layouts, plan_cluster
 
 __all__ = [
-    "BaselineResult", "Grouping", "MemoryReport", "MilpSolution", "PlanResult", "baselines", "best_baseline",
-    "candidate_groupings", "check_solver", "explain_infeasible", "memory_report", "plan_cluster", "proportional_plan",
-    "refine", "solve_grouping",
+    "FAMILIES", "SEARCH_SPACE", "BaselineResult", "Candidate", "Layout", "LayoutModel", "MemoryReport", "PlanResult",
+    "baselines", "best_baseline", "candidate_layouts", "device_subsets", "explain_infeasible", "layouts", "may_fit",
+    "memory_report", "plan_cluster", "plan_lower_bound", "proportional_plan", "refine",
 ]

@@ -1,37 +1,41 @@
-"""The homogeneous baselines HexiSeq is measured against, each tuned as a strong competitor would.
+"""The homogeneous baselines HexiSeq is measured against, each tuned to its very best.
 
-Every candidate is a `Plan` judged by the same cost model and simulator as HexiSeq's own plans:
+One registry (`FAMILIES`): a family is a name and a function that lists its symmetric plans on a set
+of devices. Every family is tried on every candidate device subset (candidates.device_subsets: the
+whole cluster, every union of GPU types, the fastest n whole-node prefixes), in every legal
+configuration, under every recompute policy that fits, and scored by the step replay (the judge).
+Nothing is cut by an estimate: a configuration is skipped only when a proven lower bound of its own
+step time (`plan_lower_bound`) is already above its family's best replayed time, so the best of each
+family is exact.
 
-- **ring**: pure CP (zigzag), one device per group, even chunks;
-- **ulysses**: pure HP, one group, even heads (when the heads do not divide over all devices,
-  the largest group whose size divides the heads, on the fastest devices);
-- **usp**: every CP x HP factorization with HP dividing the heads, in two placements (HP inside
-  nodes, i.e. consecutive devices; and HP across nodes, i.e. strided), even splits;
-- each of the above also on every homogeneous subset (all devices of one GPU type), since a user
-  can simply leave the slow GPUs out;
-- **proportional**: node groups, chunks / shards / heads split in proportion to effective FLOP/s
-  (a heuristic without optimization).
-
-For each family the configuration with the lowest simulated iteration time among those that fit
-in memory is kept. Recompute: under a concrete policy every candidate runs with it; under "auto"
-(or an explicit list of policies) each candidate takes the first policy of "none", "selective",
-"full" under which it fits, as a competitor would turn checkpointing on only when it must: the same
-plan with more recompute is never faster (it adds at least as much recompute time as its larger
-backward window can hide of the parameter collectives), so that is the candidate's best policy.
+- ring:     pure CP (zigzag), one device per group, even chunks;
+- ulysses:  pure HP, one group, even heads;
+- usp:      every CP x HP factorization with HP dividing the heads, HP inside nodes (consecutive
+            devices) and HP across nodes (strided);
+- proportional: node groups, chunks / shards / heads in proportion to effective FLOP/s (a
+            heuristic, no optimization), on the whole cluster.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Callable, Iterable, Sequence
 
+import numpy as np
+
+from ..costmodel.arrays import plan_arrays
+from ..costmodel.bound import subset_time_bound
+from ..costmodel.durations import coefficients, evaluate
+from ..costmodel.memory import memory_bytes
+from ..costmodel.simulate import pass_schedule, simulate_durations
+from ..costmodel.comm import ParamComm, param_collectives
+from ..costmodel.kernels import CostOptions
 from ..errors import PlanError
 from ..plan import Group, Plan, symmetric_plan
 from ..specs import RECOMPUTE_POLICIES, ClusterSpec, ModelSpec, Workload
-
-# How many of a family's candidates (best by the fast estimate) are replayed in the simulator.
-SIMULATE_TOP = 3
+from .candidates import device_subsets
 
 
 @dataclass
@@ -40,103 +44,84 @@ class BaselineResult:
 
     name: str
     plan: Plan | None
-    iteration_time_s: float  # simulated; inf when nothing fits
-    tokens_per_s: float  # simulated; 0 when nothing fits
+    iteration_time_s: float  # replayed; inf when nothing fits
+    tokens_per_s: float  # 0 when nothing fits
     config: str  # human description of the kept configuration
     tried: int  # configurations built
-    fitting: int  # configurations that fit in memory
-    estimate_time_s: float = math.inf  # the cost model's (analytic) time of the kept plan
+    fitting: int  # configurations replayed that fit in memory
+    skipped: int = 0  # configurations whose lower bound was above the family's best
     notes: list[str] = field(default_factory=list)
-    recompute: str | None = None  # the recompute policy the kept plan runs with (None when nothing fits)
+    recompute: str | None = None  # the kept plan's recompute policy (None when nothing fits)
 
     @property
     def feasible(self) -> bool:
         return self.plan is not None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "feasible": self.feasible,
-            "config": self.config,
-            "iteration_time_s": self.iteration_time_s if self.feasible else None,
-            "tokens_per_s": self.tokens_per_s,
-            "tried": self.tried,
-            "fitting": self.fitting,
-            "recompute": self.recompute,
-            "notes": list(self.notes),
-        }
-
-
-# ---------------------------------------------------------------------------- helpers
+        return {"name": self.name, "feasible": self.feasible, "config": self.config,
+                "iteration_time_s": self.iteration_time_s if self.feasible else None, "tokens_per_s": self.tokens_per_s,
+                "tried": self.tried, "fitting": self.fitting, "skipped": self.skipped, "recompute": self.recompute,
+                "notes": list(self.notes)}
 
 
 def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def device_speed(cluster: ClusterSpec, d: int) -> float:
-    """Effective FLOP/s used to rank and weight devices (matmul rate; attention is similar)."""
-    return cluster.devices[d].gpu.matmul_flops
-
-
-def homogeneous_subsets(cluster: ClusterSpec) -> dict[str, list[int]]:
-    """{GPU type: its devices} for clusters with more than one type (one type = the whole cluster)."""
-    by_type: dict[str, list[int]] = {}
-    for d in cluster.devices:
-        by_type.setdefault(d.gpu.name, []).append(d.index)
-    return by_type if len(by_type) > 1 else {}
-
-
 def _block_for(seq_len: int, parts: int, block: int) -> int | None:
     """The alignment an even zigzag split into `parts` chunk pairs can use: the workload's block if
-    it divides, else the largest divisor of the chunk length below it (a competitor would do the
-    same); None when S does not split evenly at all."""
+    it divides, else the largest common divisor below it; None when S does not split evenly."""
     if seq_len % (2 * parts):
         return None
     return math.gcd(seq_len // (2 * parts), block)
 
 
-def symmetric_candidates(
-    devices: Sequence[int], seq_len: int, model: ModelSpec, block: int, family: str, speed: dict[int, float] | None = None
-) -> list[tuple[str, Plan]]:
-    """Every legal symmetric plan of one family on `devices` (ordered node by node); `speed` ranks
-    devices when Ulysses must use a subset (fastest first)."""
-    devs = list(devices)
-    n, H = len(devs), model.heads
-    out: list[tuple[str, Plan]] = []
+def _make(devs: Sequence[int], S: int, model: ModelSpec, block: int, cp: int, hp: int) -> Plan | None:
+    b = _block_for(S, cp, block)
+    if b is None:
+        return None
+    try:
+        return symmetric_plan(list(devs), S, model.heads, model.kv_heads, cp=cp, hp=hp, block_size=b)
+    except PlanError:
+        return None  # not a legal layout for this size: the family lacks it
 
-    def make(dv: list[int], cp: int, hp: int, label: str) -> None:
-        b = _block_for(seq_len, cp, block)
-        if b is None:
-            return
-        try:
-            out.append((label, symmetric_plan(dv, seq_len, H, model.kv_heads, cp=cp, hp=hp, block_size=b)))
-        except PlanError:
-            pass  # not a legal layout for this size; the family simply lacks it
 
-    if family == "ring":
-        make(devs, n, 1, f"cp={n}")
-    elif family == "ulysses":
-        # Largest HP sizes first; a subset of the fastest devices when heads do not divide over all.
-        for hp in sorted((d for d in divisors(H) if d <= n), reverse=True)[:3]:
-            pick = devs if hp == n else sorted(sorted(devs, key=lambda d: -(speed or {}).get(d, 0.0))[:hp])
-            make(pick, 1, hp, f"hp={hp}" + ("" if hp == n else f" on {hp} of {n} devices"))
-    elif family == "usp":
-        for hp in divisors(n):
-            cp = n // hp
-            if hp == 1 or cp == 1 or H % hp:
-                continue
-            make(devs, cp, hp, f"cp={cp} x hp={hp}, hp inside nodes")
-            strided = [devs[i + j * cp] for i in range(cp) for j in range(hp)]
-            make(strided, cp, hp, f"cp={cp} x hp={hp}, hp across nodes")
-    else:  # pragma: no cover - programming error
-        raise ValueError(family)
+def ring(devs: Sequence[int], S: int, model: ModelSpec, block: int) -> list[tuple[str, Plan]]:
+    p = _make(devs, S, model, block, len(devs), 1)
+    return [(f"cp={len(devs)}", p)] if p else []
+
+
+def ulysses(devs: Sequence[int], S: int, model: ModelSpec, block: int) -> list[tuple[str, Plan]]:
+    p = _make(devs, S, model, block, 1, len(devs))
+    return [(f"hp={len(devs)}", p)] if p else []
+
+
+def usp(devs: Sequence[int], S: int, model: ModelSpec, block: int) -> list[tuple[str, Plan]]:
+    n, out = len(devs), []
+    for hp in divisors(n):
+        cp = n // hp
+        if hp == 1 or cp == 1 or model.heads % hp:
+            continue
+        p = _make(devs, S, model, block, cp, hp)
+        if p:
+            out.append((f"cp={cp} x hp={hp}, hp inside nodes", p))
+        strided = [devs[i + j * cp] for i in range(cp) for j in range(hp)]
+        p = _make(strided, S, model, block, cp, hp)
+        if p:
+            out.append((f"cp={cp} x hp={hp}, hp across nodes", p))
     return out
+
+
+FAMILIES: dict[str, Callable[[Sequence[int], int, ModelSpec, int], list[tuple[str, Plan]]]] = {
+    "ring": ring,
+    "ulysses": ulysses,
+    "usp": usp,
+}
 
 
 def largest_remainder(total: int, weights: Sequence[float], unit: int = 1, minimum: int = 0) -> list[int]:
     """Split `total` (a multiple of `unit`) into parts ∝ weights, each a multiple of `unit`, at least
-    `minimum` units each when possible; exact sum."""
+    `minimum` units each when possible; exact sum (ties to the first)."""
     units = total // unit
     k = len(weights)
     base = [minimum] * k if units >= minimum * k else [0] * k
@@ -144,8 +129,7 @@ def largest_remainder(total: int, weights: Sequence[float], unit: int = 1, minim
     wsum = sum(weights) or 1.0
     raw = [rest * w / wsum for w in weights]
     parts = [int(math.floor(x)) for x in raw]
-    order = sorted(range(k), key=lambda i: raw[i] - parts[i], reverse=True)
-    for i in order[: rest - sum(parts)]:
+    for i in sorted(range(k), key=lambda i: (-(raw[i] - parts[i]), i))[: rest - sum(parts)]:
         parts[i] += 1
     return [(b + p) * unit for b, p in zip(base, parts)]
 
@@ -153,119 +137,179 @@ def largest_remainder(total: int, weights: Sequence[float], unit: int = 1, minim
 def proportional_plan(cluster: ClusterSpec, model: ModelSpec, workload: Workload, devices: Iterable[int] | None = None) -> Plan:
     """Capacity-proportional heuristic: one group per (node, GPU type), chunk lengths ∝ the group's
     FLOP/s, shards and heads ∝ each device's FLOP/s (heads in whole KV-head units)."""
-    use = set(devices) if devices is not None else set(range(cluster.size))
-    groups_devs: list[list[int]] = []
-    for node in cluster.node_devices:
-        by_type: dict[str, list[int]] = {}
-        for d in node:
-            if d in use:
-                by_type.setdefault(cluster.devices[d].gpu.name, []).append(d)
-        groups_devs.extend(by_type.values())
+    from .candidates import domains
+
+    groups_devs = domains(cluster, devices if devices is not None else range(cluster.size))
     S, B, H = workload.seq_len, workload.block_size, model.heads
-    unit = model.group_size if (H // model.group_size) >= 1 else 1
     if S % (2 * B) or S // (2 * B) < len(groups_devs):
         raise PlanError(f"seq_len {S} cannot give {len(groups_devs)} groups whole chunks of {B} tokens")
-    speeds = [[device_speed(cluster, d) for d in g] for g in groups_devs]
+    speeds = [[cluster.devices[d].gpu.matmul_flops for d in g] for g in groups_devs]
     chunk_blocks = largest_remainder(S // (2 * B), [sum(s) for s in speeds], 1, minimum=1)
     groups = []
     for g, sp, cb in zip(groups_devs, speeds, chunk_blocks):
         L = cb * B
-        heads = largest_remainder(H, sp, unit)
-        shards = largest_remainder(2 * L, sp, 1, minimum=1)
-        groups.append(Group(tuple(g), L, tuple(shards), tuple(heads)))
+        groups.append(Group(tuple(g), L, tuple(largest_remainder(2 * L, sp, 1, minimum=1)), tuple(largest_remainder(H, sp, model.group_size))))
     return Plan(S, H, model.kv_heads, tuple(groups), B, "proportional", cluster.name, model.name)
+
+
+# ---------------------------------------------------------------------------- a plan's lower bound
+
+
+def plan_lower_bound(plan: Plan, cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()) -> float:
+    """A proven lower bound of the plan's replayed step time that needs no exchange schedule: the
+    exposed collectives, the optimizer and every rank's own work (durations.py's forms summed over the
+    passes), where a pass's exchange takes at least max(its attention, its transfers, one after the
+    other: from each other group its least latency and the bytes it needs of it over all of that
+    group's links at once) — waits, the all-to-alls and the overlap slowdown only add; every pass takes at least its slowest
+    rank's own work and its prefetched collective (simulate.pass_schedule)."""
+    a = plan_arrays(plan, cluster, model, workload, options)
+    return _lower_bound(a, _floors(a, model, workload, options), model, workload, options)
+
+
+def _floors(a, model: ModelSpec, workload: Workload, options: CostOptions) -> SimpleNamespace:
+    """The parts of plan_lower_bound that do not depend on the recompute policy."""
+    from ..costmodel.comm import kv_bytes
+    from ..costmodel.kernels import attention_rows, attention_waste
+
+    w = a.work
+    L = a.L[a.grp]
+    rows = sum(attention_rows(L, a.k))
+    waste = sum(attention_waste(L, a.k, w.tile))
+    att = a.eta * ((L * (workload.seq_len + 1) + waste) * w.pair + rows * w.row)  # forward, all rounds
+    xf = xb = np.zeros(a.R)
+    if a.k > 1 and not options.ignore_comm:
+        # the transfers of a rank's rounds follow one another (simulate.exchange: round j's starts
+        # after round j-1's arrived): at least, from each other group h, the least latency of h's
+        # ranks to it plus the bytes it needs of h over all of h's links to it at once
+        lat_h = np.minimum.reduceat(a.lat, a.gstart, axis=0)  # [k, R]
+        bw_h = np.add.reduceat(a.bw, a.gstart, axis=0)  # [k, R]
+        h = np.arange(a.k)[:, None]
+        mult = np.where(h < a.grp[None, :], 1.0, 2.0)  # zigzag need: L_h before g, 2·L_h after
+        other = h != a.grp[None, :]
+        secs = np.where(other, kv_bytes(a.kvc[None, :] * mult * a.L[:, None], model.head_dim) / np.where(other, bw_h, 1.0), 0.0)
+        lat_sum = np.where(other, lat_h, 0.0).sum(axis=0)
+        xf = lat_sum + secs.sum(axis=0)
+        xb = 2.0 * lat_sum + secs.sum(axis=0)
+    pc = param_collectives(a.bw, a.lat, model, workload) if not options.ignore_comm else ParamComm(workload.param_sharding)
+    return SimpleNamespace(att=att, xf=xf, xb=xb, pc=pc)
+
+
+def _lower_bound(a, fl: SimpleNamespace, model: ModelSpec, workload: Workload, options: CostOptions) -> float:
+    from ..costmodel.policy import rule_of
+
+    rule = rule_of(workload)
+    w = a.work
+    rerun = 1.0 if rule.rerun_linear else 0.0
+    rep = 1.0 if rule.replay_layer else 0.0
+    active = a.eta > 0
+    ex_f = np.where(active, np.maximum(fl.att, fl.xf), 0.0)
+    ex_b = np.where(active, np.maximum(w.attn_bwd_factor * fl.att, fl.xb), 0.0)
+    fwd = a.s * (w.pre_fwd + w.post_fwd) + ex_f
+    bwd = a.s * (w.pre_bwd + w.post_bwd + rerun * (w.pre_fwd + w.post_fwd)) + ex_b + rep * fwd
+    own = {"f": fwd, "b": bwd, "h": a.s * w.head}
+    local_params = model.param_count / (a.R if workload.param_sharding == "zero3" else 1)
+    shape = SimpleNamespace(params=fl.pc, layers=model.layers, batch=workload.global_batch, comm=not options.ignore_comm)
+    total = float(local_params * w.optimizer.max())
+    for step in pass_schedule(shape):
+        if step[0] == "pass":  # every rank: max(its own work, the collective) + the slowdown the collective causes
+            _, _, kind, count, comm = step
+            total += count * float((np.maximum(own[kind], comm) + (w.overlap_slowdown * comm if comm > 0 else 0.0)).max())
+        else:
+            total += step[2] * step[3]
+    return total
 
 
 # ---------------------------------------------------------------------------- evaluation
 
 
 def policies_of(workload: Workload, policies: Sequence[str] | None = None) -> list[str]:
-    """The recompute policies to try, in order of increasing recompute: `policies` when given, all
-    three under "auto", else the workload's own."""
+    """The recompute policies to try: `policies` when given, all three under "auto", else the workload's."""
     if policies is not None:
-        return list(policies)
-    return list(RECOMPUTE_POLICIES) if workload.recompute == "auto" else [workload.recompute]
+        return [str(getattr(p, "value", p)) for p in policies]
+    policy = str(getattr(workload.recompute, "value", workload.recompute))
+    return [str(getattr(p, "value", p)) for p in RECOMPUTE_POLICIES] if policy == "auto" else [policy]
 
 
-def _evaluate(
-    name: str,
-    candidates: list[tuple[str, Plan]],
-    cluster: ClusterSpec,
-    model: ModelSpec,
-    workload: Workload,
-    simulate_top: int = SIMULATE_TOP,
-    policies: Sequence[str] | None = None,
-) -> BaselineResult:
-    """Estimate every candidate (under the first policy it fits with, module doc), replay the best few
-    that fit in the simulator, keep the fastest."""
-    from ..costmodel import estimate, simulate
-
-    workloads = [workload.with_recompute(p) for p in policies_of(workload, policies)]
+def evaluate_family(name: str, candidates: list[tuple[str, Plan]], cluster: ClusterSpec, model: ModelSpec, workload: Workload,
+                    policies: Sequence[str], options: CostOptions = CostOptions()) -> BaselineResult:
+    """The family's best plan: every (configuration, policy) replayed unless its lower bound (the
+    larger of plan_lower_bound and the bound of its device set) is above the best so far (then it
+    cannot be the best); ordered by that bound, so the search stops early."""
     scored = []
-    for label, plan in candidates:
-        for wl in workloads:
-            p = Plan(plan.seq_len, plan.num_heads, plan.num_kv_heads, plan.groups, plan.block_size, name, cluster.name, model.name,
-                     {"config": label, "recompute": wl.recompute})
-            est = estimate(p, cluster, model, wl)
-            if est.fits:
-                scored.append((est.iteration_time_s, label, p, wl))
-                break
-    if not scored:
-        note = "no configuration fits in memory" if candidates else "no legal configuration for this size"
-        return BaselineResult(name, None, math.inf, 0.0, "-", len(candidates), 0, notes=[note])
-    scored.sort(key=lambda x: x[0])
+    subset: dict[tuple, float] = {}  # the bound of every plan on a device set (costmodel.bound), per policy
+    for i, (label, plan) in enumerate(candidates):
+        a = plan_arrays(plan, cluster, model, workload, options)  # the same for every policy
+        fl = _floors(a, model, workload, options)
+        devs = tuple(sorted(plan.rank_devices))
+        for policy in policies:
+            wl = workload.with_recompute(policy)
+            if (devs, policy) not in subset:
+                subset[devs, policy] = subset_time_bound(cluster, devs, model, wl, options)
+            scored.append((max(_lower_bound(a, fl, model, wl, options), subset[devs, policy]), label, i, policy))
+    scored.sort(key=lambda x: (x[0], x[1], x[3]))
     best = None
-    for est_t, label, plan, wl in scored[:simulate_top]:
-        t = simulate(plan, cluster, model, wl).iteration_time_s
+    fitting = skipped = 0
+    arrays: dict[int, object] = {}  # the last plans' arrays: their exchange table serves every policy
+    for lb, label, i, policy in scored:
+        if best is not None and lb >= best[0]:
+            skipped += 1
+            continue
+        plan = candidates[i][1]
+        wl = workload.with_recompute(policy)
+        p = Plan(plan.seq_len, plan.num_heads, plan.num_kv_heads, plan.groups, plan.block_size, name, cluster.name, model.name,
+                 {"config": label, "recompute": policy})
+        if i not in arrays:
+            if len(arrays) >= 4:
+                arrays.pop(next(iter(arrays)))
+            arrays[i] = plan_arrays(p, cluster, model, wl, options)
+        a = arrays[i]
+        d = evaluate(coefficients(a, model, wl, options), a.s, a.L)
+        mem = sum(memory_bytes(d.a, model, wl, d.recv_bytes, options).values())
+        if np.any(mem > d.a.capacity):
+            continue  # memory first: a plan that does not fit is never replayed
+        fitting += 1
+        t = simulate_durations(d).iteration_time_s
         if best is None or t < best[0]:
-            best = (t, est_t, label, plan, wl)
-    t, est_t, label, plan, wl = best
-    if len(workloads) > 1 or wl.recompute != "none":
-        label += f", recompute {wl.recompute}"
-    return BaselineResult(name, plan, t, workload.tokens / t, label, len(candidates), len(scored), est_t, recompute=wl.recompute)
+            best = (t, label, p, policy)
+    if best is None:
+        note = "no configuration fits in memory" if candidates else "no legal configuration for this size"
+        return BaselineResult(name, None, math.inf, 0.0, "-", len(candidates), 0, skipped, [note])
+    t, label, plan, policy = best
+    if len(policies) > 1 or policy != "none":
+        label += f", recompute {policy}"
+    return BaselineResult(name, plan, t, workload.tokens / t, label, len(candidates), fitting, skipped, recompute=policy)
 
 
-def baselines(
-    cluster: ClusterSpec,
-    model: ModelSpec,
-    workload: Workload,
-    progress: Callable[[str], None] | None = None,
-    policies: Sequence[str] | None = None,
-) -> dict[str, BaselineResult]:
-    """Every baseline family at its best configuration: {name: BaselineResult}.
-
-    Names: "ring", "ulysses", "usp", then "ring[H100-SXM]" etc. for homogeneous subsets (only on
-    mixed clusters), and "proportional". Recompute policies: `policies` when given, else the
-    workload's (all three under "auto"); each candidate uses the first that fits (module doc).
-    """
-    speed = {d.index: device_speed(cluster, d.index) for d in cluster.devices}
+def baselines(cluster: ClusterSpec, model: ModelSpec, workload: Workload, progress: Callable[[str], None] | None = None,
+              policies: Sequence[str] | None = None, options: CostOptions = CostOptions()) -> dict[str, BaselineResult]:
+    """Every family at its best over every candidate subset ({name: BaselineResult}), plus
+    "proportional" (module doc). Names: "ring", "ulysses", "usp", "proportional"; each result's
+    config names the subset it runs on."""
+    pol = policies_of(workload, policies)
     S, B = workload.seq_len, workload.block_size
-    everything = list(range(cluster.size))
-    # A scope is a device set; a homogeneous subset whose size is not a power of two is also tried
-    # at the largest power of two (whole nodes first), where even splits of S and heads work.
-    scopes: list[tuple[str, list[list[int]]]] = [("", [everything])]
-    for t, devs in homogeneous_subsets(cluster).items():
-        p2 = 1 << (len(devs).bit_length() - 1)
-        scopes.append((f"[{t}]", [devs] if p2 == len(devs) else [devs, devs[:p2]]))
+    subsets = device_subsets(cluster)
     out: dict[str, BaselineResult] = {}
-    for family in ("ring", "ulysses", "usp"):
-        for suffix, sets in scopes:
-            name = family + suffix
-            if progress:
-                progress(name)
-            cands = [c for devs in sets for c in symmetric_candidates(devs, S, model, B, family, speed)]
-            out[name] = _evaluate(name, cands, cluster, model, workload, policies=policies)
+    for family, make in FAMILIES.items():
+        if progress:
+            progress(family)
+        cands = []
+        for label, devs in subsets:
+            for cfg, plan in make(list(devs), S, model, B):
+                cands.append((f"{cfg} on {label} ({len(devs)} GPUs)", plan))
+        out[family] = evaluate_family(family, cands, cluster, model, workload, pol, options)
     if progress:
         progress("proportional")
-    try:
-        cands = [("node groups, split by FLOP/s", proportional_plan(cluster, model, workload))]
-    except PlanError:
-        cands = []
-    out["proportional"] = _evaluate("proportional", cands, cluster, model, workload, policies=policies)
+    cands = []
+    for label, devs in subsets:  # on every candidate subset too: leaving slow devices out may pay
+        try:
+            cands.append((f"node groups, split by FLOP/s, on {label} ({len(devs)} GPUs)", proportional_plan(cluster, model, workload, devs)))
+        except PlanError:
+            pass
+    out["proportional"] = evaluate_family("proportional", cands, cluster, model, workload, pol, options)
     return out
 
 
 def best_baseline(results: dict[str, BaselineResult], symmetric_only: bool = False) -> BaselineResult | None:
     """The fastest feasible baseline (optionally only the symmetric CP/HP ones)."""
     pool = [r for r in results.values() if r.feasible and not (symmetric_only and r.name == "proportional")]
-    return min(pool, key=lambda r: r.iteration_time_s) if pool else None
+    return min(pool, key=lambda r: (r.iteration_time_s, r.name)) if pool else None

@@ -15,9 +15,9 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Iterable
 
-from ..costmodel.arrays import CostOptions
-from ..specs import GIB, ClusterSpec, ModelSpec, Workload
-from .groupings import domains, head_units
+from ..costmodel.kernels import CostOptions
+from ..specs import GIB, ClusterSpec, ModelSpec, RecomputePolicy, Workload
+from .candidates import head_units
 
 
 @dataclass
@@ -30,63 +30,58 @@ class MemoryReport:
     binding: list[int] = field(default_factory=list)  # device indices at the maximum load
 
 
-def _grouping(cluster: ClusterSpec, model: ModelSpec) -> list[list[int]]:
-    """Node domains cut into sub-groups whose size divides the head units (even heads)."""
+def _layout(cluster: ClusterSpec, model: ModelSpec):
+    """Node domains cut into sub-groups whose size divides the head units (even heads), node order."""
+    from .candidates import domains, even_heads
+    from .model import Layout
+
     units = head_units(model)
-    out = []
-    for dom in domains(cluster):
+    groups = []
+    for dom in domains(cluster, range(cluster.size)):
         k = max(d for d in range(1, len(dom) + 1) if len(dom) % d == 0 and units % d == 0)
-        out.extend(dom[i : i + k] for i in range(0, len(dom), k))
-    return out
+        groups.extend(tuple(dom[i : i + k]) for i in range(0, len(dom), k))
+    return Layout(tuple(groups), tuple(even_heads(model, len(g)) for g in groups))
 
 
 def memory_report(cluster: ClusterSpec, model: ModelSpec, workload: Workload) -> MemoryReport:
-    """Solve min λ over token/chunk spreads (LP, HiGHS through Pyomo)."""
+    """Solve min λ over token/chunk spreads (LP, HiGHS through Pyomo): memory.py's terms, the same
+    forms the planner's model constrains (LayoutModel.memory_forms)."""
     import pyomo.environ as pyo
     from pyomo.contrib.solver.common.factory import SolverFactory
 
-    from ..costmodel.linear import linear_form
+    from .model import LayoutModel
 
-    groups = _grouping(cluster, model)
+    layout = _layout(cluster, model)
+    B = workload.block_size
+    wl = workload if workload.seq_len >= 2 * B * layout.k else replace(workload, seq_len=2 * B * layout.k)
+    lm = LayoutModel(cluster, model, wl, layout, memory=False)
+    forms = lm.memory_forms()
     cap_total = sum(d.gpu.memory_bytes for d in cluster.devices) / GIB
-    if workload.seq_len < 2 * len(groups):
-        groups = [sum(groups, [])[: max(1, workload.seq_len // 2)]]
-    heads = [[model.heads // len(g)] * len(g) for g in groups]
-    lf = linear_form(cluster, model, workload, groups, heads=heads)
-    R, k = lf.num_ranks, len(groups)
     m = pyo.ConcreteModel()
-    m.s = pyo.Var(range(R), within=pyo.NonNegativeReals)
-    m.L = pyo.Var(range(k), within=pyo.NonNegativeReals)
+    m.s = pyo.Var(range(lm.C), within=pyo.NonNegativeReals)
+    m.n = pyo.Var(range(lm.k), within=pyo.NonNegativeReals)
     m.lam = pyo.Var(within=pyo.NonNegativeReals)
     m.c = pyo.ConstraintList()
-    m.c.add(sum(2 * m.L[g] for g in range(k)) == workload.seq_len)
-    r0 = 0
-    for g, devs in enumerate(groups):
-        m.c.add(sum(m.s[r] for r in range(r0, r0 + len(devs))) == 2 * m.L[g])
-        r0 += len(devs)
-
-    def expr(aff):
-        e = aff.const / GIB
-        for key, c in aff.coef.items():
-            e = e + (c / GIB) * (m.s[key[1]] if key[0] == "s" else m.L[key[1]])
-        return e
-
-    mems = []
-    for r in range(R):
-        cap = lf.capacity_bytes[r] / GIB
-        pieces = lf.memory_pieces(r)
-        for p in pieces:
-            m.c.add(expr(p) <= m.lam * cap)
-        mems.append(pieces)
-    m.o = pyo.Objective(expr=m.lam)
-    res = SolverFactory("highs").solve(m, load_solutions=False, raise_exception_on_nonoptimal_result=False, time_limit=30)
+    m.c.add(sum(m.n[g] for g in range(lm.k)) == float(lm.nb))
+    for g in range(lm.k):
+        m.c.add(sum(float(lm.members[c]) * m.s[c] for c in range(lm.C) if lm.cls_group[c] == g) == 2.0 * B * m.n[g])
+    exprs = []
+    for c, f in enumerate(forms):
+        base = f["const"] + f["s"] * m.s[c] + f["n"] * m.n[f["group"]]
+        pieces = [base + a * m.n[h1] + b * m.n[h2] for a, h1, b, h2 in f["kv"]] or [base]
+        for e in pieces:
+            m.c.add(e / GIB <= m.lam * f["capacity"] / GIB)
+        exprs.append(pieces)
+    m.obj = pyo.Objective(expr=m.lam)
+    res = SolverFactory("highs").solve(m, load_solutions=False, raise_exception_on_nonoptimal_result=False)
     if res.incumbent_objective is None:
-        return MemoryReport(math.inf, math.inf, cap_total)
+        return MemoryReport(math.inf, math.inf, cap_total, [])
     res.solution_loader.load_vars()
     lam = float(pyo.value(m.lam))
-    used = [max(pyo.value(expr(p)) for p in pieces) for pieces in mems]
-    binding = [lf.rank_device[r] for r in range(R) if used[r] >= lam * lf.capacity_bytes[r] / GIB * (1 - 1e-4)]
-    return MemoryReport(lam, float(sum(used)), cap_total, sorted(binding))
+    used = [max(pyo.value(e) for e in pieces) for pieces in exprs]
+    binding = sorted(int(layout.devices[r]) for r in range(len(lm.cls)) if used[lm.cls[r]] >= lam * forms[lm.cls[r]]["capacity"] * (1 - 1e-4))
+    needed = float(sum(used[lm.cls[r]] for r in range(len(lm.cls))) / GIB)
+    return MemoryReport(lam, needed, cap_total, binding)
 
 
 def may_fit(cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions(),
@@ -95,33 +90,19 @@ def may_fit(cluster: ClusterSpec, model: ModelSpec, workload: Workload, options:
     devices (of `devices`, default all) can fit under the workload's (concrete) recompute policy.
 
     Summed over the ranks of any plan, memory.py's per-rank terms are at least: the model states
-    (zero3: 16P in all plus each rank's gathered buffers; replicated: 16P on every rank), the reserve
-    of each rank, S tokens × the token-side bytes per token (activations kept, the layer in flight,
-    the all-to-all send buffer, unchunked logits) and S × the head-side bytes per token over all H
-    heads (Σ_{r∈g} η_r = H, Σ κ_r ≥ H_kv per group; q, k, v, out, lse kept and their gradients). K/V
-    buffers and chunked logits only add. A plan fits only if that total is ≤ the capacity of its
-    devices, so it cannot fit when it exceeds Σ_d max(0, (1 - reserved)·cap_d - per-rank states)."""
-    from ..costmodel.arrays import recompute_of
-    from ..costmodel.memory import (
-        BF16,
-        FP32,
-        checkpoint_token_bytes,
-        state_bytes,
-        token_activation_bytes,
-    )
+    (zero3: all of them once, plus each rank's gathered buffers; replicated: all of them on every
+    rank), each rank's reserve, and per token c_s on the token side and H·c_w + H_kv·c_u on the head
+    side (Σ_{r∈g} η_r = H, Σ κ_r ≥ H_kv in every group, per w = η·L and u = κ·L, and the group's 2·L
+    tokens, so per token of the sequence: (H·c_w + H_kv·c_u)/2); K/V buffers and chunked logits only
+    add. A plan fits only if that is at most the capacity of its devices."""
+    from ..costmodel.memory import memory_terms, state_bytes
 
-    policy = recompute_of(workload)
-    H, Hkv, d, Lyr = model.heads, model.kv_heads, model.head_dim, model.layers
-    tok_act = token_activation_bytes(model)
-    per_tok = {"full": Lyr * BF16 * model.hidden + tok_act, "selective": Lyr * checkpoint_token_bytes(model) + tok_act}.get(policy, Lyr * tok_act)
-    per_tok += BF16 * (H + 2 * Hkv) * d  # all-to-all send buffer
-    if model.vocab < options.large_vocab:
-        per_tok += model.vocab * (BF16 + FP32)
-    qkvo = BF16 * (2 * H + 2 * Hkv) * d
-    per_tok += (1 if policy == "full" else Lyr) * (qkvo + FP32 * H) + qkvo  # head side kept + gradients
-    states = state_bytes(model, workload, 1)  # one rank holds everything: its sum is the total 16P (+ buffers)
+    terms = memory_terms(model, workload, 1, options=options)
+    per_tok = sum(t.c_s for t in terms.values()) + (model.heads * sum(t.c_w for t in terms.values())
+                                                   + model.kv_heads * sum(t.c_u for t in terms.values())) / 2.0
+    states = state_bytes(model, workload, 1)  # one rank holds everything: its sum is the total (+ buffers)
     total_states = states["weights"] + states["grads"] + states["optimizer"]
-    per_rank = states["param_buffers"] + (total_states if workload.param_sharding == "replicated" else 0.0)
+    per_rank = states["param_buffers"] + terms["logits"].const + (total_states if workload.param_sharding == "replicated" else 0.0)
     devs = cluster.devices if devices is None else [cluster.devices[i] for i in devices]
     room = sum(max(0.0, (1 - options.reserved_fraction) * dev.gpu.memory_bytes - per_rank) for dev in devs)
     need = workload.seq_len * per_tok + (total_states if workload.param_sharding == "zero3" else 0.0)
@@ -158,8 +139,8 @@ def explain_infeasible(cluster: ClusterSpec, model: ModelSpec, workload: Workloa
         lines.append("binding devices (full at the best spread): " + ", ".join(f"{n} x {t}" for t, n in types.items())
                      + f" (e.g. device {rep.binding[0]} {cluster.devices[rep.binding[0]].name})")
     fixes = []
-    if workload.recompute != "full":
-        r2 = memory_report(cluster, model, workload.with_recompute("full"))
+    if workload.recompute != RecomputePolicy.FULL:
+        r2 = memory_report(cluster, model, workload.with_recompute(RecomputePolicy.FULL))
         fixes.append(f"recompute more (--recompute full, or auto to let the planner choose): the fullest device would need {r2.load:.0%}"
                      + (" -> fits" if r2.load <= 1 else " (not enough alone)"))
     if workload.param_sharding == "replicated":

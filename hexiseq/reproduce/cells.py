@@ -73,7 +73,7 @@ def systems_of(result: Any, cluster: Any, model: Any, wl: Any) -> list[dict[str,
     systems = [
         _system(HEXISEQ, result.plan, cluster, model, wl.with_recompute(result.recompute), result.estimate,
                 tokens_per_s=result.tokens_per_s, step_time_s=result.iteration_time_s, recompute=result.recompute,
-                config=result.grouping_label, plan_time_s=result.plan_time_s, gap=result.gap, search_gap=result.search_gap,
+                config=result.grouping_label, plan_time_s=result.plan_time_s, gap=result.gap, lower_bound_s=result.lower_bound_s,
                 efficiency_vs_bound=result.efficiency_vs_bound)
     ]
     for name, b in result.baselines.items():

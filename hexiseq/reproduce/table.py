@@ -23,7 +23,7 @@ BASE_COLUMNS = (
     "scenario", "cluster", "gpus", "gpu_types", "gpu_mix", "peak_pflops", "matmul_pflops", "memory_gib", "model", "seq_len", "global_batch", "pair", "pair_role", "sweep",
     "sweep_value", "system", "feasible", "tokens_per_s", "step_time_s", "speedup", "best_symmetric", "speedup_vs_all",
     "best_baseline", "hexiseq_over_system", "memory_headroom_gib", "memory_peak_frac", "devices_used", "recompute", "config",
-    "plan_time_s", "gap", "search_gap", "efficiency_vs_bound", "critical_phase",
+    "plan_time_s", "gap", "lower_bound_s", "efficiency_vs_bound", "critical_phase",
 )
 TAIL_COLUMNS = ("reason", "machine", "version")
 CELL_KEYS = ("scenario", "cluster", "model", "seq_len", "pair", "pair_role", "sweep", "sweep_value")
@@ -87,7 +87,7 @@ def frame(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
 
 NUMERIC_COLUMNS = (
     "gpus", "gpu_types", "seq_len", "global_batch", "sweep_value", "tokens_per_s", "step_time_s", "speedup", "speedup_vs_all",
-    "hexiseq_over_system", "memory_headroom_gib", "memory_peak_frac", "devices_used", "plan_time_s", "gap", "search_gap",
+    "hexiseq_over_system", "memory_headroom_gib", "memory_peak_frac", "devices_used", "plan_time_s", "gap", "lower_bound_s",
     "efficiency_vs_bound", "estimate_time_s", "peak_pflops", "matmul_pflops", "memory_gib",
 )
 

@@ -28,8 +28,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-FULL, CAUSAL, NONE = "full", "causal", "none"
-MASK_KINDS = (FULL, CAUSAL, NONE)
+from ..schedule import CAUSAL, FULL, MASK_KINDS, NONE, block_mask  # noqa: F401 - the mask rules live with the schedule
+
 # Elements of one fp32 score tile in the masked / math paths (64 MiB): bounds memory per chunk.
 TILE_ELEMENTS = 1 << 24
 
@@ -38,16 +38,6 @@ def acc_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype partial results are accumulated in: fp32 for bf16/fp16/fp32 (the softmax statistics
     of a bf16 run stay accurate), fp64 for fp64 (equivalence checks at ~1e-12)."""
     return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def block_mask(q_start: int, q_len: int, k_start: int, k_len: int) -> tuple[str, int]:
-    """Causal mask kind of the query positions [q_start, q_start+q_len) against the key positions
-    [k_start, k_start+k_len): a key is visible when its position is <= the query's position."""
-    if q_len <= 0 or k_len <= 0 or k_start > q_start + q_len - 1:
-        return NONE, 0
-    if k_start + k_len - 1 <= q_start:
-        return FULL, 0
-    return CAUSAL, q_start - k_start
 
 
 def _pieces(lq: int, lk: int, kind: str, offset: int) -> list[tuple[int, int, int, str, int]]:

@@ -50,6 +50,15 @@ class GPUType(KnownKeys):
     link_latency_us: number("one-message latency over that link", unit="us", gt=0, le=MAX_LATENCY_US) = 3.0
     eff_matmul: number("fraction of peak reached by large bf16 GEMMs", gt=0, le=1, profile=True) = 0.6
     eff_attention: number("fraction of peak reached by causal flash attention forward+backward", gt=0, le=1, profile=True) = 0.5
+    eff_hbm: number("fraction of the device-memory bandwidth reached by memory-bound kernels (norms, activations, optimizer)",
+                    gt=0, le=1, profile=True) = 1.0
+    attn_block_half_keys: number("keys at which an attention block runs at half its long-block rate (the per-row cost "
+                                 "of a kernel call: short ring-round blocks are slower)", unit="tokens", ge=0, le=1e6, profile=True) = 0.0
+    overlap_slowdown: number("seconds of compute lost per second of link time a transfer overlaps (DMA / NCCL "
+                             "contention for memory bandwidth and SMs)", ge=0, le=1, profile=True) = 0.0
+    link_efficiency: number("fraction of link_bandwidth_gbps a transfer reaches inside the node", gt=0, le=1, profile=True) = 1.0
+    nic_efficiency: number("fraction of the NIC bandwidth (the cluster's nic_gbps) a transfer between nodes reaches",
+                           gt=0, le=1, profile=True) = 1.0
     sources: Annotated[dict[StrictStr, StrictStr], Field(
         description="citation key (an entry of data/sources) per numeric field: {field name: key}; optional",
         json_schema_extra=lambda s: s.update(propertyNames={"enum": numeric_fields()}))] = dataclasses.field(default_factory=dict, compare=False)
