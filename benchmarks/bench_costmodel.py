@@ -1,11 +1,14 @@
-"""Time the cost model: `estimate`, `simulate` and `linear_form` for 16 ... 1024 GPUs.
+"""Time the cost model: `estimate`, `simulate` and the planner's view of one layout (its
+coefficients once, then `evaluate` + replay at a point, as every cutting-plane round does) for
+16 ... 1024 GPUs.
 
     python benchmarks/bench_costmodel.py [--model llama2-70b] [--seq-len 1M] [--reps 3]
 
 Clusters: nodes of 8 GPUs cycling through H100, A100, A800, L40S (NICs 50/25/25/12.5 GB/s).
 Plans: the even USP plan with one group per node ("usp-n×8"), a random uneven plan with groups of
 up to 8 ("uneven"), and ring attention over every GPU ("ring": N exchange rounds, the worst case
-for the simulator). Prints milliseconds per evaluation (best of --reps).
+for the simulator). Prints milliseconds per evaluation (best of --reps) and the estimate's
+efficiency against the compute bound.
 """
 
 from __future__ import annotations
@@ -14,7 +17,10 @@ import argparse
 import random
 import time
 
-from hexiseq.costmodel import estimate, linear_form, simulate
+from hexiseq.costmodel import estimate, simulate
+from hexiseq.costmodel.arrays import plan_arrays
+from hexiseq.costmodel.durations import coefficients, evaluate
+from hexiseq.costmodel.simulate import simulate_durations
 from hexiseq.plan import Group, Plan, even_split, ring_plan, symmetric_plan
 from hexiseq.specs import ClusterSpec, NodeSpec, Workload, get_gpu, get_model, parse_tokens
 
@@ -67,7 +73,7 @@ def main() -> None:
     w = Workload(seq_len=parse_tokens(args.seq_len), activation_checkpointing=True)
     H, Hkv = model.heads, model.kv_heads
     print(f"{model.name}, S={w.seq_len}, recompute {w.recompute}; ms per evaluation (best of {args.reps})")
-    print(f"{'GPUs':>5} {'plan':>10} {'estimate':>9} {'simulate':>9} {'linear':>8} {'eff.est':>8} {'eff.sim':>8}")
+    print(f"{'GPUs':>5} {'plan':>10} {'estimate':>9} {'simulate':>9} {'coefs':>8} {'point':>8} {'traced':>8} {'eff':>6}")
     for n in [int(x) for x in args.sizes.split(",")]:
         cluster = cluster_of(n)
         plans = [
@@ -79,13 +85,13 @@ def main() -> None:
             estimate(plan, cluster, model, w)  # warm caches (bandwidth matrices)
             t_est = best_ms(lambda: estimate(plan, cluster, model, w), args.reps)
             t_sim = best_ms(lambda: simulate(plan, cluster, model, w), 1 if plan.name == "ring" and n >= 512 else args.reps)
-            groups = [list(g.devices) for g in plan.groups]
-            heads = [list(g.heads) for g in plan.groups]
-            t_lin = best_ms(lambda: linear_form(cluster, model, w, groups, heads), 1) if plan.num_groups <= 256 else float("nan")
-            e = estimate(plan, cluster, model, w, simulate=True)
-            eff_sim = e.simulated_tokens_per_s / e.bound_tokens_per_s
-            print(f"{n:>5} {plan.name:>10} {t_est:>9.2f} {t_sim:>9.2f} {t_lin:>8.1f} {e.efficiency_vs_bound:>8.3f} {eff_sim:>8.3f}", flush=True)
-
+            a = plan_arrays(plan, cluster, model, w)
+            t_coef = best_ms(lambda: coefficients(a, model, w), args.reps)
+            c = coefficients(a, model, w)
+            t_pt = best_ms(lambda: simulate_durations(evaluate(c, a.s, a.L)), args.reps)
+            t_tr = best_ms(lambda: simulate_durations(evaluate(c, a.s, a.L), trace=True), args.reps)
+            e = estimate(plan, cluster, model, w)
+            print(f"{n:>5} {plan.name:>10} {t_est:>9.2f} {t_sim:>9.2f} {t_coef:>8.2f} {t_pt:>8.2f} {t_tr:>8.2f} {e.efficiency_vs_bound:>6.3f}", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import HexiSeqError, InfeasibleError
-from .specs import Workload, bundled_clusters, get_model, load_cluster, model_catalog, parse_tokens
+from .specs import RecomputePolicy, Workload, bundled_clusters, get_model, load_cluster, model_catalog, parse_tokens
 
 SEQ_CHOICES = [("8K", 8192), ("16K", 16384), ("32K", 32768), ("64K", 65536), ("128K", 131072),
                ("256K", 262144), ("512K", 524288), ("1M", 1048576)]
@@ -158,7 +158,7 @@ class PlanExplorer:
         self.w_cluster = W.Dropdown(options=bundled_clusters(), value=cluster, description="cluster")
         self.w_model = W.Dropdown(options=list(model_catalog()), value=model, description="model")
         self.w_seq = W.SelectionSlider(options=seq_options, value=seq_len, description="tokens")
-        self.w_rec = W.Dropdown(options=["auto", "none", "selective", "full"], value=recompute, description="recompute")
+        self.w_rec = W.Dropdown(options=[str(p) for p in RecomputePolicy], value=recompute, description="recompute")
         self.w_shard = W.ToggleButtons(options=["zero3", "replicated"], value=sharding, description="states")
         self.button = W.Button(description="Plan", button_style="primary", icon="play", tooltip="plan these settings")
         self.status = W.HTML()

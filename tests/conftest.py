@@ -20,6 +20,18 @@ def mixed():
     return ClusterSpec.from_nodes("mixed-4", [("H100-SXM", 2, 25), ("A100-80GB", 2, 25)])
 
 
+@pytest.fixture(scope="module")
+def node8():
+    """One node of 8 H100s."""
+    return ClusterSpec.from_nodes("h100x8", [("H100-SXM", 8, 50)])
+
+
+@pytest.fixture(scope="module")
+def h100x16():
+    """Two nodes of 8 H100s."""
+    return ClusterSpec.from_nodes("h100x16", [("H100-SXM", 8, 50), ("H100-SXM", 8, 50)])
+
+
 @pytest.fixture
 def within(request):
     """`within(err, tol, what)`: assert a measured numeric error is at most its tolerance, and record

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from hexiseq.costmodel import estimate, simulate
+from hexiseq.costmodel import CostOptions, estimate, simulate
 from hexiseq.plan import random_plan
 from hexiseq.planner.baselines import FAMILIES, baselines, evaluate_family, plan_lower_bound, proportional_plan
 from hexiseq.planner.candidates import device_subsets
@@ -63,7 +63,8 @@ def test_plan_lower_bound_is_a_bound(testbed, seed):
     for policy in ("none", "selective", "full"):
         for sharding in ("zero3", "replicated"):
             wl = Workload(seq_len=plan.seq_len, activation_checkpointing=policy, param_sharding=sharding, global_batch=1 + seed % 2)
-            assert plan_lower_bound(plan, testbed, m, wl) <= simulate(plan, testbed, m, wl).iteration_time_s * (1 + 1e-12)
+            for opts in (CostOptions(), CostOptions(ignore_comm=True)):
+                assert plan_lower_bound(plan, testbed, m, wl, opts) <= simulate(plan, testbed, m, wl, opts).iteration_time_s * (1 + 1e-12)
 
 
 def test_baselines_report_subset_and_policy(testbed):

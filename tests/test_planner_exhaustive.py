@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import math
 
-import numpy as np
 import pytest
 
 from hexiseq.costmodel import estimate

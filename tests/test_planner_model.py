@@ -175,3 +175,22 @@ def test_written_model_reads_back(tmp_path, testbed):
     h.readModel(str(path))
     h.run()
     assert h.getInfo().objective_function_value / 1e3 == pytest.approx(sol.bound_s, rel=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_judge_equals_the_estimate_of_the_rounded_plan(testbed, seed):
+    """The search judges rounded solutions with the layout's own coefficients: the same step time
+    and memory verdict as estimating the plan from scratch."""
+    from hexiseq.costmodel import estimate
+
+    model = get_model("llama3-8b")
+    wl = Workload(seq_len=64 * 1024, activation_checkpointing=["none", "selective", "full"][seed])
+    cand = layouts(testbed, model, "all", range(testbed.size))[seed]
+    lm = LayoutModel(testbed, model, wl, cand.layout)
+    rng = np.random.default_rng(seed)
+    for _ in range(4):
+        blocks = round_blocks(list(rng.random(lm.k) + 0.2), lm.nb)
+        shards = list(rng.random(lm.C) * 3000 + 1)
+        t, fits = lm.judge(blocks, shards)
+        est = estimate(lm.to_plan(blocks, shards), testbed, model, wl)
+        assert t == pytest.approx(est.iteration_time_s, rel=1e-12) and fits == est.fits

@@ -9,7 +9,7 @@ from typing import Any, Callable, Sequence
 from pydantic import TypeAdapter, ValidationError
 
 from ..errors import SpecError
-from ..specs import RECOMPUTE_POLICIES, ClusterSpec, ModelSpec, Workload, get_model, load_cluster, load_profile, parse_tokens
+from ..specs import RECOMPUTE_POLICIES, ClusterSpec, ModelSpec, RecomputePolicy, Workload, get_model, load_cluster, load_profile, parse_tokens
 from ..specs.schema import problems
 from ..specs.workload import BlockSize, GlobalBatch
 
@@ -65,8 +65,8 @@ def add_workload_args(p: argparse.ArgumentParser, seq_required: bool = True, rec
 def add_recompute_arg(p: argparse.ArgumentParser, help: str, allow_auto: bool) -> None:
     """`--recompute [POLICY]`; a bare `--recompute` keeps its old meaning, selective. The default
     (None) lets each command choose (plan: auto; estimate / run: the plan file's policy, else none)."""
-    choices = list(RECOMPUTE_POLICIES) + (["auto"] if allow_auto else [])
-    p.add_argument("--recompute", nargs="?", const="selective", default=None, choices=choices, metavar="{" + ",".join(choices) + "}", help=help)
+    choices = [str(p) for p in RECOMPUTE_POLICIES] + ([str(RecomputePolicy.AUTO)] if allow_auto else [])
+    p.add_argument("--recompute", nargs="?", const=str(RecomputePolicy.SELECTIVE), default=None, choices=choices, metavar="{" + ",".join(choices) + "}", help=help)
 
 
 def add_world_args(p: argparse.ArgumentParser, timeout: float = 300.0) -> None:

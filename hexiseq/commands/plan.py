@@ -140,7 +140,7 @@ def print_result(result, cluster, max_ranks: int = 64) -> None:
           f"search space: this plan is within {_pct(result.gap)} of the best plan there")
     stages = ", ".join(f"{k} {v:.2f} s" for k, v in result.stage_times_s.items())
     print(f"  planning took {result.plan_time_s:.2f} s ({stages}); {result.candidates} (layout, policy) candidates: "
-          f"{result.solved} searched with their model, {result.pruned} bounded by their devices' compute alone; "
+          f"{result.solved} searched with their model, {result.pruned} bounded by their devices' subset bound alone (balanced compute, parameter collectives); "
           f"{result.work_rounds} cutting-plane rounds")
     for n in result.left_out:
         print(f"  left out: {n}")

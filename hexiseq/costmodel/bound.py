@@ -82,22 +82,60 @@ def min_iteration_time(cluster: ClusterSpec, model: ModelSpec, workload: Workloa
 
 def subset_time_bound(cluster: ClusterSpec, devices: "Sequence[int]", model: ModelSpec, workload: Workload,
                       options: CostOptions = CostOptions()) -> float:
-    """Seconds no plan on these devices can beat under the workload's (concrete) recompute policy:
-    the balanced, communication-free iteration of `min_compute_time` with the policy's recompute
-    counted (selective: the linear forward again; full: the whole layer forward again) plus the least
-    optimizer step. The planner prunes a candidate whose subset cannot beat the best plan found."""
+    """Seconds no plan on exactly these devices can beat under the workload's (concrete) recompute
+    policy: the larger of two bounds. (1) The balanced, communication-free iteration of
+    `min_compute_time` with the policy's recompute counted (selective: the linear forward again;
+    full: the whole layer forward again) plus the least optimizer step. (2) The step replay's pass
+    structure (simulate.pass_schedule): every pass of a kind takes at least the balanced compute of
+    one such pass and its prefetched parameter collective with the slowdown it causes; the
+    exposed collectives add; the collectives are those of these devices (comm.param_collectives:
+    they depend on the set of devices only). The planner prunes a candidate whose subset cannot beat
+    the best plan found."""
+    from types import SimpleNamespace
+
+    from .arrays import link_matrices
+    from .comm import ParamComm, param_collectives
     from .policy import rule_of
+    from .simulate import pass_schedule
 
     rule = rule_of(workload)
     w = work_times([cluster.devices[d].gpu for d in devices], model, options)
     fwd_tok = w.pre_fwd + w.post_fwd
+    rerun = 1.0 if rule.rerun_linear else 0.0
     rep = 1.0 if rule.replay_layer else 0.0
-    tau = model.layers * (w.token_fwd_bwd + (1.0 if rule.rerun_linear else 0.0) * fwd_tok + rep * fwd_tok) + w.head
+    tau = model.layers * (w.token_fwd_bwd + rerun * fwd_tok + rep * fwd_tok) + w.head
     rho = (1.0 + w.attn_bwd_factor + rep) * w.pair
     S, B = workload.seq_len, workload.global_batch
-    work = min_compute_time(1.0 / tau, 1.0 / rho, float(B * S), float(B * model.layers * model.heads * model.causal_pairs(S)))
+    pairs = float(model.heads * model.causal_pairs(S))  # per layer and sequence
+    work = min_compute_time(1.0 / tau, 1.0 / rho, float(B * S), float(B * model.layers) * pairs)
     local_params = model.param_count / (len(devices) if workload.param_sharding == "zero3" else 1)
-    return work + float((local_params * w.optimizer).min())
+    optimizer = float((local_params * w.optimizer).min())
+    # (2) pass by pass
+    per_pass = {
+        "f": min_compute_time(1.0 / fwd_tok, 1.0 / w.pair, float(S), pairs),
+        "b": min_compute_time(1.0 / (w.pre_bwd + w.post_bwd + (rerun + rep) * fwd_tok), 1.0 / ((w.attn_bwd_factor + rep) * w.pair),
+                              float(S), pairs),
+        "h": min_compute_time(1.0 / w.head, np.full(len(devices), np.inf), float(S), 0.0),
+    }
+    comm = not options.ignore_comm
+    if comm:
+        bw, lat = link_matrices(cluster)
+        idx = np.asarray(list(devices), dtype=np.int64)
+        pc = param_collectives(bw[np.ix_(idx, idx)], lat[np.ix_(idx, idx)], model, workload)
+    else:
+        pc = ParamComm(workload.param_sharding)
+    # a pass with a prefetched collective c takes max_r(chain_r + max(0, c - window_r) + slowdown_r·c)
+    # (simulate._pass), and chain_r ≥ window_r, own work_r: at least c·(1 + slowdown_r) on every
+    # rank, and the slowest rank's work + slowdown·c
+    slow_lo, slow_hi = float(w.overlap_slowdown.min()), float(w.overlap_slowdown.max())
+    passes = optimizer
+    for step in pass_schedule(SimpleNamespace(params=pc, layers=model.layers, batch=B, comm=comm)):
+        if step[0] == "pass":
+            _, _, kind, count, c = step
+            passes += count * max(c * (1.0 + slow_hi), per_pass[kind] + slow_lo * c)
+        else:
+            passes += step[2] * step[3]
+    return max(work + optimizer, passes)
 
 
 def compute_bound(cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()) -> float:

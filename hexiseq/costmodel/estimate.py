@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
 
 from ..plan import Plan
 from ..specs import GIB, ClusterSpec, ModelSpec, Workload

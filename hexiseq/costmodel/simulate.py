@@ -59,8 +59,8 @@ PHASES = ("linear", "memory_bound", "attention", "alltoall", "kv_exchange", "lm_
 
 # A critical path is a list of items, each one duration of durations.py (the planner's model turns
 # them into linear constraints): ("pre_f" | "post_f" | "pre_b" | "post_b" | "head", r),
-# ("a2a_in" | "a2a_out", r, piece), ("att_f" | "att_b", r, j), ("slow", r, j) (slowdown × link of
-# round j, charged to round j-1's attention), ("xc_f", r, j, piece), ("xc_b", r, j),
+# ("a2a_in" | "a2a_out", r, piece), ("att_f" | "att_b", r, j), ("slow" | "slow_b", r, j) (slowdown ×
+# link of round j, charged to round j-1's attention; twice in backward), ("xc_f", r, j, piece), ("xc_b", r, j),
 # ("exposed", window, r, comm) (comm - window_r of a prefetching pass), ("const", seconds).
 Item = tuple
 
@@ -112,7 +112,13 @@ class _Chain:
         self.log: dict = {}
 
     def group_sync(self, t: np.ndarray, ph: dict, tag: str) -> np.ndarray:
+        """The all-to-all's rendezvous: every member starts when the last arrives. Without
+        communication (CostOptions.ignore_comm) there is no all-to-all to wait for."""
         a = self.a
+        if not self.d.comm:
+            if self.trace:
+                self.log[tag] = None
+            return t
         start = np.maximum.reduceat(t, a.gstart)
         if self.trace:  # the member that arrives last (first of the ties)
             self.log[tag] = _group_argmax(t, start, a)
@@ -130,7 +136,9 @@ class _Chain:
         a, d = self.a, self.d
         active, k = a.active, a.k
         att = att.copy()
-        att[:, :-1] += d.slowdown[:, None] * d.link[:, 1:]  # round j is slowed by round j+1's transfer
+        # round j is slowed by round j+1's transfer: its bytes in + out over the link, which the
+        # backward doubles (K/V in and dK/dV back, both ways)
+        att[:, :-1] += (2.0 if xc.ndim == 2 else 1.0) * d.slowdown[:, None] * d.link[:, 1:]
         xc = xc if xc.ndim == 3 else xc[:, :, None]
         A = t + att[:, 0]
         log = {"A_from_C": [], "M_from": [], "piece": [], "P_from_C": []} if self.trace else None
@@ -223,7 +231,7 @@ class _Chain:
             if at == "A":
                 items.append((att_kind, r, j))
                 if j + 1 < k:
-                    items.append(("slow", r, j + 1))
+                    items.append(("slow_b" if backward else "slow", r, j + 1))
                 if j == 0:
                     return items, r
                 if not self.d.comm or not log["A_from_C"][j - 1][r]:
@@ -242,25 +250,30 @@ class _Chain:
                 else:
                     j, at = j - 2, "A"
 
+    def _last_arrival(self, tag: str, r: int) -> int:
+        """The member of r's group the path jumps to at a rendezvous (r itself when there is none)."""
+        log = self.log[tag]
+        return r if log is None else int(log[self.a.grp[r]])
+
     def forward_path(self, r: int, tag: str = "f") -> list[Item]:
         """Rank r's forward finish traced back to the pass's start (a rank's own all-to-all time is
         added after its group's last arrival: each sync jumps to the member that arrived last)."""
         items: list[Item] = [("post_f", r), ("a2a_out", r, int(self.log[tag + ":a2a_out"][r]))]
-        r = int(self.log[tag + ":sync_out"][self.a.grp[r]])
+        r = self._last_arrival(tag + ":sync_out", r)
         x, r = self._exchange_path(tag + ":x", r, backward=False)
         items += x
         items.append(("a2a_in", r, int(self.log[tag + ":a2a_in"][r])))
-        r = int(self.log[tag + ":sync_in"][self.a.grp[r]])
+        r = self._last_arrival(tag + ":sync_in", r)
         items.append(("pre_f", r))
         return items
 
     def backward_path(self, r: int) -> list[Item]:
         items: list[Item] = [("pre_b", r), ("a2a_in", r, int(self.log["b:a2a_in"][r]))]
-        r = int(self.log["b:sync_in"][self.a.grp[r]])
+        r = self._last_arrival("b:sync_in", r)
         x, r = self._exchange_path("b:x", r, backward=True)
         items += x
         items.append(("a2a_out", r, int(self.log["b:a2a_out"][r])))
-        r = int(self.log["b:sync_out"][self.a.grp[r]])
+        r = self._last_arrival("b:sync_out", r)
         items.append(("post_b", r))
         if self.d.rule.replay_layer:
             items += self.forward_path(r, tag="r")
@@ -278,7 +291,7 @@ def _pass(end: np.ndarray, own: dict, comm: float, window: np.ndarray, slowdown:
         r = int(np.argmax(total))
         D = float(max(total[r], comm))
         ph["param_comm"] += exposed
-        ph["wait"] += D - end - exposed
+        ph["wait"] += D - total  # (not D - end - exposed: exactly 0 for the rank that sets D)
         return D, ph, (r if total[r] >= comm else None), bool(comm - window[r] > 0)
     r = int(np.argmax(end))
     D = float(end[r])
@@ -382,8 +395,8 @@ def path_length(d: Durations, items: list[Item]) -> float:
             total += d.att_f[it[1], it[2]]
         elif kind == "att_b":
             total += d.att_b[it[1], it[2]]
-        elif kind == "slow":
-            total += d.slowdown[it[1]] * d.link[it[1], it[2]]
+        elif kind in ("slow", "slow_b"):
+            total += (2.0 if kind == "slow_b" else 1.0) * d.slowdown[it[1]] * d.link[it[1], it[2]]
         elif kind == "xc_f":
             total += d.xc_f[it[1], it[2], it[3]]
         elif kind == "xc_b":

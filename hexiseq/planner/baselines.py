@@ -26,10 +26,11 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from ..costmodel.arrays import plan_arrays
+from ..costmodel.bound import subset_time_bound
 from ..costmodel.durations import coefficients, evaluate
 from ..costmodel.memory import memory_bytes
 from ..costmodel.simulate import pass_schedule, simulate_durations
-from ..costmodel.comm import param_collectives
+from ..costmodel.comm import ParamComm, param_collectives
 from ..costmodel.kernels import CostOptions
 from ..errors import PlanError
 from ..plan import Group, Plan, symmetric_plan
@@ -205,14 +206,14 @@ def _lower_bound(a, fl: SimpleNamespace, model: ModelSpec, workload: Workload, o
     ex_b = np.where(active, np.maximum(w.attn_bwd_factor * fl.att, fl.xb), 0.0)
     fwd = a.s * (w.pre_fwd + w.post_fwd) + ex_f
     bwd = a.s * (w.pre_bwd + w.post_bwd + rerun * (w.pre_fwd + w.post_fwd)) + ex_b + rep * fwd
-    own = {"f": float(fwd.max()), "b": float(bwd.max()), "h": float((a.s * w.head).max())}
+    own = {"f": fwd, "b": bwd, "h": a.s * w.head}
     local_params = model.param_count / (a.R if workload.param_sharding == "zero3" else 1)
     shape = SimpleNamespace(params=fl.pc, layers=model.layers, batch=workload.global_batch, comm=not options.ignore_comm)
     total = float(local_params * w.optimizer.max())
-    for step in pass_schedule(shape):  # a pass takes at least its slowest rank's own work, and its collective
-        if step[0] == "pass":
+    for step in pass_schedule(shape):
+        if step[0] == "pass":  # every rank: max(its own work, the collective) + the slowdown the collective causes
             _, _, kind, count, comm = step
-            total += count * max(own[kind], comm)
+            total += count * float((np.maximum(own[kind], comm) + (w.overlap_slowdown * comm if comm > 0 else 0.0)).max())
         else:
             total += step[2] * step[3]
     return total
@@ -231,14 +232,20 @@ def policies_of(workload: Workload, policies: Sequence[str] | None = None) -> li
 
 def evaluate_family(name: str, candidates: list[tuple[str, Plan]], cluster: ClusterSpec, model: ModelSpec, workload: Workload,
                     policies: Sequence[str], options: CostOptions = CostOptions()) -> BaselineResult:
-    """The family's best plan: every (configuration, policy) replayed unless its lower bound is above
-    the best so far (then it cannot be the best); ordered by that bound, so the search stops early."""
+    """The family's best plan: every (configuration, policy) replayed unless its lower bound (the
+    larger of plan_lower_bound and the bound of its device set) is above the best so far (then it
+    cannot be the best); ordered by that bound, so the search stops early."""
     scored = []
+    subset: dict[tuple, float] = {}  # the bound of every plan on a device set (costmodel.bound), per policy
     for i, (label, plan) in enumerate(candidates):
         a = plan_arrays(plan, cluster, model, workload, options)  # the same for every policy
         fl = _floors(a, model, workload, options)
+        devs = tuple(sorted(plan.rank_devices))
         for policy in policies:
-            scored.append((_lower_bound(a, fl, model, workload.with_recompute(policy), options), label, i, policy))
+            wl = workload.with_recompute(policy)
+            if (devs, policy) not in subset:
+                subset[devs, policy] = subset_time_bound(cluster, devs, model, wl, options)
+            scored.append((max(_lower_bound(a, fl, model, wl, options), subset[devs, policy]), label, i, policy))
     scored.sort(key=lambda x: (x[0], x[1], x[3]))
     best = None
     fitting = skipped = 0
@@ -292,10 +299,12 @@ def baselines(cluster: ClusterSpec, model: ModelSpec, workload: Workload, progre
         out[family] = evaluate_family(family, cands, cluster, model, workload, pol, options)
     if progress:
         progress("proportional")
-    try:
-        cands = [("node groups, split by FLOP/s", proportional_plan(cluster, model, workload))]
-    except PlanError:
-        cands = []
+    cands = []
+    for label, devs in subsets:  # on every candidate subset too: leaving slow devices out may pay
+        try:
+            cands.append((f"node groups, split by FLOP/s, on {label} ({len(devs)} GPUs)", proportional_plan(cluster, model, workload, devs)))
+        except PlanError:
+            pass
     out["proportional"] = evaluate_family("proportional", cands, cluster, model, workload, pol, options)
     return out
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from ..costmodel.kernels import CostOptions
-from ..specs import GIB, ClusterSpec, ModelSpec, Workload
+from ..specs import GIB, ClusterSpec, ModelSpec, RecomputePolicy, Workload
 from .candidates import head_units
 
 
@@ -139,8 +139,8 @@ def explain_infeasible(cluster: ClusterSpec, model: ModelSpec, workload: Workloa
         lines.append("binding devices (full at the best spread): " + ", ".join(f"{n} x {t}" for t, n in types.items())
                      + f" (e.g. device {rep.binding[0]} {cluster.devices[rep.binding[0]].name})")
     fixes = []
-    if workload.recompute != "full":
-        r2 = memory_report(cluster, model, workload.with_recompute("full"))
+    if workload.recompute != RecomputePolicy.FULL:
+        r2 = memory_report(cluster, model, workload.with_recompute(RecomputePolicy.FULL))
         fixes.append(f"recompute more (--recompute full, or auto to let the planner choose): the fullest device would need {r2.load:.0%}"
                      + (" -> fits" if r2.load <= 1 else " (not enough alone)"))
     if workload.param_sharding == "replicated":

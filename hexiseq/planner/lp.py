@@ -8,8 +8,8 @@ costs of the generic interface dominate and are removed here (measured on sim-12
   (to capture HiGHS's log), although the log is off: here the solve runs without the redirection
   when no log is asked for;
 - every solve re-scans the whole model for changes of every kind; the layout model only ever adds
-  constraints, changes variable bounds and changes mutable parameters (module planner/model.py), so
-  only those are looked for.
+  constraints (and hands each one over as it adds it), changes variable bounds and changes mutable
+  parameters (planner/model.py), so only the last two are looked for.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class QuietHighs(Highs):
         self.config.load_solution = False
         self.highs_options = {"threads": 1, "output_flag": False, "solver": "simplex", "presolve": "off"}
         u = self.update_config
-        u.check_for_new_or_removed_constraints = True  # cuts and memory rows are added
+        u.check_for_new_or_removed_constraints = False  # the model hands over the rows it adds (LayoutModel._register)
         u.update_vars = True  # boxes and fixings are variable bounds
         u.update_params = True  # the objective's weights (bound tightening) are parameters
         u.check_for_new_or_removed_vars = False

@@ -202,9 +202,12 @@ class LayoutModel:
             g = int(self.orbit_groups[o][0])
             cs = [c for c in range(C) if self.cls_group[c] == g]
             m.shards.add(sum(float(self.members[c]) * m.s[int(self.svar[c])] for c in cs) == 2.0 * B * m.n[o])
-        for st in passes:  # a pass can never be shorter than its collective
+        # a pass is never shorter than its collective and the slowdown it causes on any rank
+        # (simulate._pass: chain_r + max(0, c - window_r) + slowdown_r·c ≥ c·(1 + slowdown_r))
+        slow = float(np.max(self.coef.slowdown)) if len(self.coef.slowdown) else 0.0
+        for st in passes:
             if st[4] > 0:
-                m.D[st[1]].setlb(MS * st[4])
+                m.D[st[1]].setlb(MS * st[4] * (1.0 + slow))
         m.cuts = pyo.ConstraintList()
         m.mem = pyo.ConstraintList()
         if self.with_memory:
@@ -269,9 +272,10 @@ class LayoutModel:
         j = int(it[2])
         h = int(c.pair_src[r, j])
         rc, sc = c.x_recv[r, j] * B, c.x_send[r, j] * B  # per block of L_h, of L_g
-        if kind == "slow":
-            f.n[h] += c.slowdown[r] * rc
-            f.n[g] += c.slowdown[r] * sc
+        if kind in ("slow", "slow_b"):
+            both = 2.0 if kind == "slow_b" else 1.0  # backward: K/V in and dK/dV back
+            f.n[h] += both * c.slowdown[r] * rc
+            f.n[g] += both * c.slowdown[r] * sc
         elif kind == "xc_f":
             f.const += c.x_lat[r, j]
             if it[3] == 0:
@@ -343,7 +347,7 @@ class LayoutModel:
         expr = LinearExpression(constant=float(const),
                                 linear_coefs=[float(cn[o]) for o in nz_n] + [float(cs[v]) for v in nz_s] + [-1.0],
                                 linear_vars=[m.n[int(o)] for o in nz_n] + [m.s[int(v)] for v in nz_s] + [m.D[name]])
-        m.cuts.add(expr <= 0.0)
+        self._register(m.cuts.add(expr <= 0.0))
         self._cut_forms.append((name, const, cn, cs))
 
     def child(self, var: int, lo: float | None = None, hi: float | None = None) -> "LayoutModel":
@@ -394,7 +398,13 @@ class LayoutModel:
         if j + 1 < k:
             piece = piece + 2.0 * float(cf.x_recv_bytes[r, j + 1]) * B * self.m.n[int(self.nvar[int(cf.pair_src[r, j + 1])])]
         self._mem_rows.add((c, j))
-        self.m.mem.add(self._memory_expr(c, piece) <= self._capacity(c))
+        self._register(self.m.mem.add(self._memory_expr(c, piece) <= self._capacity(c)))
+
+    def _register(self, con) -> None:
+        """Hand a row added after the first solve to the persistent solver (it does not rescan the
+        model for new rows: planner/lp.py)."""
+        if self._solver is not None:
+            self._solver.add_constraints([con])
 
     def memory_forms(self) -> list[dict]:
         """Per class, its memory as numbers (bytes): const (states, the reserve), per token of its
@@ -418,21 +428,30 @@ class LayoutModel:
         return out
 
     def _memory_cuts(self, x_n: np.ndarray, x_s: np.ndarray) -> int:
-        """Add the violated K/V-buffer rows (lazy); returns how many were added."""
+        """Add, per class, the row of its most violated K/V-buffer round not yet in the model (lazy:
+        the rows of the other rounds are added if a later solution violates them); returns how many
+        were added."""
         if not self.with_memory or self.k <= 1:
             return 0
         cf, B = self.coef, self.workload.block_size
         L = B * x_n
+        reps = self.rep
+        rb = cf.x_recv_bytes[reps] * L[cf.pair_src[reps]]  # [C, k] bytes received per round
+        piece = 2.0 * (rb + np.concatenate([rb[:, 1:], np.zeros((len(reps), 1))], axis=1))
+        piece[:, 0] = -np.inf  # round 0 receives nothing
+        a = cf.a
+        base = self._mem_const + self._mem_s * np.asarray(x_s) + (self._mem_w * a.eta[reps] + self._mem_u * a.kvc[reps]) * L[a.grp[reps]]
+        cap = np.array([self._capacity(c) for c in range(self.C)])
+        over = (base[:, None] + piece) / GIB > cap[:, None] * (1 + 1e-9)
         added = 0
-        for c in range(self.C):
-            r = self.rep[c]
-            rb = cf.x_recv_bytes[r] * L[cf.pair_src[r]]
-            base = self._mem_const + self._mem_s * x_s[c] + (self._mem_w * cf.a.eta[r] + self._mem_u * cf.a.kvc[r]) * L[cf.a.grp[r]]
-            for j in range(1, self.k):
-                piece = 2.0 * (rb[j] + (rb[j + 1] if j + 1 < self.k else 0.0))
-                if (base + piece) / GIB > self._capacity(c) * (1 + 1e-9) and (c, j) not in self._mem_rows:
-                    self._add_kv_row(c, j)
+        for c in np.nonzero(over.any(axis=1))[0]:
+            for j in np.argsort(-piece[c], kind="stable"):
+                if not over[c, j]:
+                    break
+                if (int(c), int(j)) not in self._mem_rows:
+                    self._add_kv_row(int(c), int(j))
                     added += 1
+                    break
         return added
 
     # ------------------------------------------------------------------ parameters
@@ -508,7 +527,7 @@ class LayoutModel:
         at the solution matches it (to CUT_TOL), when no critical path's cut is violated there (the
         relaxation's minimum), or after `max_rounds` (status "work limit"). `start` = (blocks, shards
         per class) seeds the cuts at a point (default: the box's centre, even shards)."""
-        k, C = self.k, self.C
+        k = self.k
         B = self.workload.block_size
         if start is not None:
             n0, s0 = np.asarray(start[0], dtype=float), np.asarray(start[1], dtype=float)
@@ -554,7 +573,7 @@ class LayoutModel:
         McCormick planes are tighter; an empty box proves that no plan of the layout reaches
         `best_s` (the rounding makes this an argument about integer plans, stronger than the LP's).
         True when the box shrank."""
-        pyo, m = self.pyo, self.m
+        m = self.m
         if any(m.n[o].fixed for o in range(self.NV)):
             return False
         m.T.setub(MS * best_s)
@@ -633,20 +652,46 @@ class LayoutModel:
             return None, math.inf
         return self.to_plan(blocks, sol.shards), sol.bound_s
 
+    def _whole_tokens(self, blocks: Sequence[int], shards: Sequence[float]) -> list[list[int]]:
+        """Per group, its ranks' shards rounded to whole tokens summing to 2·blocks·B (largest remainder)."""
+        B = self.workload.block_size
+        per_rank = np.maximum(np.asarray(shards, dtype=float)[self.cls], 0.0)
+        out, r0 = [], 0
+        for g, devs in enumerate(self.layout.groups):
+            n = len(devs)
+            out.append(round_to_sum(list(per_rank[r0:r0 + n]), 2 * int(blocks[g]) * B))
+            r0 += n
+        return out
+
+    def judge(self, blocks: Sequence[int], shards: Sequence[float]) -> tuple[float, bool] | None:
+        """(replayed step time, fits in memory) of to_plan(blocks, shards), from this layout's
+        coefficients (the plan's structure is the layout's: no schedule or coefficients to derive
+        again); None when the plan would leave a rank out (its structure differs: estimate it)."""
+        from dataclasses import replace
+
+        from ..costmodel.memory import memory_bytes
+
+        ints = self._whole_tokens(blocks, shards)
+        if any(t == 0 and h == 0 for tok, heads in zip(ints, self.layout.heads) for t, h in zip(tok, heads)):
+            return None
+        s = np.array([t for tok in ints for t in tok], dtype=float)
+        L = self.workload.block_size * np.asarray(blocks, dtype=float)
+        d = evaluate(self.coef, s, L)
+        t = simulate_durations(d).iteration_time_s
+        a = replace(self.coef.a, s=s, L=L)
+        mem = sum(memory_bytes(a, self.model, self.workload, d.recv_bytes, self.options).values())
+        return t, bool(np.all(mem <= a.capacity))
+
     def to_plan(self, blocks: Sequence[int], shards: Sequence[float], name: str = "hexiseq") -> Plan:
         """The plan of integer chunk blocks and per-class shards, rounded to whole tokens inside each
         group (largest remainder); heads as the layout has them. A rank left with neither tokens nor
         heads is left out of the run (it would only wait)."""
         B, layout = self.workload.block_size, self.layout
-        per_rank = np.maximum(np.asarray(shards, dtype=float)[self.cls], 0.0)
-        groups, r0 = [], 0
-        for g, (devs, heads) in enumerate(zip(layout.groups, layout.heads)):
-            n = len(devs)
-            ints = round_to_sum(list(per_rank[r0:r0 + n]), 2 * int(blocks[g]) * B)
-            keep = [i for i in range(n) if ints[i] > 0 or heads[i] > 0]
+        groups = []
+        for g, (devs, heads, ints) in enumerate(zip(layout.groups, layout.heads, self._whole_tokens(blocks, shards))):
+            keep = [i for i in range(len(devs)) if ints[i] > 0 or heads[i] > 0]
             groups.append(Group(tuple(devs[i] for i in keep), int(blocks[g]) * B, tuple(ints[i] for i in keep),
                                 tuple(heads[i] for i in keep)))
-            r0 += n
         return Plan(self.workload.seq_len, self.model.heads, self.model.kv_heads, tuple(groups), B, name,
                     self.cluster.name, self.model.name)
 

@@ -23,7 +23,7 @@ from ..costmodel import compute_bound, estimate
 from ..costmodel.kernels import CostOptions
 from ..errors import HexiSeqError, InfeasibleError
 from ..plan import Plan
-from ..specs import ClusterSpec, ModelSpec, Workload
+from ..specs import ClusterSpec, ModelSpec, RecomputePolicy, Workload
 from .baselines import BaselineResult, baselines, best_baseline, policies_of
 from .candidates import (
     EXHAUSTIVE_DEVICES,
@@ -112,7 +112,7 @@ def plan_cluster(
         requested = policies_of(workload)
         policies = [p for p in requested if workload.recompute != "auto" or may_fit(cluster, model, workload.with_recompute(p), options)]
         if not policies:
-            raise InfeasibleError(explain_infeasible(cluster, model, workload.with_recompute("full")))
+            raise InfeasibleError(explain_infeasible(cluster, model, workload.with_recompute(RecomputePolicy.FULL)))
         base = baselines(cluster, model, workload, progress=tick, policies=policies, options=options)
         stages["baselines"] = time.perf_counter() - t
         t = time.perf_counter()
@@ -125,7 +125,7 @@ def plan_cluster(
         res = search.run(work=work, gap=gap)
         stages["II search"] = time.perf_counter() - t
         if res.best_plan is None:
-            explain_wl = workload.with_recompute("full") if workload.recompute == "auto" else workload
+            explain_wl = workload.with_recompute(RecomputePolicy.FULL) if workload.recompute == RecomputePolicy.AUTO else workload
             raise InfeasibleError(explain_infeasible(cluster, model, explain_wl))
         t = time.perf_counter()
         wl = workload.with_recompute(res.best_policy)

@@ -1,10 +1,11 @@
 """Stage II of the planner: best-first search over the candidate layouts, bounding as it goes.
 
 Every (candidate layout, recompute policy) is a node with a proven lower bound of the step time of
-every plan it contains: at first the compute bound of its device subset (costmodel.bound), then the
-optimum of its optimization model (planner/model.py) as cutting-plane rounds tighten it. The search
-always works on the node with the lowest bound: a few rounds of its model, whose solution is rounded
-to a plan and replayed (a new incumbent when it is faster and fits in memory), and when the
+every plan it contains: at first the bound of its device subset (costmodel.bound: balanced compute
+and the subset's parameter collectives), then the optimum of its optimization model
+(planner/model.py) as cutting-plane rounds tighten it. The search always works on the node with the
+lowest bound: a few rounds of its model, whose solution is rounded to a plan and replayed (a new
+incumbent when it is faster and fits in memory), and when the
 incumbent improves, every model's box shrinks to the chunk lengths that could still beat it. It
 stops when the lowest bound is within `gap` of the incumbent, or after `work` cutting-plane rounds
 in all (a deterministic work limit, never a wall-clock one). The bound of the whole search is the
@@ -74,6 +75,7 @@ class Node:
     depth: int = 0  # branchings on chunk lengths above it
     tightenings: int = 0  # optimality-based box tightenings done
     tightened_at: float = -math.inf  # its bound when it was last tightened
+    stuck: bool = False  # converged below the target with no tightening left to try: branch it
     point: list[float] | None = None  # the chunk blocks of its last solution
 
     def __lt__(self, other: "Node") -> bool:
@@ -134,19 +136,24 @@ class Search:
         rounding pushes a rank over its memory, the shards are chosen again for the rounded chunks."""
         lm = node.model
         wl = self.workload.with_recompute(node.policy)
-        plan = lm.to_plan(blocks, shards)
-        est = estimate(plan, self.cluster, self.model, wl, self.options)
-        if not est.fits:
+        judged = lm.judge(blocks, shards)
+        if judged is None:  # the plan leaves a rank out: a structure of its own
+            est = estimate(lm.to_plan(blocks, shards), self.cluster, self.model, wl, self.options)
+            judged = (est.iteration_time_s, est.fits)
+        if not judged[1]:
             plan, _ = lm.best_plan(blocks)
             if plan is None:
                 return
             est = estimate(plan, self.cluster, self.model, wl, self.options)
-        if not est.fits:
-            return
-        t = est.iteration_time_s
+            if not est.fits:
+                return
+            t = est.iteration_time_s
+        else:
+            t, plan = judged[0], None
         node.best_s = min(node.best_s, t)
         if t < self.best_s * (1 - 1e-12):
-            self.best_s, self.best_plan, self.best_policy = t, plan, node.policy
+            self.best_s, self.best_policy = t, node.policy
+            self.best_plan = plan if plan is not None else lm.to_plan(blocks, shards)
             self.best_source = f"model: {node.cand.label}"
 
     @property
@@ -190,6 +197,7 @@ class Search:
         if node.status != "final" or node.bound >= target:
             return
         gained = node.bound - node.tightened_at
+        node.stuck = True
         if node.tightenings < MAX_TIGHTEN and gained >= TIGHTEN_GAIN * (target - node.tightened_at):
             # the relaxation is converged for this box: shrink the box to what could still beat the
             # target (optimality-based bound tightening) and solve again with tighter estimates, as
@@ -201,24 +209,30 @@ class Search:
             node.box_ub = min(node.box_ub, target)
             if np.any(lm.box_lo > lm.box_hi):  # nothing in this layout can beat the target
                 node.bound, node.status = max(node.bound, target), "final"
+                node.stuck = False
             elif shrank:
-                node.status = "open"
+                node.status, node.stuck = "open", False
 
     def branch(self, node: Node) -> list[Node]:
-        """Split a node whose relaxed chunk lengths are fractional and none of whose roundings fits in
-        memory: chunk variable v ≤ floor or ≥ ceil (every integer plan is in one of the two), each
-        child starting with the parent's cuts (an orbit model's children: every periodic plan)."""
+        """Split a node that converged below the target (its relaxation cannot close the gap in this
+        box, or none of its roundings fits in memory) on the chunk variable with the widest box:
+        n_v ≤ p or n_v ≥ p + 1, p = floor of its value (every integer plan is in one of the two;
+        the McCormick planes of each child are tighter), each child starting with the parent's cuts
+        (an orbit model's children: every periodic plan)."""
         lm = node.model
         if lm is None or node.point is None or node.depth >= MAX_DEPTH:
             return []
         n = np.array([lm.m.n[o].value for o in range(lm.NV)], dtype=float)
-        frac = np.abs(n - np.round(n))
-        if frac.max() < 1e-6:
+        lo = np.array([lm.box_lo[gs[0]] for gs in lm.orbit_groups])
+        hi = np.array([lm.box_hi[gs[0]] for gs in lm.orbit_groups])
+        width = np.where(hi - lo >= 1.0, hi - lo, -1.0)
+        if width.max() < 1.0:
             return []
-        v = int(np.argmax(frac))
+        v = int(np.argmax(width))
+        p = float(np.clip(math.floor(n[v] + 1e-9), lo[v], hi[v] - 1.0))
         kids = []
-        for lo, hi in ((None, math.floor(n[v])), (math.ceil(n[v]), None)):
-            child = Node(node.cand, node.policy, len(self.nodes), node.bound, "open", lm.child(v, lo, hi), 0, math.inf,
+        for c_lo, c_hi in ((None, p), (p + 1.0, None)):
+            child = Node(node.cand, node.policy, len(self.nodes), node.bound, "open", lm.child(v, c_lo, c_hi), 0, math.inf,
                          node.box_ub, node.depth + 1)
             self.nodes.append(child)
             kids.append(child)
@@ -238,7 +252,7 @@ class Search:
             if node.status == "final" and node.box_ub <= self.target:
                 continue  # its bound is final for the box that still applies
             self.step(node)
-            if node.status == "final" and node.bound < self.best_s * (1 - gap) and not math.isfinite(node.best_s):
+            if node.status == "final" and node.bound < self.target and (node.stuck or not math.isfinite(node.best_s)):
                 for kid in self.branch(node):
                     heapq.heappush(heap, kid)
                 if node.status == "branched":

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +110,7 @@ def execute_torchrun(run: RunDir, cfg: RunConfig, resume: Path | None, session: 
     if lead:
         progress = Progress(console, cfg.steps, start)
         progress.beat_in_background()
-        console.print(f"  ranks: " + ", ".join(f"{p['rank']}=node {p['node']}/local {p['local_rank']} (device {p['device']}, "
+        console.print("  ranks: " + ", ".join(f"{p['rank']}=node {p['node']}/local {p['local_rank']} (device {p['device']}, "
                                                 f"{p['host']})" for p in placements))
     job = RunJob(str(run.path), cfg, str(resume) if resume else None, session, placement.__dict__, console=True)
     run_worker(rank, world, job, progress=progress)

@@ -12,7 +12,6 @@ import os
 import queue
 import threading
 import time
-import traceback
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Callable

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from ..errors import SpecError
-from ..specs import ModelSpec, recompute_policy
+from ..specs import ModelSpec, RecomputePolicy, recompute_policy
 from .kernels import acc_dtype
 
 AttentionFn = Callable[[Tensor, Tensor, Tensor], Tensor]
@@ -191,9 +191,9 @@ class Block(nn.Module):
           the same blocks, so the replayed collectives run in the same order everywhere.
         - "none": everything is kept.
         This is what the cost model charges (costmodel/estimate.py, memory.py)."""
-        if recompute == "full":
+        if recompute == RecomputePolicy.FULL:
             return checkpoint(self._plain, x, cos, sin, use_reentrant=False)
-        if recompute != "selective":
+        if recompute != RecomputePolicy.SELECTIVE:
             return self._plain(x, cos, sin)
         q, k, v = checkpoint(self.pre_attention, x, cos, sin, use_reentrant=False)
         out = self.self_attn.attn_fn(q, k, v)
