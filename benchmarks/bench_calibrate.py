@@ -29,6 +29,8 @@ from pathlib import Path
 
 from hexiseq.calibrate import calibrate, compare
 from hexiseq.calibrate.profile import machine
+from hexiseq.reproduce.figures import fig_calibration
+from hexiseq.reproduce.style import save
 from hexiseq.specs import write_text_atomic
 
 TARGET = 0.15
@@ -63,6 +65,8 @@ def main() -> int:
         ok &= passed
         say(f"target: median error after the fit <= {TARGET:.0%}: {med:.1%} -> {'PASS' if passed else 'FAIL'}")
         record["calibrate"] = cal.to_dict()
+        figs = save(fig_calibration(cal.rows), Path(args.out).parent / "figures", "calibration")
+        say(f"figure: {figs[0]}")
     if args.only in (None, "compare"):
         say("\n== 2. hexiseq calibrate --cluster cpu-4 --compare")
         cmp = compare("cpu-4", out=runs / "compare", say=lambda s: print(s, file=sys.stderr))

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..errors import HexiSeqError
-from ..specs import ClusterSpec, ModelSpec, Workload, get_model
+from ..specs import ClusterSpec, ModelSpec, Workload, get_model, write_text_atomic
 from .emulation import emulation_for
 from .plans import WORLD, CalPlan, calibration_plans
 from .profile import DEFAULT_MODEL, Profile, profile as measure_profile, resolve_world
@@ -230,7 +230,7 @@ def calibrate(world: int | None = None, profile: Profile | str | Path | None = N
               for name in fitted_cluster.gpu_types}
     cal = Calibration(rows, fitted, factors, prof, spec.name, mspec.name, S, n_steps, str(root),
                       {"before": load0, "after": _load()})
-    (root / "calibration.json").write_text(json.dumps(cal.to_dict(), indent=2, default=float) + "\n")
+    write_text_atomic(root / "calibration.json", json.dumps(cal.to_dict(), indent=2, default=float) + "\n")
     return cal
 
 

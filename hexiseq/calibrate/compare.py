@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import HexiSeqError
-from ..specs import ClusterSpec, Workload, get_model, load_cluster
+from ..specs import ClusterSpec, Workload, get_model, load_cluster, write_text_atomic
 from .emulation import check_emulated, emulation_for
 from .profile import DEFAULT_MODEL, Profile, profile as measure_profile
 
@@ -144,13 +144,13 @@ def compare(cluster: str | ClusterSpec = "cpu-4", profile: Profile | str | Path 
     even = result.best_symmetric_baseline
     if even is None:
         raise HexiSeqError(f"no even plan fits {spec.name} for {mspec.name} at S={S:,}")
-    picks = [("hexiseq", result.plan, result.recompute, result.iteration_time_s, result.grouping_label),
+    picks = [("hexiseq", result.plan, result.recompute, result.iteration_time_s, _uneven_label(result.plan, result.recompute)),
              ("even", even.plan, even.recompute, even.iteration_time_s, f"{even.name}: {even.config}")]
     root.mkdir(parents=True, exist_ok=True)
     load0 = _load()
     rows = []
     for system, plan, policy, pred, config in picks:
-        say(f"  running {system}: {config}, recompute {policy}, {plan.world_size} ranks, {n_steps} steps ...")
+        say(f"  running {system}: {config}, {plan.world_size} ranks, {n_steps} steps ...")
         t0 = time.perf_counter()
         summary = run_plan(plan, spec, policy, pred, root / system, model, n_steps, timeout_s)
         m = float(summary["measured_step_time_s"])
@@ -160,8 +160,15 @@ def compare(cluster: str | ClusterSpec = "cpu-4", profile: Profile | str | Path 
                      "predicted_profile_s": alone, "error_profile": alone / m - 1, "pacing_overrun": pacing_overrun(summary),
                      "run_dir": str(root / system), "wall_s": time.perf_counter() - t0})
     cmp = Comparison(spec.name, mspec.name, S, n_steps, rows, str(root), prof, factors, source, {"before": load0, "after": _load()})
-    (root / "comparison.json").write_text(json.dumps(cmp.to_dict(), indent=2, default=float) + "\n")
+    write_text_atomic(root / "comparison.json", json.dumps(cmp.to_dict(), indent=2, default=float) + "\n")
     return cmp
+
+
+def _uneven_label(plan: Any, policy: str) -> str:
+    """What the planner's plan is, in one line: its groups, their tokens per rank and heads."""
+    groups = " | ".join(f"{'+'.join(map(str, g.devices))}: {'/'.join(map(str, g.shards))} tokens, heads {'/'.join(map(str, g.heads))}"
+                        for g in plan.groups)
+    return f"CP {plan.num_groups} x HP ({groups}), recompute {policy}"
 
 
 def _simulate(cluster: ClusterSpec, model: Any, plan: Any, policy: str) -> float:
