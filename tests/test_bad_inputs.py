@@ -301,7 +301,7 @@ PROFILE_CASES = [
     profile("profile-eff-true", PROFILE.replace("0.5", "true"), "gpus.H100-SXM.eff_attention", "got true (a boolean)"),
     profile("profile-gpu-typo", PROFILE.replace("H100-SXM", "H100-SMX"), "gpus.H100-SMX is not a GPU type of the catalog",
             "did you mean 'H100-SXM'?"),
-    profile("profile-unknown-field", PROFILE + "    speed: 3\n", "gpus.H100-SXM has unknown key 'speed'", "known keys: eff_matmul, eff_attention"),
+    profile("profile-unknown-field", PROFILE + "    speed: 3\n", "gpus.H100-SXM has unknown key 'speed'", "known keys: peak_bf16_tflops"),
     profile("profile-top-level-typo", PROFILE.replace("notes:", "note:"), "unknown key 'note' (did you mean 'notes'?)"),
     profile("profile-no-gpus", "notes: nothing\n", "a profile needs a top-level 'gpus' mapping"),
     profile("profile-duplicate-gpu", PROFILE + "  H100-SXM:\n    eff_matmul: 0.6\n", "duplicate key 'H100-SXM'"),
