@@ -2,7 +2,6 @@
 the library that breaks a notebook fails the suite. The full-size runs are a benchmark
 (`make notebooks-full`, benchmarks/bench_notebooks.py); the real-browser run is `make test-browser`."""
 
-import importlib.util
 from pathlib import Path
 
 import nbformat
@@ -12,15 +11,6 @@ from nbclient import NotebookClient
 NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 
-
-def pending(path: Path) -> str | None:
-    """Why a notebook cannot run yet: its metadata `hexiseq.requires` names a library module that
-    does not exist yet (04 before issue #11). It is skipped, saying so, and runs here as soon as
-    the module is there."""
-    need = nbformat.read(path, as_version=4).metadata.get("hexiseq", {})
-    if need.get("requires") and importlib.util.find_spec(need["requires"]) is None:
-        return f"{path.name}: {need.get('why') or need['requires'] + ' is not in the library yet'}"
-    return None
 
 # (notebook, variant): 02 reads data/results/ when it holds results and computes the quick grid
 # when not; both paths run.
@@ -47,9 +37,6 @@ def outputs(nb: nbformat.NotebookNode, mime: str) -> list:
 @pytest.mark.slow
 @pytest.mark.parametrize("path, variant", CASES, ids=[p.stem + (f"-{v}" if v else "") for p, v in CASES])
 def test_notebook_runs(path, variant, monkeypatch, tmp_path):
-    why = pending(path)
-    if why:
-        pytest.skip(why)
     env = {"HEXISEQ_QUICK_OUT": str(tmp_path / "quick")}
     if variant == "no-results":
         (tmp_path / "none").mkdir()
@@ -60,6 +47,9 @@ def test_notebook_runs(path, variant, monkeypatch, tmp_path):
         assert len(outputs(nb, "image/png")) >= 5  # the plan's figures and the baseline's
         printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "stream")
         assert "testbed-8 · llama2-7b · 128K tokens: HexiSeq" in printed
+    if path.stem == "04_calibrate":
+        assert len(outputs(nb, "image/png")) >= 1  # the before/after figure
+        assert "after the fit:" in "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     if path.stem == "02_paper_figures":
         md = "".join("".join(x) for x in outputs(nb, "text/markdown"))
         assert "The HexiSeq paper's figures vs this reproduction" in md
