@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         results = redraw(out)
         print(f"figures and paper_comparison.md redrawn in {out}")
         return 0
-    command = "hexiseq reproduce " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["reproduce"] else None
+    command = " ".join(["hexiseq reproduce", *(shlex.quote(a) for a in sys.argv[2:])]) if sys.argv[1:2] == ["reproduce"] else None
     results = reproduce(args.scenarios or None, quick=args.quick, out=out, force=args.force, progress=not args.no_progress, command=command)
     last = results.meta["last_run"]
     print(f"{results.meta['cells']} cells ({last['computed']} computed, {last['cached']} from the cache) in {last['wall_s']:.0f} s; "

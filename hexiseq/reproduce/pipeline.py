@@ -216,7 +216,7 @@ def reproduce(
         meta_scenarios[sc.name] = {"file": str(Path(sc.path).resolve().relative_to(REPO_DIR)) if Path(sc.path).resolve().is_relative_to(REPO_DIR) else sc.path,
                                    "description": sc.description, "quick": sc.quick, "cells": len(sc.cells), "version": version, "at": now}
     meta = {
-        "command": command or f"hexiseq reproduce {' '.join(names)}" + (" --quick" if quick else "") + (f" --out {out}" if out != RESULT_DIR else ""),
+        "command": command or " ".join(["hexiseq reproduce", *names]) + (" --quick" if quick else "") + (f" --out {out}" if out != RESULT_DIR else ""),
         "version": version,
         "version_inputs": version_inputs(),
         "cells": int(table["system"].eq("hexiseq").sum()),
