@@ -142,32 +142,34 @@ class _Chain:
         xc = xc if xc.ndim == 3 else xc[:, :, None]
         A = t + att[:, 0]
         log = {"A_from_C": [], "M_from": [], "piece": [], "P_from_C": []} if self.trace else None
-        if k > 1:
-            P = t.copy()
-            grp = a.grp
-            idx = np.arange(a.R)
+        if k > 1 and not d.comm:  # no transfers to wait for: the rounds' attention back to back
             for j in range(1, k):
-                if not d.comm:
-                    A = A + att[:, j]
-                    if log is not None:
-                        log["A_from_C"].append(np.zeros(a.R, dtype=bool))
-                    continue
-                Pa = np.where(active, P, -np.inf)
+                A = A + att[:, j]
+                if log is not None:
+                    log["A_from_C"].append(np.zeros(a.R, dtype=bool))
+        elif k > 1:
+            # what does not depend on the recurrence, for every round at once: the longest piece of
+            # each rank's transfer, and the groups posting left and right of each rank's group
+            grp, idx = a.grp, np.arange(a.R)
+            cmax = xc.max(axis=2)
+            shift = np.arange(k)[:, None]
+            left_of, right_of = (grp[None, :] - shift) % k, (grp[None, :] + shift) % k
+            all_active = bool(active.all())
+            P = t.copy()
+            for j in range(1, k):
+                Pa = P if all_active else np.where(active, P, -np.inf)
                 gmax = np.maximum.reduceat(Pa, a.gstart)
-                left, right = gmax[(grp - j) % k], gmax[(grp + j) % k]
+                left, right = gmax[left_of[j]], gmax[right_of[j]]
                 M = np.maximum(P, np.maximum(left, right))
-                cmax = xc[:, j, :].max(axis=1)
-                C = M + cmax
-                from_C = C > A
+                C = M + cmax[:, j]
                 A_new = np.maximum(A, C) + att[:, j]
-                P_from_C = C >= A
                 if log is not None:
                     garg = _group_argmax(Pa, gmax, a)  # the active rank posting last in each group
-                    src = np.where(M == P, idx, np.where(left >= right, garg[(grp - j) % k], garg[(grp + j) % k]))
-                    log["A_from_C"].append(from_C)
+                    src = np.where(M == P, idx, np.where(left >= right, garg[left_of[j]], garg[right_of[j]]))
+                    log["A_from_C"].append(C > A)
                     log["M_from"].append(src)
                     log["piece"].append(xc[:, j, :].argmax(axis=1))
-                    log["P_from_C"].append(P_from_C)
+                    log["P_from_C"].append(C >= A)
                 P = np.maximum(C, A)
                 A = A_new
         if log is not None:

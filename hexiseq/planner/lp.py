@@ -8,8 +8,8 @@ costs of the generic interface dominate and are removed here (measured on sim-12
   (to capture HiGHS's log), although the log is off: here the solve runs without the redirection
   when no log is asked for;
 - every solve re-scans the whole model for changes of every kind; the layout model only ever adds
-  constraints (and hands each one over as it adds it), changes variable bounds and changes mutable
-  parameters (planner/model.py), so only the last two are looked for.
+  constraints, changes variable bounds and changes mutable parameters, and hands each change over
+  itself (planner/model.py: LayoutModel._lp), so nothing is looked for.
 """
 
 from __future__ import annotations
@@ -28,15 +28,30 @@ class QuietHighs(Highs):
         self.config.load_solution = False
         self.highs_options = {"threads": 1, "output_flag": False, "solver": "simplex", "presolve": "off"}
         u = self.update_config
-        u.check_for_new_or_removed_constraints = False  # the model hands over the rows it adds (LayoutModel._register)
-        u.update_vars = True  # boxes and fixings are variable bounds
-        u.update_params = True  # the objective's weights (bound tightening) are parameters
+        # the layout model hands over the rows it adds, the variables whose bounds it changes (boxes)
+        # and its parameters when it changes them (the objective's weights in bound tightening)
+        u.check_for_new_or_removed_constraints = False
+        u.update_vars = False
+        u.update_params = False
         u.check_for_new_or_removed_vars = False
         u.check_for_new_or_removed_params = False
         u.check_for_new_objective = False
         u.update_objective = False
         u.update_constraints = False
         u.update_named_expressions = False
+
+    def sync(self, rows: list, variables: list, params: bool) -> None:
+        """Hand over what the model changed since the last solve: rows added, variables whose bounds
+        moved, parameters changed. Before the first solve there is nothing to hand over (the solve
+        reads the whole model)."""
+        if self._model is None:
+            return
+        if rows:
+            self.add_constraints(rows)
+        if variables:
+            self.update_variables(variables)
+        if params:
+            self.update_params()
 
     def _solve(self, timer):
         if self.config.stream_solver or self.config.logfile:

@@ -175,6 +175,10 @@ class LayoutModel:
         self._mem_rows: set[tuple[int, int]] = set()
         self._build()
         self._solver = None
+        # changes since the last solve, handed to the persistent solver at the next (planner/lp.py)
+        self._unsent: list = []  # rows
+        self._moved: dict = {}  # variables whose bounds changed
+        self._params_changed = False
 
     # ------------------------------------------------------------------ the model
 
@@ -401,10 +405,10 @@ class LayoutModel:
         self._register(self.m.mem.add(self._memory_expr(c, piece) <= self._capacity(c)))
 
     def _register(self, con) -> None:
-        """Hand a row added after the first solve to the persistent solver (it does not rescan the
-        model for new rows: planner/lp.py)."""
+        """Keep a row added after the first solve for the persistent solver, which does not rescan
+        the model for new rows (planner/lp.py); `_lp` hands them over in one call."""
         if self._solver is not None:
-            self._solver.add_constraints([con])
+            self._unsent.append(con)
 
     def memory_forms(self) -> list[dict]:
         """Per class, its memory as numbers (bytes): const (states, the reserve), per token of its
@@ -466,11 +470,13 @@ class LayoutModel:
             if not self.m.n[o].fixed:
                 self.m.n[o].setlb(float(lo[gs[0]]))
                 self.m.n[o].setub(float(hi[gs[0]]))
+                self._moved[o] = self.m.n[o]
         self.box_lo, self.box_hi = lo, hi
 
     def fix_blocks(self, blocks: Sequence[float] | None) -> None:
         """Fix the chunk lengths (blocks per group; equal within an orbit) and collapse the box onto
         them; None frees them."""
+        self._refix()
         if blocks is None:
             for o in range(self.NV):
                 self.m.n[o].unfix()
@@ -484,11 +490,17 @@ class LayoutModel:
 
     def fix_shards(self, shards: Sequence[float] | None) -> None:
         """Fix the shard of every class (per class; equal across an orbit), or free them (None)."""
+        self._refix()
         for v in range(self.SV):
             if shards is None:
                 self.m.s[v].unfix()
             else:
                 self.m.s[v].fix(float(shards[int(self.svar_rep[v])]))
+
+    def _refix(self) -> None:
+        """Fixing or freeing variables changes how the solver holds the rows that use them: after a
+        solve, the next one hands the whole model over again."""
+        self._solver, self._unsent, self._moved, self._params_changed = None, [], {}, False
 
     # ------------------------------------------------------------------ solving
 
@@ -511,6 +523,8 @@ class LayoutModel:
         if self._solver is None:
             self._solver = QuietHighs()
         try:
+            self._solver.sync(self._unsent, list(self._moved.values()), self._params_changed)
+            self._unsent, self._moved, self._params_changed = [], {}, False
             res = self._solver.solve(self.m)
         except Exception as e:  # noqa: BLE001 - a solver failure is a status, not a traceback
             return f"error: {e}", None
@@ -578,11 +592,13 @@ class LayoutModel:
             return False
         m.T.setub(MS * best_s)
         m.w_T = 0.0
+        self._moved["T"], self._params_changed = m.T, True
         lo, hi = self.box_lo.copy(), self.box_hi.copy()
         try:
             for o, gs in enumerate(self.orbit_groups):
                 for sign, target in ((1.0, lo), (-1.0, hi)):
                     m.w_n[o] = sign
+                    self._params_changed = True
                     st, val = self._lp()
                     m.w_n[o] = 0.0
                     if val is None:  # no plan at least this fast in the box
@@ -595,6 +611,7 @@ class LayoutModel:
             m.w_T = 1.0
             for o in range(self.NV):
                 m.w_n[o] = 0.0
+            self._moved["T"], self._params_changed = m.T, True
         shrank = bool(np.any(lo > self.box_lo + 0.5) or np.any(hi < self.box_hi - 0.5))
         if np.any(lo > hi):
             self.box_lo, self.box_hi = lo, hi

@@ -141,6 +141,12 @@ class Search:
             est = estimate(lm.to_plan(blocks, shards), self.cluster, self.model, wl, self.options)
             judged = (est.iteration_time_s, est.fits)
         if not judged[1]:
+            # Choosing the shards again under the memory limits (a model of its own) rarely gives a
+            # faster plan than these shards, which the relaxation chose with the limits only relaxed:
+            # when these are no faster than the incumbent, the refit is not worth its LPs. (Only
+            # which plans are tried changes; no bound depends on it.)
+            if judged[0] >= self.best_s:
+                return
             plan, _ = lm.best_plan(blocks)
             if plan is None:
                 return
