@@ -44,6 +44,8 @@ def main() -> int:
                 ratio = r["err"] / r["tol"]
                 if key not in rows or ratio > rows[key]["ratio"]:
                     rows[key] = {**r, "ratio": ratio, "setting": label}
+                elif ratio == rows[key]["ratio"] and label not in rows[key]["setting"]:
+                    rows[key]["setting"] = "both (the same error)"
     # one row per test: its check closest to its tolerance
     per_test: dict[str, dict] = {}
     for (test, _), r in rows.items():
