@@ -150,33 +150,47 @@ class _Chain:
         elif k > 1:
             # what does not depend on the recurrence, for every round at once: the longest piece of
             # each rank's transfer, and the groups posting left and right of each rank's group
-            grp, idx = a.grp, np.arange(a.R)
+            grp = a.grp
             cmax = xc.max(axis=2)
             shift = np.arange(k)[:, None]
             left_of, right_of = (grp[None, :] - shift) % k, (grp[None, :] + shift) % k
             all_active = bool(active.all())
-            P = t.copy()
+            if log is not None:  # the recurrence's values per round; who set what is derived after it
+                rec = {n: np.empty((k - 1, a.R)) for n in ("P", "Pa", "A", "C", "M")}
+                rec["gmax"] = np.empty((k - 1, k))
+            P = t
             for j in range(1, k):
                 Pa = P if all_active else np.where(active, P, -np.inf)
                 gmax = np.maximum.reduceat(Pa, a.gstart)
-                left, right = gmax[left_of[j]], gmax[right_of[j]]
-                M = np.maximum(P, np.maximum(left, right))
+                M = np.maximum(P, np.maximum(gmax[left_of[j]], gmax[right_of[j]]))
                 C = M + cmax[:, j]
-                A_new = np.maximum(A, C) + att[:, j]
                 if log is not None:
-                    garg = _group_argmax(Pa, gmax, a)  # the active rank posting last in each group
-                    src = np.where(M == P, idx, np.where(left >= right, garg[left_of[j]], garg[right_of[j]]))
-                    log["A_from_C"].append(C > A)
-                    log["M_from"].append(src)
-                    log["piece"].append(xc[:, j, :].argmax(axis=1))
-                    log["P_from_C"].append(C >= A)
-                P = np.maximum(C, A)
-                A = A_new
+                    r = rec
+                    r["P"][j - 1], r["Pa"][j - 1], r["A"][j - 1], r["C"][j - 1], r["M"][j - 1], r["gmax"][j - 1] = P, Pa, A, C, M, gmax
+                P = np.maximum(A, C)  # the next post: after this round's transfer and attention start
+                A = P + att[:, j]
+            if log is not None:
+                log.update(self._exchange_log(rec, xc, left_of[1:], right_of[1:]))
         if log is not None:
             self.log[tag] = log
         end = np.where(active, A, t)
         ph["kv_exchange"] += end - t  # the callers move the plain attention time out of it
         return end
+
+    def _exchange_log(self, rec: dict, xc: np.ndarray, left_of: np.ndarray, right_of: np.ndarray) -> dict:
+        """Per round j (row j-1): whether the round's attention waited for its transfer (A_from_C),
+        the rank whose post set the transfer's start (M_from: the rank itself, or the active rank
+        posting last in the group on its left or right), the longest piece, and whether the next
+        post waited for the transfer (P_from_C)."""
+        a = self.a
+        idx = np.arange(a.R)
+        Pa, gmax = rec["Pa"], rec["gmax"]
+        cand = np.where(Pa == gmax[:, a.grp], idx, a.R)
+        garg = np.minimum.reduceat(cand, a.gstart, axis=1)  # [rounds, k] first rank posting last in each group
+        left, right = np.take_along_axis(gmax, left_of, axis=1), np.take_along_axis(gmax, right_of, axis=1)
+        from_side = np.where(left >= right, np.take_along_axis(garg, left_of, axis=1), np.take_along_axis(garg, right_of, axis=1))
+        return {"A_from_C": rec["C"] > rec["A"], "M_from": np.where(rec["M"] == rec["P"], idx, from_side),
+                "piece": xc[:, 1:, :].argmax(axis=2).T, "P_from_C": rec["C"] >= rec["A"]}
 
     def forward(self, t: np.ndarray, ph: dict, tag: str = "f") -> np.ndarray:
         d = self.d
