@@ -100,7 +100,7 @@ def test_profile_overrides_efficiencies(tmp_path):
     ],
 )
 def test_bad_profiles_are_spec_errors(tmp_path, body, msg):
-    """What data/profiles/README.md promises: anything but eff_matmul / eff_attention numbers is refused."""
+    """What data/profiles/README.md promises: only the profile fields of the catalog, each a number in its declared range."""
     p = tmp_path / "prof.yaml"
     p.write_text(body)
     with pytest.raises(SpecError, match=re.escape(msg)):
