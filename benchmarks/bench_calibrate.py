@@ -29,7 +29,7 @@ from pathlib import Path
 
 from hexiseq.calibrate import calibrate, compare
 from hexiseq.calibrate.profile import machine
-from hexiseq.reproduce.figures import fig_calibration
+from hexiseq.reproduce.figures import fig_calibration, fig_measured_comparison
 from hexiseq.reproduce.style import save
 from hexiseq.specs import write_text_atomic
 
@@ -76,6 +76,8 @@ def main() -> int:
         say(f"target: uneven faster when measured and both calibrated predictions within {TARGET:.0%} -> "
             f"{'PASS' if cmp.claim_holds else 'FAIL'}")
         record["compare"] = cmp.to_dict()
+        figs = save(fig_measured_comparison(cmp.rows), Path(args.out).parent / "figures", "cpu4_uneven_vs_even")
+        say(f"figure: {figs[0]}")
     say(f"\n{'all targets met' if ok else 'a target failed'}")
     out = Path(args.out)
     write_text_atomic(out, buf.getvalue())

@@ -210,11 +210,22 @@ def test_fig_calibration():
     _render(fig)
 
 
+def test_fig_measured_comparison():
+    rows = [{"system": "hexiseq", "config": "CP 2 x HP", "measured_s": 2.9, "predicted_s": 2.85, "predicted_profile_s": 2.4},
+            {"system": "even", "config": "ulysses", "measured_s": 3.5, "predicted_s": 3.77, "predicted_profile_s": 3.2}]
+    fig = F.fig_measured_comparison(rows)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["HexiSeq: 2.90 s", "best even: 3.50 s"]
+    assert _legend_labels(fig) == {"measured (bar)", "predicted (calibrated)", "predicted (profile alone)"}
+    assert any("1.21x" in t.get_text() for t in ax.texts)  # 3.5 / 2.9
+    _render(fig)
+
+
 def test_empty_inputs_say_so(table):
     """No data is a message on the figure, not a crash or a blank axes."""
     empty = table.iloc[0:0]
     for fig in (F.fig_speedup_vs_gpu_types(empty), F.fig_pairs(empty), F.fig_planner_time(empty), F.fig_systems(empty, "x"),
-                F.fig_sensitivity(empty, "seq_len"), F.fig_calibration([])):
+                F.fig_sensitivity(empty, "seq_len"), F.fig_calibration([]), F.fig_measured_comparison([])):
         assert any(t.get_text() for ax in fig.axes for t in ax.texts)
         _render(fig)
 

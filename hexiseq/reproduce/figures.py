@@ -371,7 +371,7 @@ def _sweep_axis(ax: Any, kind: str, values: Sequence[float]) -> None:
 def fig_calibration(rows: Sequence[dict[str, Any]]) -> "Figure":
     """The cost model before and after calibration against measured step times, one point per
     plan (rows: plan, measured_s, predicted_before_s, predicted_after_s); the diagonal is exact."""
-    fig, ax = new_figure(6.0, 5.0)
+    fig, ax = new_figure(8.0, 5.0)
     ax.set_title("cost model vs measured step time")
     ax.set_xlabel("measured step time (s)")
     ax.set_ylabel("predicted step time (s)")
@@ -385,10 +385,46 @@ def fig_calibration(rows: Sequence[dict[str, Any]]) -> "Figure":
         if np.isfinite(pred).any():
             err = np.nanmedian(np.abs(pred / meas - 1))
             ax.plot(meas, pred, ls="none", marker="o", color=color, label=f"{label} (median error {err:.0%})")
-    lo, hi = float(np.nanmin(meas)) * 0.8, float(np.nanmax(meas)) * 1.25
+    preds = np.array([r.get(k, np.nan) for r in rows for k in ("predicted_before_s", "predicted_after_s")], dtype=float)
+    lo = min(float(np.nanmin(meas)), float(np.nanmin(preds))) * 0.85
+    hi = max(float(np.nanmax(meas)), float(np.nanmax(preds))) * 1.15
     ax.plot([lo, hi], [lo, hi], color="0.5", lw=0.8, ls="--", label="exact")
+    from matplotlib.ticker import FuncFormatter
+
     ax.set_xscale("log")
     ax.set_yscale("log")
+    plain = FuncFormatter(lambda v, _: f"{v:g}")  # seconds as numbers, not powers of ten
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(plain)
+        axis.set_minor_formatter(plain)
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_aspect("equal")
+    legend_outside(ax)
+    return fig
+
+
+def fig_measured_comparison(rows: Sequence[dict[str, Any]], title: str = "uneven vs even plan, measured (emulated CPU ranks)") -> "Figure":
+    """The planner's plan against the best even plan on one cluster (rows of `hexiseq calibrate
+    --compare`: system, config, measured_s, predicted_s, predicted_profile_s): measured step time as
+    bars, the calibrated and the profile-only predictions as markers on them."""
+    fig, ax = new_figure(8.0, 3.2)
+    ax.set_title(title)
+    ax.set_xlabel("step time (s)")
+    rows = list(rows)
+    if not rows:
+        empty(ax, "no measured runs")
+        return fig
+    y = np.arange(len(rows))[::-1]
+    colors = [HEXISEQ_COLOR if r["system"] == "hexiseq" else BEST_BASELINE_COLOR for r in rows]
+    ax.barh(y, [r["measured_s"] for r in rows], height=0.55, color=colors, alpha=0.85, label="measured (bar)")
+    ax.plot([r["predicted_s"] for r in rows], y, ls="none", marker="D", color="black", label="predicted (calibrated)")
+    ax.plot([r["predicted_profile_s"] for r in rows], y, ls="none", marker="o", mfc="none", color="black",
+            label="predicted (profile alone)")
+    ax.set_yticks(y, [f"{'HexiSeq' if r['system'] == 'hexiseq' else 'best even'}: {r['measured_s']:.2f} s" for r in rows])
+    if len(rows) == 2:
+        sp = rows[1]["measured_s"] / rows[0]["measured_s"]
+        note(ax, f"measured speedup of the upper plan over the lower: {sp:.2f}x")
     legend_outside(ax)
     return fig
 
@@ -398,6 +434,6 @@ def sensitivity_sweeps(df: pd.DataFrame) -> list[str]:
 
 
 __all__ = [
-    "fig_calibration", "fig_pairs", "fig_phases", "fig_planner_time", "fig_sensitivity", "fig_speedup_vs_gpu_types",
+    "fig_calibration", "fig_measured_comparison", "fig_pairs", "fig_phases", "fig_planner_time", "fig_sensitivity", "fig_speedup_vs_gpu_types",
     "fig_speedup_vs_length", "fig_systems", "representative_cell", "sensitivity_sweeps", "si_label",
 ]
