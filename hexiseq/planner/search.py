@@ -56,6 +56,7 @@ STEP_ROUNDS = 12  # cutting-plane rounds per visit of a node
 MAX_DEPTH = 8  # branchings on chunk lengths below a node
 MAX_TIGHTEN = 6  # box tightenings per node
 TIGHTEN_GAIN = 0.2  # ... each after one that closed at least this part of the node's distance to the target
+MAX_DIVES = 3  # visits that improved the incumbent continued at once, in a row
 ROUNDINGS = 5  # integer chunk lengths tried per solution: nearest, and each of the largest groups' one block less
 DEFAULT_WORK = 1500  # cutting-plane rounds in all (a work limit: the bound stays valid when it binds)
 DEFAULT_GAP = 0.002  # stop when the lowest bound is this close to the incumbent (relative)
@@ -257,7 +258,15 @@ class Search:
                 break  # every other node's bound is at least as high: the incumbent is within `gap`
             if node.status == "final" and node.box_ub <= self.target:
                 continue  # its bound is final for the box that still applies
+            before = self.best_s
             self.step(node)
+            # A visit that improved the incumbent is continued at once (a dive, up to MAX_DIVES): its
+            # relaxation is the one nearest to good plans, and a better incumbent shrinks every box.
+            for _ in range(MAX_DIVES):
+                if not (self.best_s < before and node.status == "open" and self.rounds < work):
+                    break
+                before = self.best_s
+                self.step(node)
             if node.status == "final" and node.bound < self.target and (node.stuck or not math.isfinite(node.best_s)):
                 for kid in self.branch(node):
                     heapq.heappush(heap, kid)
