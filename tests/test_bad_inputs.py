@@ -498,6 +498,11 @@ def test_bad_input_is_refused_clearly(case, tmp_path, capsys):
         assert word not in err, f"{word!r} should not be in the message:\n{err}"
     message = [line for line in err.splitlines() if "error:" in line]
     assert len(message) == 1 and len(err.splitlines()) <= 16, f"not one short message:\n{err}"
+    # Refused before the run directory is made: everything but non-finite weights, which the ranks
+    # find as they load them (scanning every weight in the parent too would read a large checkpoint
+    # twice); that run directory records the failed start.
+    if case.argv[:1] == ("run",) and "--resume" not in case.argv and case.id != "issue9-run-init-from-nan-weights":
+        assert not (tmp_path / "run").exists(), "a refused run left a run directory behind"
 
 
 @pytest.mark.parametrize(

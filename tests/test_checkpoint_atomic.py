@@ -9,6 +9,7 @@ import random
 import signal
 import time
 
+import pytest
 import torch
 
 from hexiseq.atomic import atomic_dir, remove_stale, stale_temporaries
@@ -86,10 +87,7 @@ def test_a_failed_save_leaves_the_old_checkpoint(tmp_path):
     path = tmp_path / "ckpt"
     with atomic_dir(path) as d:
         (d / "w.txt").write_text("old")
-    try:
-        with atomic_dir(path) as d:
-            (d / "w.txt").write_text("half")
-            raise RuntimeError("disk full")
-    except RuntimeError:
-        pass
+    with pytest.raises(RuntimeError, match="disk full"), atomic_dir(path) as d:
+        (d / "w.txt").write_text("half")
+        raise RuntimeError("disk full")
     assert (path / "w.txt").read_text() == "old" and not stale_temporaries(path)

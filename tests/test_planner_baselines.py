@@ -71,9 +71,10 @@ def test_baselines_report_subset_and_policy(testbed):
     m = get_model("llama2-7b")
     res = baselines(testbed, m, Workload(seq_len=128 * 1024, activation_checkpointing="auto"))
     assert set(res) == {"ring", "ulysses", "usp", "proportional"}
+    assert any(b.feasible for b in res.values())
     for b in res.values():
         if b.feasible:
-            assert b.recompute in ("none", "selective", "full") and "GPUs)" in b.config or b.name == "proportional"
+            assert b.recompute in ("none", "selective", "full") and "GPUs)" in b.config
             assert b.tried >= b.fitting and b.tokens_per_s > 0
     p = proportional_plan(testbed, m, Workload(seq_len=128 * 1024))
     assert p.validate(testbed, m) == [] and np.argmax([g.chunk_len for g in p.groups]) == 0  # the H100 node takes more

@@ -36,7 +36,7 @@ from ..errors import HexiSeqError
 from ..specs import ClusterSpec, ModelSpec, Workload, get_model, write_text_atomic
 from .emulation import emulation_for
 from .plans import WORLD, CalPlan, calibration_plans
-from .profile import DEFAULT_MODEL, Profile, profile as measure_profile, resolve_world
+from .profile import DEFAULT_MODEL, Profile, _load, profile as measure_profile, resolve_world
 
 # what the fit may change, with the search box of its multiplier (log2 of the factor on the profile's figure)
 FITTED = {"peak_bf16_tflops": (-1.0, 1.0), "eff_hbm": (-2.0, 2.0), "link_latency_us": (-3.0, 3.0)}
@@ -247,11 +247,3 @@ def pacing_overrun(summary: dict[str, Any]) -> float | None:
             worst = r if worst is None else max(worst, r)
     return worst
 
-
-def _load() -> list[float]:
-    import os
-
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return []

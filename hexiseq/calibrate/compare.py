@@ -104,7 +104,8 @@ def compare(cluster: str | ClusterSpec = "cpu-4", profile: Profile | str | Path 
     from ..planner import plan_cluster
     from ..runs.config import WARMUP_EXCLUDED
     from ..runs.rundir import default_run_dir
-    from .calibrate import _load, calibrate, pacing_overrun, scaled_cluster
+    from .calibrate import calibrate, pacing_overrun, scaled_cluster
+    from .profile import _load
 
     say = say or print
     spec = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import replace
-from typing import Sequence
 
 from ..errors import HexiSeqError, SpecError
 from ..plan import Plan

@@ -32,7 +32,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-BYTES_PER_ELEMENT = 2.0  # the cost model's bf16 counting (runtime.emulation.MODEL_BYTES_PER_ELEMENT)
+from ..runtime.emulation import MODEL_BYTES_PER_ELEMENT  # bytes counted as the cost model counts them (bf16)
+
 
 
 @dataclass(frozen=True)
@@ -188,7 +189,7 @@ def measure_memory(cfg: Any, spec: Any, rows: int, repeats: int, gen: torch.Gene
     dst = torch.empty_like(big)
     tc = _timed(lambda: dst.copy_(big), repeats)
     return {"rows": rows, "seconds": t, "bytes": nbytes, "gbps": nbytes / t / 1e9,
-            "copy": {"elements": big.numel(), "seconds": tc, "gbps": 2 * big.numel() * BYTES_PER_ELEMENT / tc / 1e9}}
+            "copy": {"elements": big.numel(), "seconds": tc, "gbps": 2 * big.numel() * MODEL_BYTES_PER_ELEMENT / tc / 1e9}}
 
 
 def measure_step_parts(cfg: Any, rows: int, repeats: int, gen: torch.Generator) -> dict[str, Any]:
@@ -238,13 +239,13 @@ def measure_links(rank: int, world: int, elems: int, repeats: int) -> dict[str, 
                 if rank == a:  # a large message that did not take longer than a small one (load noise): no bandwidth
                     extra = large - small
                     pairs.append({"a": a, "b": b, "latency_us": small / 2 * 1e6, "elements": elems,
-                                  "gbps": elems * BYTES_PER_ELEMENT / (extra / 2) / 1e9 if extra > 0 else None})
+                                  "gbps": elems * MODEL_BYTES_PER_ELEMENT / (extra / 2) / 1e9 if extra > 0 else None})
     dist.barrier()
     per_peer = max(1, elems // max(1, world - 1))
     x = torch.zeros(per_peer * world)
     splits = [per_peer] * world
     t = _timed(lambda: ragged_all_to_all(x, splits, splits), repeats, statistics.median)
-    sent = per_peer * (world - 1) * BYTES_PER_ELEMENT
+    sent = per_peer * (world - 1) * MODEL_BYTES_PER_ELEMENT
     return {"pairs": pairs, "all_to_all": {"elements_per_peer": per_peer, "seconds": t, "gbps": sent / t / 1e9}}
 
 

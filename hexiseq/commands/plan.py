@@ -73,7 +73,6 @@ def run(args: argparse.Namespace) -> int:
 def write_model(result, cluster, model, workload, path: str) -> None:
     """The optimization model of the plan's layout and policy, with the cutting planes that bound it."""
     from ..planner import Layout, LayoutModel
-    from ..specs import write_text_atomic  # noqa: F401 - the model writer writes the file itself
 
     plan = result.plan
     layout = Layout(tuple(g.devices for g in plan.groups), tuple(g.heads for g in plan.groups))

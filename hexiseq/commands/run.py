@@ -104,6 +104,7 @@ def _given(args: argparse.Namespace, key: str) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from ..runtime.launch import torchrun_env
+    from ..runtime.verify import check_nproc
 
     torchrun = torchrun_env()
     if args.save:  # before any work: a save that fails after training would lose the trained weights
@@ -116,18 +117,20 @@ def run(args: argparse.Namespace) -> int:
             raise HexiSeqError(f"--resume continues the run as configured; {', '.join('--' + k.replace('_', '-') for k in given)} "
                                "cannot change (start a new run with --init-from to change them)")
         run_dir, cfg, resume, session, notes = _prepare_resume(args)
+        if not torchrun:
+            check_nproc(cfg.plan_obj(), args.nproc)
     else:
         if not args.plan:
             raise HexiSeqError("give --plan FILE (or --resume RUN_DIR)")
         if torchrun and not args.out:
             raise HexiSeqError("under torchrun give --out RUN_DIR (on a filesystem every node sees): the processes must agree on it")
-        if torchrun:  # the world against the plan first: nothing is written for a process that has no place
+        # the world against the plan first: nothing is written for a run that cannot start
+        if torchrun:
             _placement(Plan.load(args.plan), args)
+        else:
+            check_nproc(Plan.load(args.plan), args.nproc)
         run_dir, cfg, notes = _prepare_new(args, torchrun)
         resume, session = None, 0
-    plan = cfg.plan_obj()
-    if not torchrun and args.nproc is not None and args.nproc != plan.world_size:
-        raise HexiSeqError(f"plan {plan.name!r} has {plan.world_size} ranks but --nproc is {args.nproc}")
     return _execute(args, run_dir, cfg, resume, session, notes, torchrun)
 
 

@@ -165,8 +165,8 @@ class _Chain:
                 M = np.maximum(P, np.maximum(gmax[left_of[j]], gmax[right_of[j]]))
                 C = M + cmax[:, j]
                 if log is not None:
-                    r = rec
-                    r["P"][j - 1], r["Pa"][j - 1], r["A"][j - 1], r["C"][j - 1], r["M"][j - 1], r["gmax"][j - 1] = P, Pa, A, C, M, gmax
+                    for name, v in (("P", P), ("Pa", Pa), ("A", A), ("C", C), ("M", M), ("gmax", gmax)):
+                        rec[name][j - 1] = v
                 P = np.maximum(A, C)  # the next post: after this round's transfer and attention start
                 A = P + att[:, j]
             if log is not None:

@@ -151,7 +151,6 @@ class LayoutModel:
         # in order stand for the corresponding classes of the other groups of the orbit)
         self.nvar = self.orbits
         self.NV = int(self.nvar.max()) + 1
-        first_group = {int(o): int(np.argmax(self.orbits == o)) for o in range(self.NV)}
         pos_in_group = np.zeros(self.C, dtype=np.int64)
         for g in range(k):
             cs = [c for c in range(self.C) if self.cls_group[c] == g]
@@ -164,7 +163,6 @@ class LayoutModel:
         self.SV = len(keys)
         self.svar_rep = np.array([int(np.argmax(self.svar == v)) for v in range(self.SV)])  # a class per shard variable
         self.orbit_groups = [np.nonzero(self.orbits == o)[0] for o in range(self.NV)]
-        del first_group
         self.with_memory = memory
         pr = self.coef.peer_r
         self._peers = [np.nonzero(pr == r)[0] for r in range(a.R)]
@@ -536,22 +534,20 @@ class LayoutModel:
         res.solution_loader.load_vars()
         return "optimal", float(res.best_feasible_objective)
 
-    def solve(self, max_rounds: int = MAX_CUT_ROUNDS, start: tuple | None = None) -> Solution:
+    def solve(self, max_rounds: int = MAX_CUT_ROUNDS) -> Solution:
         """The cutting-plane loop (module doc): every LP optimum is a valid bound; stop when the replay
         at the solution matches it (to CUT_TOL), when no critical path's cut is violated there (the
-        relaxation's minimum), or after `max_rounds` (status "work limit"). `start` = (blocks, shards
-        per class) seeds the cuts at a point (default: the box's centre, even shards)."""
+        relaxation's minimum), or after `max_rounds` (status "work limit"). The first cuts are taken
+        at the box's centre with even shards (fixed variables at their values)."""
         k = self.k
         B = self.workload.block_size
-        if start is not None:
-            n0, s0 = np.asarray(start[0], dtype=float), np.asarray(start[1], dtype=float)
-        else:
-            n0 = np.where([self.m.n[o].fixed for o in self.nvar], self.point()[0], 0.5 * (self.box_lo + self.box_hi))
-            if not self.m.n[0].fixed:
-                n0 *= self.nb / n0.sum()
-            per_group = np.bincount(self.cls_group, weights=self.members, minlength=k)
-            even = 2.0 * B * n0[self.cls_group] / per_group[self.cls_group]
-            s0 = np.where([self.m.s[v].fixed for v in self.svar], self.point()[1], even)
+        fixed_n, fixed_s = self.point()
+        n0 = np.where([self.m.n[o].fixed for o in self.nvar], fixed_n, 0.5 * (self.box_lo + self.box_hi))
+        if not self.m.n[0].fixed:
+            n0 *= self.nb / n0.sum()
+        per_group = np.bincount(self.cls_group, weights=self.members, minlength=k)
+        even = 2.0 * B * n0[self.cls_group] / per_group[self.cls_group]
+        s0 = np.where([self.m.s[v].fixed for v in self.svar], fixed_s, even)
         sim = self.replay(n0, s0)
         for name in self.pass_names:
             self._add_cut(name, sim.paths[name], n0, s0)

@@ -10,7 +10,6 @@ work limit.
 
 from __future__ import annotations
 
-import math
 from typing import Callable, Iterator
 
 import numpy as np
@@ -19,16 +18,7 @@ from ..costmodel import estimate, simulate
 from ..errors import PlanError
 from ..plan import Group, Plan
 from ..specs import ClusterSpec, ModelSpec, Workload
-
-
-def _resize(shards: tuple[int, ...], total: int) -> tuple[int, ...]:
-    """Scale shards to a new sum, keeping proportions (largest remainder)."""
-    cur = sum(shards)
-    raw = [x * total / cur for x in shards] if cur else [total / len(shards)] * len(shards)
-    out = [int(math.floor(x)) for x in raw]
-    for i in sorted(range(len(raw)), key=lambda i: raw[i] - out[i], reverse=True)[: total - sum(out)]:
-        out[i] += 1
-    return tuple(out)
+from .model import round_to_sum
 
 
 def _with_groups(plan: Plan, groups: list[Group]) -> Plan:
@@ -49,8 +39,8 @@ def _moves(plan: Plan, busy: np.ndarray, unit: int) -> Iterator[Plan]:
         for gl in [int(x) for x in order[:2] if int(x) != gc]:
             new = list(groups)
             a, b = groups[gc], groups[gl]
-            new[gc] = Group(a.devices, a.chunk_len - B, _resize(a.shards, 2 * (a.chunk_len - B)), a.heads)
-            new[gl] = Group(b.devices, b.chunk_len + B, _resize(b.shards, 2 * (b.chunk_len + B)), b.heads)
+            new[gc] = Group(a.devices, a.chunk_len - B, tuple(round_to_sum(a.shards, 2 * (a.chunk_len - B))), a.heads)
+            new[gl] = Group(b.devices, b.chunk_len + B, tuple(round_to_sum(b.shards, 2 * (b.chunk_len + B))), b.heads)
             yield _with_groups(plan, new)
     ranks = list(plan.group_ranks(gc))
     if len(ranks) > 1:

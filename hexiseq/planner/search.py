@@ -37,13 +37,13 @@ def roundings(blocks: list[float], total: int, count: int) -> list[list[int]]:
     rounding (a rank at its memory limit may not take the extra block), given to the others."""
     base = round_blocks(blocks, total)
     out = [base]
-    grew = sorted(range(len(blocks)), key=lambda g: (-(base[g] - blocks[g]), g))
+    shifted = [b - blocks[i] for i, b in enumerate(base)]  # how far rounding moved each group
+    grew = sorted(range(len(blocks)), key=lambda g: (-shifted[g], g))
     for g in grew:
         if len(out) >= count:
             break
-        if base[g] <= 1 or base[g] - blocks[g] <= 0:
+        if base[g] <= 1 or shifted[g] <= 0:
             continue
-        shifted = [b - blocks[i] for i, b in enumerate(base)]
         trial = list(base)
         trial[g] -= 1
         h = min((i for i in range(len(blocks)) if i != g), key=lambda i: (shifted[i], i))  # the group rounded down most
@@ -229,7 +229,8 @@ class Search:
         lm = node.model
         if lm is None or node.point is None or node.depth >= MAX_DEPTH:
             return []
-        n = np.array([lm.m.n[o].value for o in range(lm.NV)], dtype=float)
+        # the node's own solution (the model's variables may hold a bound-tightening LP's instead)
+        n = np.array([node.point[gs[0]] for gs in lm.orbit_groups], dtype=float)
         lo = np.array([lm.box_lo[gs[0]] for gs in lm.orbit_groups])
         hi = np.array([lm.box_hi[gs[0]] for gs in lm.orbit_groups])
         width = np.where(hi - lo >= 1.0, hi - lo, -1.0)

@@ -23,7 +23,6 @@ streams, the given order for sequences), so a run's data position is one integer
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 from dataclasses import asdict, dataclass
@@ -347,7 +346,3 @@ def open_dataset(spec: DataSpec, seq_len: int) -> PackedStream | GivenSequences:
     if spec.kind == "sequences":
         return GivenSequences(spec, seq_len)
     raise HexiSeqError(f"data of kind {spec.kind!r} has no dataset")
-
-
-def write_spec(spec: DataSpec, path: Path) -> None:
-    path.write_text(json.dumps(spec.to_dict(), indent=2) + "\n")

@@ -114,20 +114,3 @@ def verify_plan(setup: CheckSetup, seed: int = 0, timeout_s: float = 300.0, tole
 def check_nproc(plan: Plan, nproc: int | None) -> None:
     if nproc is not None and nproc != plan.world_size:
         raise PlanError(f"plan {plan.name!r} has {plan.world_size} ranks but --nproc is {nproc}")
-
-
-def train_plan(setup: CheckSetup, steps: int = 5, lr: float = 1e-3, seed: int = 0, timeout_s: float = 300.0,
-               time_limit_s: float | None = None) -> list[dict[str, Any]]:
-    """A short real training run of the plan on spawned ranks (gloo on CPU, NCCL with a GPU per
-    rank): rank 0's per-step records (`step`, `loss`, `grad_norm`, `seconds`, `tokens_per_s`).
-    For notebooks; `hexiseq run` is the command-line twin (and runs under torchrun too)."""
-    from .launch import local_backend, spawn_world
-    from .train import StepJob, TrainConfig, step_worker
-
-    if steps <= 0:
-        raise PlanError(f"steps must be positive, got {steps}")
-    plan = setup.plan
-    job = StepJob(plan=plan.to_dict(), model=setup.model, steps=steps, seed=seed, train=TrainConfig(lr=lr, timeout_s=timeout_s))
-    result = spawn_world(step_worker, plan.world_size, job, timeout_s=time_limit_s, pg_timeout_s=timeout_s,
-                         backend=local_backend(plan.world_size))[0]
-    return list(result["steps"])
