@@ -18,7 +18,10 @@ import tempfile
 from pathlib import Path
 
 MARGIN = 10.0
-SETTINGS = ({"OMP_NUM_THREADS": "1", "HEXISEQ_RANK_THREADS": "1"}, {"OMP_NUM_THREADS": "2", "HEXISEQ_RANK_THREADS": "2"})
+SETTINGS = (
+    {"OMP_NUM_THREADS": "1", "HEXISEQ_RANK_THREADS": "1"},
+    {"OMP_NUM_THREADS": "2", "HEXISEQ_RANK_THREADS": "2"},
+)
 
 
 def main() -> int:
@@ -34,7 +37,9 @@ def main() -> int:
             env = {**os.environ, **setting, "HEXISEQ_NUMERICS_LOG": str(log)}
             label = f"OMP_NUM_THREADS={setting['OMP_NUM_THREADS']}, rank threads {setting['HEXISEQ_RANK_THREADS']}"
             print(f"== numerics tests, {label}", flush=True)
-            rc = subprocess.call([args.python, "-m", "pytest", "-q", "-m", "numerics", "-p", "no:cacheprovider"], cwd=root, env=env)
+            rc = subprocess.call(
+                [args.python, "-m", "pytest", "-q", "-m", "numerics", "-p", "no:cacheprovider"], cwd=root, env=env
+            )
             if rc != 0:
                 print(f"numerics tests failed under {label}", file=sys.stderr)
                 return rc
@@ -55,8 +60,10 @@ def main() -> int:
     bad = []
     for test, r in sorted(per_test.items()):
         margin = float("inf") if r["err"] == 0 else r["tol"] / r["err"]
-        lines.append(f"| {test.removeprefix('tests/')} | {r['what']} | {r['tol']:.0e} | {r['err']:.2e} | "
-                     f"{'exact' if margin == float('inf') else f'{margin:,.0f}x'} | {r['setting']} |")
+        lines.append(
+            f"| {test.removeprefix('tests/')} | {r['what']} | {r['tol']:.0e} | {r['err']:.2e} | "
+            f"{'exact' if margin == float('inf') else f'{margin:,.0f}x'} | {r['setting']} |"
+        )
         if margin < MARGIN:
             bad.append(test)
     table = "\n".join(lines)

@@ -39,11 +39,23 @@ def make_plans(seq: int, heads: int, kv_heads: int, block: int) -> list[Plan]:
     la, lb = unit, 3 * unit
     nb = 2 * lb
     shards_b = (nb // 3 - block, nb // 3 + 2 * block, nb - 2 * (nb // 3) - block)
-    uneven = Plan(seq, heads, kv_heads, (Group((0,), la, (2 * la,), (heads,)),
-                                         Group((1, 2, 3), lb, shards_b, (heads // 3,) * 3)), block, name="uneven")
+    uneven = Plan(
+        seq,
+        heads,
+        kv_heads,
+        (Group((0,), la, (2 * la,), (heads,)), Group((1, 2, 3), lb, shards_b, (heads // 3,) * 3)),
+        block,
+        name="uneven",
+    )
     h = heads // 3
-    uneven_heads = Plan(seq, heads, kv_heads, (Group((0,), la, (2 * la,), (heads,)),
-                                               Group((1, 2, 3), lb, shards_b, (h + 1, h, h - 1))), block, name="uneven-heads")
+    uneven_heads = Plan(
+        seq,
+        heads,
+        kv_heads,
+        (Group((0,), la, (2 * la,), (heads,)), Group((1, 2, 3), lb, shards_b, (h + 1, h, h - 1))),
+        block,
+        name="uneven-heads",
+    )
     return [even, uneven, uneven_heads]
 
 
@@ -99,13 +111,25 @@ def main(argv: list[str] | None = None) -> dict:
     t0 = time.perf_counter()
     ranks = spawn_world(_bench_worker, 4, [p.to_json() for p in plans], a.dim, a.repeats, timeout_s=1800)
     spawn_s = time.perf_counter() - t0
-    res: dict = {"seq": a.seq, "heads": a.heads, "kv_heads": a.kv_heads, "dim": a.dim, "repeats": a.repeats,
-                 "threads_per_rank": max(1, (os.cpu_count() or 1) // 4), "plans": {}}
+    res: dict = {
+        "seq": a.seq,
+        "heads": a.heads,
+        "kv_heads": a.kv_heads,
+        "dim": a.dim,
+        "repeats": a.repeats,
+        "threads_per_rank": max(1, (os.cpu_count() or 1) // 4),
+        "plans": {},
+    }
     for p in plans:
         per_rep = [max(r["wall"][p.name][i] for r in ranks) for i in range(a.repeats)]
         cpu = [sum(r["cpu"][p.name][i] for r in ranks) for i in range(a.repeats)]
-        res["plans"][p.name] = {"wall_s": statistics.median(per_rep), "cpu_s_all_ranks": statistics.median(cpu),
-                                "heads": list(p.heads), "shards": list(p.shards), "chunk_len": [g.chunk_len for g in p.groups]}
+        res["plans"][p.name] = {
+            "wall_s": statistics.median(per_rep),
+            "cpu_s_all_ranks": statistics.median(cpu),
+            "heads": list(p.heads),
+            "shards": list(p.shards),
+            "chunk_len": [g.chunk_len for g in p.groups],
+        }
     # Same threads as one rank: dense_s is the attention work itself, comparable with the ranks' CPU sum.
     res["dense_s"] = dense_time(a.seq, a.heads, a.kv_heads, a.dim, a.repeats, res["threads_per_rank"])
     even = res["plans"]["even-usp-2x2"]
@@ -115,13 +139,19 @@ def main(argv: list[str] | None = None) -> dict:
         r["wall_vs_dense"] = r["wall_s"] / res["dense_s"]
         r["cpu_vs_dense"] = r["cpu_s_all_ranks"] / res["dense_s"]
     res["uneven_within_10pct"] = res["plans"]["uneven"]["wall_vs_even"] <= 1.10
-    print(f"S={a.seq} H={a.heads} Hkv={a.kv_heads} d={a.dim}, 4 gloo ranks x {res['threads_per_rank']} thread(s) on a {machine_threads}-thread machine, "
-          f"{a.repeats} repeats (world run {spawn_s:.1f} s)")
+    print(
+        f"S={a.seq} H={a.heads} Hkv={a.kv_heads} d={a.dim}, 4 gloo ranks x {res['threads_per_rank']} thread(s) on a {machine_threads}-thread machine, "
+        f"{a.repeats} repeats (world run {spawn_s:.1f} s)"
+    )
     print(f"{'plan':<14} {'wall s':>8} {'x even':>7} {'x dense':>8} {'cpu s (sum)':>12} {'x even':>7} {'x dense':>8}")
     for name, r in res["plans"].items():
-        print(f"{name:<14} {r['wall_s']:8.3f} {r['wall_vs_even']:7.3f} {r['wall_vs_dense']:8.2f} {r['cpu_s_all_ranks']:12.3f} "
-              f"{r['cpu_vs_even']:7.3f} {r['cpu_vs_dense']:8.2f}")
-    print(f"{'dense (1 proc)':<14} {res['dense_s']:8.3f}   ({res['threads_per_rank']} thread, same kernel, whole sequence)")
+        print(
+            f"{name:<14} {r['wall_s']:8.3f} {r['wall_vs_even']:7.3f} {r['wall_vs_dense']:8.2f} {r['cpu_s_all_ranks']:12.3f} "
+            f"{r['cpu_vs_even']:7.3f} {r['cpu_vs_dense']:8.2f}"
+        )
+    print(
+        f"{'dense (1 proc)':<14} {res['dense_s']:8.3f}   ({res['threads_per_rank']} thread, same kernel, whole sequence)"
+    )
     print(f"uneven within 10% of even: {res['uneven_within_10pct']}")
     if a.json:
         a.json.write_text(json.dumps(res, indent=2) + "\n")

@@ -52,8 +52,10 @@ def main() -> int:
         print(line, flush=True)
         buf.write(line + "\n")
 
-    say(f"bench_calibrate on {m['cpu']} ({m['cores']} cores, {m['memory_gib']} GiB), {platform.platform()}, torch {m['torch']}, "
-        f"{record['when']}; runs in {runs}")
+    say(
+        f"bench_calibrate on {m['cpu']} ({m['cores']} cores, {m['memory_gib']} GiB), {platform.platform()}, torch {m['torch']}, "
+        f"{record['when']}; runs in {runs}"
+    )
     if args.only in (None, "calibrate"):
         say("\n== 1. hexiseq calibrate (4 CPU ranks of this machine)")
         cal = calibrate(world=4, out=runs / "calibrate", say=lambda s: print(s, file=sys.stderr))
@@ -73,8 +75,10 @@ def main() -> int:
         say(f"load average before {cmp.load_average['before']}, after {cmp.load_average['after']}")
         say(cmp.summary())
         ok &= cmp.claim_holds
-        say(f"target: uneven faster when measured and both calibrated predictions within {TARGET:.0%} -> "
-            f"{'PASS' if cmp.claim_holds else 'FAIL'}")
+        say(
+            f"target: uneven faster when measured and both calibrated predictions within {TARGET:.0%} -> "
+            f"{'PASS' if cmp.claim_holds else 'FAIL'}"
+        )
         record["compare"] = cmp.to_dict()
         figs = save(fig_measured_comparison(cmp.rows), Path(args.out).parent / "figures", "cpu4_uneven_vs_even")
         say(f"figure: {figs[0]}")

@@ -73,7 +73,9 @@ def main() -> None:
     w = Workload(seq_len=parse_tokens(args.seq_len), activation_checkpointing=True)
     H, Hkv = model.heads, model.kv_heads
     print(f"{model.name}, S={w.seq_len}, recompute {w.recompute}; ms per evaluation (best of {args.reps})")
-    print(f"{'GPUs':>5} {'plan':>10} {'estimate':>9} {'simulate':>9} {'coefs':>8} {'point':>8} {'traced':>8} {'eff':>6}")
+    print(
+        f"{'GPUs':>5} {'plan':>10} {'estimate':>9} {'simulate':>9} {'coefs':>8} {'point':>8} {'traced':>8} {'eff':>6}"
+    )
     for n in [int(x) for x in args.sizes.split(",")]:
         cluster = cluster_of(n)
         plans = [
@@ -84,14 +86,20 @@ def main() -> None:
         for plan in plans:
             estimate(plan, cluster, model, w)  # warm caches (bandwidth matrices)
             t_est = best_ms(lambda: estimate(plan, cluster, model, w), args.reps)
-            t_sim = best_ms(lambda: simulate(plan, cluster, model, w), 1 if plan.name == "ring" and n >= 512 else args.reps)
+            t_sim = best_ms(
+                lambda: simulate(plan, cluster, model, w), 1 if plan.name == "ring" and n >= 512 else args.reps
+            )
             a = plan_arrays(plan, cluster, model, w)
             t_coef = best_ms(lambda: coefficients(a, model, w), args.reps)
             c = coefficients(a, model, w)
             t_pt = best_ms(lambda: simulate_durations(evaluate(c, a.s, a.L)), args.reps)
             t_tr = best_ms(lambda: simulate_durations(evaluate(c, a.s, a.L), trace=True), args.reps)
             e = estimate(plan, cluster, model, w)
-            print(f"{n:>5} {plan.name:>10} {t_est:>9.2f} {t_sim:>9.2f} {t_coef:>8.2f} {t_pt:>8.2f} {t_tr:>8.2f} {e.efficiency_vs_bound:>6.3f}", flush=True)
+            print(
+                f"{n:>5} {plan.name:>10} {t_est:>9.2f} {t_sim:>9.2f} {t_coef:>8.2f} {t_pt:>8.2f} {t_tr:>8.2f} {e.efficiency_vs_bound:>6.3f}",
+                flush=True,
+            )
+
 
 if __name__ == "__main__":
     main()

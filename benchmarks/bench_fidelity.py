@@ -31,8 +31,21 @@ from hexiseq.specs.gpus import numeric_fields
 
 GPUS_YAML = data_path("gpus.yaml")
 FIT_YAML = data_path("validation") / "fit.yaml"
-ORDER = ("peak_bf16_tflops", "memory_gib", "hbm_bandwidth_gbps", "link_kind", "link_bandwidth_gbps", "link_latency_us",
-         "eff_matmul", "eff_attention", "eff_hbm", "attn_block_half_keys", "overlap_slowdown", "link_efficiency", "nic_efficiency")
+ORDER = (
+    "peak_bf16_tflops",
+    "memory_gib",
+    "hbm_bandwidth_gbps",
+    "link_kind",
+    "link_bandwidth_gbps",
+    "link_latency_us",
+    "eff_matmul",
+    "eff_attention",
+    "eff_hbm",
+    "attn_block_half_keys",
+    "overlap_slowdown",
+    "link_efficiency",
+    "nic_efficiency",
+)
 
 
 # ------------------------------------------------------------------------------ the fit, written
@@ -42,10 +55,15 @@ def refit(kernels: dict, published: dict) -> None:
     """Priors, both fits, and the files: data/gpus.yaml (values + sources) and fit.yaml (the record)."""
     catalog = load_gpu_catalog()
     old = yaml.safe_load(FIT_YAML.read_text()) if FIT_YAML.exists() else None
-    baseline = old["baseline"] if old else {
-        "note": "data/gpus.yaml before the first fit (the efficiencies as they were; eff_hbm, attn_block_half_keys, "
-                "overlap_slowdown, link_efficiency and nic_efficiency at their defaults 1, 0, 0, 1, 1)",
-        "gpus": {n: {"eff_matmul": g.eff_matmul, "eff_attention": g.eff_attention} for n, g in catalog.items()}}
+    baseline = (
+        old["baseline"]
+        if old
+        else {
+            "note": "data/gpus.yaml before the first fit (the efficiencies as they were; eff_hbm, attn_block_half_keys, "
+            "overlap_slowdown, link_efficiency and nic_efficiency at their defaults 1, 0, 0, 1, 1)",
+            "gpus": {n: {"eff_matmul": g.eff_matmul, "eff_attention": g.eff_attention} for n, g in catalog.items()},
+        }
+    )
     priors = F.kernel_priors(kernels, catalog)
     gpus = {n: dataclasses.replace(g, **{f: p.value for f, p in priors[n].items()}) for n, g in catalog.items()}
     for n, e in F.extra_gpus(published, catalog).items():
@@ -57,9 +75,11 @@ def refit(kernels: dict, published: dict) -> None:
     alt, alt_fits = F.fit_catalog(points, start, kernels, impl=False)
     _write_catalog(cal, priors, fits, catalog)
     record = _record(cal, fits, alt, alt_fits, priors, baseline, kernels, points, catalog)
-    text = ("# The fit of the GPU catalog's efficiencies to published measurements. Written by\n"
-            "# `python benchmarks/bench_fidelity.py --refit` (hexiseq/costmodel/fidelity.py); do not edit by hand\n"
-            "# except `baseline`, which the refit keeps. Cited as hexiseq_fit_2026 / hexiseq_priors_2026.\n")
+    text = (
+        "# The fit of the GPU catalog's efficiencies to published measurements. Written by\n"
+        "# `python benchmarks/bench_fidelity.py --refit` (hexiseq/costmodel/fidelity.py); do not edit by hand\n"
+        "# except `baseline`, which the refit keeps. Cited as hexiseq_fit_2026 / hexiseq_priors_2026.\n"
+    )
     write_text_atomic(FIT_YAML, text + yaml.safe_dump(record, sort_keys=False, width=120, allow_unicode=True))
 
 
@@ -87,7 +107,11 @@ def _write_catalog(cal: F.Calibration, priors, fits, catalog) -> None:
             sources[f] = F.FIT_KEY
         for f, p in priors[name].items():
             sources[f] = p.source
-        values = {**entry, **{f: round(getattr(g, f), 4) for f in F.FITTED}, **{f: p.value for f, p in priors[name].items()}}
+        values = {
+            **entry,
+            **{f: round(getattr(g, f), 4) for f in F.FITTED},
+            **{f: p.value for f, p in priors[name].items()},
+        }
         out.write(f"{name}:\n")
         for f in ORDER:
             if f in values:
@@ -110,7 +134,11 @@ def _gpu_record(cal, fits, catalog_names) -> dict:
     for name in list(catalog_names) + [n for n in cal.gpus if n not in catalog_names]:
         g = cal.gpus[name]
         f = next((x for x in fits if x.gpu == name), None)
-        rec = {"eff_matmul": round(g.eff_matmul, 4), "eff_attention": round(g.eff_attention, 4), "from": _fitted_from(name, fits)}
+        rec = {
+            "eff_matmul": round(g.eff_matmul, 4),
+            "eff_attention": round(g.eff_attention, 4),
+            "from": _fitted_from(name, fits),
+        }
         if f:
             rec.update(points=f.points, loss=round(f.loss, 6), at_bound=f.at_bound)
         out[name] = rec
@@ -124,25 +152,41 @@ def _record(cal, fits, alt, alt_fits, priors, baseline, kernels, points, catalog
     preds = {p.id: F.predict(p, cal) for p in points}
     alt_preds = [F.predict(p, alt) for p in points]
     v, va = F.verdict(list(preds.values())), F.verdict(alt_preds)
-    curve = {g: F.block_curve_fit(F.kernel_entry(kernels, e)["seq_len"], F.kernel_entry(kernels, e)["value"])
-             for g, e in (("H100-SXM", "fa2-h100-fwdbwd-causal-hd128"), ("A100-80GB", "fa2-a100-fwdbwd-causal-hd128"))}
+    curve = {
+        g: F.block_curve_fit(F.kernel_entry(kernels, e)["seq_len"], F.kernel_entry(kernels, e)["value"])
+        for g, e in (("H100-SXM", "fa2-h100-fwdbwd-causal-hd128"), ("A100-80GB", "fa2-a100-fwdbwd-causal-hd128"))
+    }
     return {
         "version": 1,
-        "method": ("priors from kernels.yaml (fidelity.kernel_priors); then per GPU type eff_matmul, eff_attention "
-                   "minimising sum of log(pred/pub)^2 over the judged fit points (split fit, grade A/B, no pipeline "
-                   "parallelism), grids 0.05 / 0.01 / 0.002 inside eff_matmul <= the best measured GEMM fraction and "
-                   "eff_attention <= 0.75 (FA3's best); attention-implementation factors fitted on the GPUs that have "
-                   "points of both kernels, then shared (fidelity.py module doc)"),
+        "method": (
+            "priors from kernels.yaml (fidelity.kernel_priors); then per GPU type eff_matmul, eff_attention "
+            "minimising sum of log(pred/pub)^2 over the judged fit points (split fit, grade A/B, no pipeline "
+            "parallelism), grids 0.05 / 0.01 / 0.002 inside eff_matmul <= the best measured GEMM fraction and "
+            "eff_attention <= 0.75 (FA3's best); attention-implementation factors fitted on the GPUs that have "
+            "points of both kernels, then shared (fidelity.py module doc)"
+        ),
         "baseline": baseline,
-        "fp8_speedup": {"value": round(F.fp8_speedup(kernels), 4), "from": ["cublaslt-h100-h200-fp8", "mamf-h100"],
-                        "how": "cuBLASLt FP8 GEMM 16384^3 on H100 / best bf16 GEMM on H100 (MAMF); applied to B200 too"},
+        "fp8_speedup": {
+            "value": round(F.fp8_speedup(kernels), 4),
+            "from": ["cublaslt-h100-h200-fp8", "mamf-h100"],
+            "how": "cuBLASLt FP8 GEMM 16384^3 on H100 / best bf16 GEMM on H100 (MAMF); applied to B200 too",
+        },
         "fit": {
-            "impl_factor": {i: {"value": round(f, 4), "fitted_on": ident.get(i, []), "kernel": dict(F.ATTENTION_IMPL.values()).get(i, ""),
-                                "meaning": "attention rate of this kernel / the catalog's flash-attention-class rate, on every GPU"}
-                            for i, f in cal.impl_factor.items()},
+            "impl_factor": {
+                i: {
+                    "value": round(f, 4),
+                    "fitted_on": ident.get(i, []),
+                    "kernel": dict(F.ATTENTION_IMPL.values()).get(i, ""),
+                    "meaning": "attention rate of this kernel / the catalog's flash-attention-class rate, on every GPU",
+                }
+                for i, f in cal.impl_factor.items()
+            },
             "gpus": {n: r for n, r in main.items() if n in names},
-            "extra_gpus": {n: {**r, "peak_bf16_tflops": cal.gpus[n].peak_bf16_tflops, "priors": "those of its closest catalog GPU"}
-                           for n, r in main.items() if n not in names},
+            "extra_gpus": {
+                n: {**r, "peak_bf16_tflops": cal.gpus[n].peak_bf16_tflops, "priors": "those of its closest catalog GPU"}
+                for n, r in main.items()
+                if n not in names
+            },
             "statistics": _stats(v),
         },
         "per_gpu_only": {
@@ -151,32 +195,62 @@ def _record(cal, fits, alt, alt_fits, priors, baseline, kernels, points, catalog
             "gpus": _gpu_record(alt, alt_fits, names),
             "statistics": _stats(va),
         },
-        "priors": {n: {f: {"value": p.value, "source": p.source, "how": p.how} for f, p in d.items()} for n, d in priors.items()},
+        "priors": {
+            n: {f: {"value": p.value, "source": p.source, "how": p.how} for f, p in d.items()}
+            for n, d in priors.items()
+        },
         "cross_checks": {
-            "fa2_long_block_fraction": {g: {"kernel": round(R / catalog[g].peak_bf16_tflops, 3),
-                                            "fitted_eff_attention": round(cal.gpus[g].eff_attention, 3)} for g, (R, _) in curve.items()},
+            "fa2_long_block_fraction": {
+                g: {
+                    "kernel": round(R / catalog[g].peak_bf16_tflops, 3),
+                    "fitted_eff_attention": round(cal.gpus[g].eff_attention, 3),
+                }
+                for g, (R, _) in curve.items()
+            },
             "ring_attention_8gpu_zigzag": _ring_checks(cal),
         },
-        "residuals": {i: {"gpu": q.point.gpu, "split": q.point.split, "quality": q.point.quality, "judged": q.point.judged,
-                          "published": q.point.published, "predicted": round(q.tokens_per_s_per_gpu, 2), "ratio": round(q.ratio, 4)}
-                      for i, q in preds.items()},
+        "residuals": {
+            i: {
+                "gpu": q.point.gpu,
+                "split": q.point.split,
+                "quality": q.point.quality,
+                "judged": q.point.judged,
+                "published": q.point.published,
+                "predicted": round(q.tokens_per_s_per_gpu, 2),
+                "ratio": round(q.ratio, 4),
+            }
+            for i, q in preds.items()
+        },
     }
 
 
 def _stats(v: F.Verdict) -> dict:
-    return {"fit": dataclasses.asdict(v.fit), "holdout": dataclasses.asdict(v.holdout),
-            "holdout_with_grade_c": dataclasses.asdict(v.holdout_all),
-            "h100_a100_ratio_error_holdout_median": round(v.ratio_median_error, 4), "failures": v.failures}
+    return {
+        "fit": dataclasses.asdict(v.fit),
+        "holdout": dataclasses.asdict(v.holdout),
+        "holdout_with_grade_c": dataclasses.asdict(v.holdout_all),
+        "h100_a100_ratio_error_holdout_median": round(v.ratio_median_error, 4),
+        "failures": v.failures,
+    }
 
 
-RING_CHECKS = (("H100-SXM", 200.0, "ringfa-h800-zigzag", "H800: H100 compute, NVLink 200 GB/s per direction"),
-               ("A100-80GB", 300.0, "ringfa-a100-zigzag", "A100 NVLink"))
+RING_CHECKS = (
+    ("H100-SXM", 200.0, "ringfa-h800-zigzag", "H800: H100 compute, NVLink 200 GB/s per direction"),
+    ("A100-80GB", 300.0, "ringfa-a100-zigzag", "A100 NVLink"),
+)
 
 
 def _ring_checks(cal: F.Calibration, kernels: dict | None = None) -> dict:
     kernels = kernels or F.load_kernels()
-    return {entry: {"gpu": gpu, "what": what, "measured": F.kernel_entry(kernels, entry)["value"]["fwd_bwd_fraction_of_ideal"],
-                    "model": round(F.ring_attention_efficiency(cal.gpus[gpu], bw), 3)} for gpu, bw, entry, what in RING_CHECKS}
+    return {
+        entry: {
+            "gpu": gpu,
+            "what": what,
+            "measured": F.kernel_entry(kernels, entry)["value"]["fwd_bwd_fraction_of_ideal"],
+            "model": round(F.ring_attention_efficiency(cal.gpus[gpu], bw), 3),
+        }
+        for gpu, bw, entry, what in RING_CHECKS
+    }
 
 
 # ------------------------------------------------------------------------------ the report
@@ -195,17 +269,25 @@ def report(kernels: dict, published: dict, record: dict) -> tuple[str, bool]:
     o = io.StringIO()
     w = o.write
     w("Cost model vs published training throughput (tokens/s per GPU); data/validation/published.yaml\n")
-    w("before = the catalog as it was (fit.yaml baseline); after = data/gpus.yaml + fit.yaml (FP8 speedup "
-      f"{cals['after'].fp8_gain:.3f}, attention-implementation factors {dict(cals['after'].impl_factor)})\n")
+    w(
+        "before = the catalog as it was (fit.yaml baseline); after = data/gpus.yaml + fit.yaml (FP8 speedup "
+        f"{cals['after'].fp8_gain:.3f}, attention-implementation factors {dict(cals['after'].impl_factor)})\n"
+    )
     w("layout = family cp/hp/tp/dp/pp; q = quality grade; * = judged (grade A/B, modelled)\n\n")
-    w(f"{'point':44s} {'gpu':21s} {'layout':18s} {'split':7s} q {'published':>10s} {'before':>10s} {'ratio':>6s} {'after':>10s} {'ratio':>6s}\n")
+    w(
+        f"{'point':44s} {'gpu':21s} {'layout':18s} {'split':7s} q {'published':>10s} {'before':>10s} {'ratio':>6s} {'after':>10s} {'ratio':>6s}\n"
+    )
     for i, p in enumerate(points):
         b, a = preds["before"][i], preds["after"][i]
-        w(f"{p.id:44s} {p.gpu:21s} {_layout(p):18s} {p.split:7s} {p.quality}{'*' if p.judged else ' '}"
-          f"{p.published:10.1f} {b.tokens_per_s_per_gpu:10.1f} {b.ratio:6.3f} {a.tokens_per_s_per_gpu:10.1f} {a.ratio:6.3f}\n")
+        w(
+            f"{p.id:44s} {p.gpu:21s} {_layout(p):18s} {p.split:7s} {p.quality}{'*' if p.judged else ' '}"
+            f"{p.published:10.1f} {b.tokens_per_s_per_gpu:10.1f} {b.ratio:6.3f} {a.tokens_per_s_per_gpu:10.1f} {a.ratio:6.3f}\n"
+        )
     w("\nNot judged:\n")
     for p in points:
-        why = F.excluded_reason(p) or (f"grade {p.quality}: reported only (data/validation/README.md)" if not p.judged else None)
+        why = F.excluded_reason(p) or (
+            f"grade {p.quality}: reported only (data/validation/README.md)" if not p.judged else None
+        )
         if why:
             w(f"  {p.id}: {why}\n")
     w("\nAssumed configuration (not published):\n")
@@ -215,47 +297,73 @@ def report(kernels: dict, published: dict, record: dict) -> tuple[str, bool]:
     w("\nStatistics (judged points; |pred/pub - 1|):        before                                      after\n")
     for label, key in (("fit", "fit"), ("held-out", "holdout"), ("held-out + grade C", "holdout_all")):
         b, a = getattr(verdicts["before"], key), getattr(verdicts["after"], key)
-        w(f"  {label:19s} median {b.median:6.1%} worst {b.worst:6.1%}   ->   median {a.median:6.1%} worst {a.worst:6.1%} "
-          f"({a.n} points; worst {a.worst_id})\n")
+        w(
+            f"  {label:19s} median {b.median:6.1%} worst {b.worst:6.1%}   ->   median {a.median:6.1%} worst {a.worst:6.1%} "
+            f"({a.n} points; worst {a.worst_id})\n"
+        )
     w("\nH100/A100 tokens/s per GPU on llm-foundry's matched pairs (same software, batch, recompute):\n")
     w(f"  {'pair':14s} {'split':8s} {'published':>9s} {'before':>7s} {'after':>7s} {'after err':>9s}\n")
     for rb, ra in zip(verdicts["before"].pairs, verdicts["after"].pairs):
-        w(f"  {ra.pair:14s} {ra.split:8s} {ra.published:9.2f} {rb.predicted:7.2f} {ra.predicted:7.2f} {ra.error:+9.1%}\n")
-    w(f"  median over held-out pairs of predicted/published - 1: before {verdicts['before'].ratio_median_error:+.1%}, "
-      f"after {verdicts['after'].ratio_median_error:+.1%}\n")
+        w(
+            f"  {ra.pair:14s} {ra.split:8s} {ra.published:9.2f} {rb.predicted:7.2f} {ra.predicted:7.2f} {ra.error:+9.1%}\n"
+        )
+    w(
+        f"  median over held-out pairs of predicted/published - 1: before {verdicts['before'].ratio_median_error:+.1%}, "
+        f"after {verdicts['after'].ratio_median_error:+.1%}\n"
+    )
     va = verdicts["per_gpu_only"]
-    w("\nAlternative fit, one efficiency pair per GPU whatever attention kernel a source ran (no implementation factor):\n")
-    w(f"  fit {va.fit.line()}\n  held-out {va.holdout.line()}\n  H100/A100 ratio {va.ratio_median_error:+.1%}; "
-      f"targets: {'; '.join(va.failures) or 'met'}\n")
+    w(
+        "\nAlternative fit, one efficiency pair per GPU whatever attention kernel a source ran (no implementation factor):\n"
+    )
+    w(
+        f"  fit {va.fit.line()}\n  held-out {va.holdout.line()}\n  H100/A100 ratio {va.ratio_median_error:+.1%}; "
+        f"targets: {'; '.join(va.failures) or 'met'}\n"
+    )
     w("\nCatalog efficiencies before -> after (eff_matmul, eff_attention):\n")
     base = record["baseline"]["gpus"]
     for name, g in cals["after"].gpus.items():
         if name in base:
             src = record["fit"]["gpus"][name]["from"]
-            w(f"  {name:12s} {base[name]['eff_matmul']:.3f} {base[name]['eff_attention']:.3f} -> {g.eff_matmul:.3f} {g.eff_attention:.3f}  ({src})\n")
+            w(
+                f"  {name:12s} {base[name]['eff_matmul']:.3f} {base[name]['eff_attention']:.3f} -> {g.eff_matmul:.3f} {g.eff_attention:.3f}  ({src})\n"
+            )
     for name, r in record["fit"]["extra_gpus"].items():
-        w(f"  {name}: {r['eff_matmul']:.3f} {r['eff_attention']:.3f} (fitted; peak taken as {r['peak_bf16_tflops']:g})\n")
+        w(
+            f"  {name}: {r['eff_matmul']:.3f} {r['eff_attention']:.3f} (fitted; peak taken as {r['peak_bf16_tflops']:g})\n"
+        )
     w("\nKernel-level cross-checks:\n")
     for g, c in record["cross_checks"]["fa2_long_block_fraction"].items():
-        w(f"  {g}: flash-attention-2 long-block fraction of peak {c['kernel']:.3f} (kernels.yaml) vs fitted eff_attention "
-          f"{cals['after'].gpus[g].eff_attention:.3f}\n")
+        w(
+            f"  {g}: flash-attention-2 long-block fraction of peak {c['kernel']:.3f} (kernels.yaml) vs fitted eff_attention "
+            f"{cals['after'].gpus[g].eff_attention:.3f}\n"
+        )
     for entry, c in _ring_checks(cals["after"], kernels).items():
-        w(f"  {entry} ({c['what']}): zigzag ring fwd+bwd efficiency measured {c['measured']:.3f}, model {c['model']:.3f}\n")
+        w(
+            f"  {entry} ({c['what']}): zigzag ring fwd+bwd efficiency measured {c['measured']:.3f}, model {c['model']:.3f}\n"
+        )
     fails = verdicts["after"].failures
-    w("\nHeld-out targets (median <= 10%, worst <= 35%, H100/A100 ratio within 10%): "
-      + ("MET" if not fails else "FAILED: " + "; ".join(fails)) + "\n")
+    w(
+        "\nHeld-out targets (median <= 10%, worst <= 35%, H100/A100 ratio within 10%): "
+        + ("MET" if not fails else "FAILED: " + "; ".join(fails))
+        + "\n"
+    )
     return o.getvalue(), not fails
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--refit", action="store_true", help="redo the fit and rewrite data/gpus.yaml and data/validation/fit.yaml first")
+    ap.add_argument(
+        "--refit",
+        action="store_true",
+        help="redo the fit and rewrite data/gpus.yaml and data/validation/fit.yaml first",
+    )
     ap.add_argument("--out", type=Path, help="also write the report to this file")
     args = ap.parse_args()
     kernels, published = F.load_kernels(), F.load_published()
     if args.refit:
         refit(kernels, published)
         from hexiseq.specs import catalog as _catalog
+
         _catalog.gpu_catalog.cache_clear()
     text, ok = report(kernels, published, F.load_fit())
     sys.stdout.write(text)

@@ -37,7 +37,9 @@ def main() -> int:
         nb = nbformat.read(path, as_version=4)
         t0 = time.perf_counter()
         try:
-            NotebookClient(nb, timeout=3600, kernel_name="python3", resources={"metadata": {"path": str(REPO / "notebooks")}}).execute()
+            NotebookClient(
+                nb, timeout=3600, kernel_name="python3", resources={"metadata": {"path": str(REPO / "notebooks")}}
+            ).execute()
             status = "ok"
         except Exception as e:  # the cell error is in the executed copy
             status, failed = f"FAILED: {type(e).__name__}: {str(e).splitlines()[0][:100]}", True

@@ -27,7 +27,9 @@ def main() -> int:
     args = ap.parse_args()
     quick = not args.full
     cells = sum(len(s.cells) for s in load_scenarios(quick=quick))
-    print(f"reproduce {'--quick' if quick else '(full grid)'}: {cells} cells; {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
+    print(
+        f"reproduce {'--quick' if quick else '(full grid)'}: {cells} cells; {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         res = reproduce(quick=quick, out=Path(tmp), progress=False, draw=False)
@@ -39,12 +41,17 @@ def main() -> int:
         again = reproduce(quick=quick, out=Path(tmp), progress=False, draw=False)
         t_cached = time.perf_counter() - t0
         assert again.meta["last_run"]["computed"] == 0
-        slow = res.table[res.table["system"] == "hexiseq"].nlargest(3, "plan_time_s")[["cluster", "model", "seq_len", "plan_time_s"]]
+        slow = res.table[res.table["system"] == "hexiseq"].nlargest(3, "plan_time_s")[
+            ["cluster", "model", "seq_len", "plan_time_s"]
+        ]
     print(f"  plan every cell (cold cache) {t_plan:8.1f} s  ({res.meta['last_run']['computed']} computed)")
     print(f"  figures + comparison          {t_draw:8.1f} s  ({len(figs)} files)")
     print(f"  total                         {t_plan + t_draw:8.1f} s")
     print(f"  rerun from the cache          {t_cached:8.1f} s  (no figures)")
-    print("  slowest cells:\n" + "\n".join(f"    {r.cluster} {r.model} {r.seq_len}: {r.plan_time_s:.1f} s" for r in slow.itertuples()))
+    print(
+        "  slowest cells:\n"
+        + "\n".join(f"    {r.cluster} {r.model} {r.seq_len}: {r.plan_time_s:.1f} s" for r in slow.itertuples())
+    )
     return 0
 
 

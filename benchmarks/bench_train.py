@@ -72,21 +72,39 @@ def main() -> int:
     ranks = spawn_world(step_worker_many, 4, jobs, timeout_s=600)
 
     base = singles[1]
-    rows = [{"setup": f"single process ({t} thread{'s' * (t > 1)})", "ranks": 1, "tokens_per_s": v, "ratio": v / base} for t, v in singles.items()]
+    rows = [
+        {"setup": f"single process ({t} thread{'s' * (t > 1)})", "ranks": 1, "tokens_per_s": v, "ratio": v / base}
+        for t, v in singles.items()
+    ]
     for i, p in enumerate(plans):
         tps = median_tps(ranks[0][i]["steps"])
         shards = "/".join(str(s) for s in p.shards)
         heads = "/".join(str(h) for h in p.heads)
-        rows.append({"setup": f"{p.name} (shards {shards}, heads {heads})", "ranks": 4, "tokens_per_s": tps, "ratio": tps / base})
+        rows.append(
+            {
+                "setup": f"{p.name} (shards {shards}, heads {heads})",
+                "ranks": 4,
+                "tokens_per_s": tps,
+                "ratio": tps / base,
+            }
+        )
     load = os.getloadavg()[0]  # other work on the machine skews the ratio (4 processes get more CPU share than 1)
     if args.json:
-        print(json.dumps({"model": "tiny", "seq_len": S, "steps": args.steps, "load_avg_1min": load, "rows": rows}, indent=2))
+        print(
+            json.dumps(
+                {"model": "tiny", "seq_len": S, "steps": args.steps, "load_avg_1min": load, "rows": rows}, indent=2
+            )
+        )
     else:
-        print(f"training step, model tiny ({spec.layers} layers, hidden {spec.hidden}, vocab {spec.vocab}), S={S}, CPU fp32, gloo; "
-              f"{os.cpu_count()} cores, load average {load:.1f}")
+        print(
+            f"training step, model tiny ({spec.layers} layers, hidden {spec.hidden}, vocab {spec.vocab}), S={S}, CPU fp32, gloo; "
+            f"{os.cpu_count()} cores, load average {load:.1f}"
+        )
         width = max(len(r["setup"]) for r in rows)
         for r in rows:
-            print(f"  {r['setup']:<{width}}  {r['tokens_per_s']:>9,.0f} tokens/s   x{r['ratio']:.2f} of the 1-thread single process")
+            print(
+                f"  {r['setup']:<{width}}  {r['tokens_per_s']:>9,.0f} tokens/s   x{r['ratio']:.2f} of the 1-thread single process"
+            )
     return 0
 
 

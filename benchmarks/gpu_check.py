@@ -30,11 +30,30 @@ sys.path.insert(0, str(ROOT))
 from hexiseq.runtime.kernels import block_mask, flash_available, local_attention, local_attention_backward, merge_  # noqa: E402
 
 # Dense BF16 peaks (TFLOP/s) if data/gpus.yaml cannot be read; names as in the catalog.
-PEAKS = {"H100-SXM": 989, "H200": 989, "A100-80GB": 312, "A100-40GB": 312, "A800": 312, "L40S": 362, "B200": 2250,
-         "RTX-4090": 165, "RTX-A6000": 155}
+PEAKS = {
+    "H100-SXM": 989,
+    "H200": 989,
+    "A100-80GB": 312,
+    "A100-40GB": 312,
+    "A800": 312,
+    "L40S": 362,
+    "B200": 2250,
+    "RTX-4090": 165,
+    "RTX-A6000": 155,
+}
 # Substrings of torch.cuda.get_device_name() -> catalog name (first match wins).
-NAMES = [("H200", "H200"), ("H100", "H100-SXM"), ("A800", "A800"), ("A100-SXM4-40GB", "A100-40GB"), ("A100 40GB", "A100-40GB"),
-         ("A100", "A100-80GB"), ("L40S", "L40S"), ("B200", "B200"), ("4090", "RTX-4090"), ("A6000", "RTX-A6000")]
+NAMES = [
+    ("H200", "H200"),
+    ("H100", "H100-SXM"),
+    ("A800", "A800"),
+    ("A100-SXM4-40GB", "A100-40GB"),
+    ("A100 40GB", "A100-40GB"),
+    ("A100", "A100-80GB"),
+    ("L40S", "L40S"),
+    ("B200", "B200"),
+    ("4090", "RTX-4090"),
+    ("A6000", "RTX-A6000"),
+]
 TOL = 2e-2  # bf16 against fp32: relative (max abs diff / max abs reference)
 DEVICE = "cuda"  # --dry-run-cpu switches the correctness part to CPU to check this script without a GPU
 
@@ -72,9 +91,12 @@ def _block_case(lq, lk, q0, k0, hq, hk, d, backends, gen):
         qb, kb, vb, dob = (t.bfloat16() for t in (q, k, v, do))
         o, l = local_attention(qb, kb, vb, kind, off, backend=b)
         g = local_attention_backward(dob, qb, kb, vb, o, l, kind, off, backend=b)
-        res[b] = {"out": rel(o, ro), "lse_abs": (l[seen] - rl[seen]).abs().max().item() if seen.any() else 0.0,
-                  "empty_rows_ok": bool(torch.equal(torch.isfinite(l), seen)),
-                  **{n: rel(x, y) for n, x, y in zip(("dq", "dk", "dv"), g, rg)}}
+        res[b] = {
+            "out": rel(o, ro),
+            "lse_abs": (l[seen] - rl[seen]).abs().max().item() if seen.any() else 0.0,
+            "empty_rows_ok": bool(torch.equal(torch.isfinite(l), seen)),
+            **{n: rel(x, y) for n, x, y in zip(("dq", "dk", "dv"), g, rg)},
+        }
     return f"{kind}{off:+d} q{lq}xk{lk} h{hq}/{hk} d{d}", res
 
 
@@ -100,8 +122,12 @@ def _merge_case(L, hq, hk, d, cuts, backends, gen):
             grads[0] += gq
             grads[1][a:e] += gk
             grads[2][a:e] += gv
-        res[b] = {"out": rel(acc, ro), "lse_abs": (lse - rl).abs().max().item(), "empty_rows_ok": True,
-                  **{n: rel(x, y) for n, x, y in zip(("dq", "dk", "dv"), grads, rg)}}
+        res[b] = {
+            "out": rel(acc, ro),
+            "lse_abs": (lse - rl).abs().max().item(),
+            "empty_rows_ok": True,
+            **{n: rel(x, y) for n, x, y in zip(("dq", "dk", "dv"), grads, rg)},
+        }
     return f"merge causal L{L} cuts{cuts[1:-1]} h{hq}/{hk} d{d}", res
 
 
@@ -115,8 +141,11 @@ def correctness(backends: list[str]) -> tuple[list, bool]:
         _block_case(200, 64, 0, 5000, 8, 2, 64, backends, gen),  # none
         _merge_case(2048, 16, 4, 128, [0, 700, 1300, 2048], backends, gen),
     ]
-    ok = all(r["empty_rows_ok"] and r["lse_abs"] < TOL and max(r[n] for n in ("out", "dq", "dk", "dv")) < TOL
-             for _, per in rows for r in per.values())
+    ok = all(
+        r["empty_rows_ok"] and r["lse_abs"] < TOL and max(r[n] for n in ("out", "dq", "dk", "dv")) < TOL
+        for _, per in rows
+        for r in per.values()
+    )
     return rows, ok
 
 
@@ -133,7 +162,10 @@ def _cuda_time(fn, iters: int) -> float:
 
 
 def matmul_tflops(n: int = 8192, iters: int = 20) -> float:
-    a, b = torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16), torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16)
+    a, b = (
+        torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16),
+        torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16),
+    )
     return 2 * n**3 / _cuda_time(lambda: a @ b, iters) / 1e12
 
 
@@ -153,8 +185,15 @@ def attention_tflops(seq: int, heads: int, d: int, use_flash: bool, iters: int =
         fwd = lambda: F.scaled_dot_product_attention(qs, ks, vs, is_causal=True)  # noqa: E731
         both = lambda: torch.autograd.grad(fwd(), (qs, ks, vs), do.transpose(0, 1)[None])  # noqa: E731
     t_f, t_fb = _cuda_time(fwd, iters), _cuda_time(both, iters)
-    return {"seq": seq, "heads": heads, "dim": d, "fwd_tflops": fwd_flops / t_f / 1e12, "fwd_bwd_tflops": 3.5 * fwd_flops / t_fb / 1e12,
-            "fwd_ms": t_f * 1e3, "fwd_bwd_ms": t_fb * 1e3}
+    return {
+        "seq": seq,
+        "heads": heads,
+        "dim": d,
+        "fwd_tflops": fwd_flops / t_f / 1e12,
+        "fwd_bwd_tflops": 3.5 * fwd_flops / t_fb / 1e12,
+        "fwd_ms": t_f * 1e3,
+        "fwd_bwd_ms": t_fb * 1e3,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="write every figure here")
     ap.add_argument("--profile", type=Path, help="write a data/profiles YAML with the measured efficiencies")
     ap.add_argument("--quick", action="store_true", help="smaller speed runs")
-    ap.add_argument("--dry-run-cpu", action="store_true", help="run the correctness part on CPU (torch backends) and stop")
+    ap.add_argument(
+        "--dry-run-cpu", action="store_true", help="run the correctness part on CPU (torch backends) and stop"
+    )
     a = ap.parse_args(argv)
     if a.dry_run_cpu:
         global DEVICE
@@ -187,15 +228,19 @@ def main(argv: list[str] | None = None) -> int:
         flash_version = flash_attn.__version__
     except Exception as e:  # reported, not fatal: the torch backend is still checked
         flash_version = f"not available ({type(e).__name__}: {e})"
-    print(f"device {dev!r} -> catalog {name!r}, peak bf16 {peak} TFLOP/s; torch {torch.__version__}, CUDA {torch.version.cuda}; "
-          f"flash-attn {flash_version}")
+    print(
+        f"device {dev!r} -> catalog {name!r}, peak bf16 {peak} TFLOP/s; torch {torch.__version__}, CUDA {torch.version.cuda}; "
+        f"flash-attn {flash_version}"
+    )
     backends = (["flash"] if flash else []) + ["math"]
     rows, ok = correctness(backends)
     print(f"\ncorrectness, bf16 vs fp32 reference (relative; lse absolute), tolerance {TOL}:")
     for label, per in rows:
         for b, r in per.items():
-            print(f"  {label:<42} {b:<6} out {r['out']:.2e} lse {r['lse_abs']:.2e} dq {r['dq']:.2e} dk {r['dk']:.2e} dv {r['dv']:.2e}"
-                  f"{'' if r['empty_rows_ok'] else '  EMPTY-ROW MISMATCH'}")
+            print(
+                f"  {label:<42} {b:<6} out {r['out']:.2e} lse {r['lse_abs']:.2e} dq {r['dq']:.2e} dk {r['dk']:.2e} dv {r['dv']:.2e}"
+                f"{'' if r['empty_rows_ok'] else '  EMPTY-ROW MISMATCH'}"
+            )
     print(f"  -> {'PASS' if ok else 'FAIL'}")
     mm = matmul_tflops(4096 if a.quick else 8192)
     shapes = [(4096, 16, 128)] if a.quick else [(8192, 32, 128), (16384, 32, 128), (16384, 16, 64)]
@@ -203,21 +248,36 @@ def main(argv: list[str] | None = None) -> int:
     best = max(x["fwd_bwd_tflops"] for x in attn)
     print(f"\nbf16 GEMM: {mm:.1f} TFLOP/s" + (f" = {mm / peak:.3f} of peak" if peak else ""))
     for x in attn:
-        print(f"causal attention ({'flash-attn' if flash else 'torch SDPA'}) S={x['seq']} H={x['heads']} d={x['dim']}: "
-              f"fwd {x['fwd_tflops']:.1f}, fwd+bwd {x['fwd_bwd_tflops']:.1f} TFLOP/s ({x['fwd_ms']:.2f} / {x['fwd_bwd_ms']:.2f} ms)")
-    result = {"device": dev, "gpu": name, "peak_bf16_tflops": peak, "torch": torch.__version__, "cuda": torch.version.cuda,
-              "flash_attn": flash_version, "attention_kernel": "flash-attn" if flash else "torch-sdpa", "correct": ok,
-              "correctness": [{"case": lab, **{b: r for b, r in per.items()}} for lab, per in rows],
-              "matmul_tflops": mm, "attention": attn, "seconds": time.time() - t_start}
+        print(
+            f"causal attention ({'flash-attn' if flash else 'torch SDPA'}) S={x['seq']} H={x['heads']} d={x['dim']}: "
+            f"fwd {x['fwd_tflops']:.1f}, fwd+bwd {x['fwd_bwd_tflops']:.1f} TFLOP/s ({x['fwd_ms']:.2f} / {x['fwd_bwd_ms']:.2f} ms)"
+        )
+    result = {
+        "device": dev,
+        "gpu": name,
+        "peak_bf16_tflops": peak,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "flash_attn": flash_version,
+        "attention_kernel": "flash-attn" if flash else "torch-sdpa",
+        "correct": ok,
+        "correctness": [{"case": lab, **{b: r for b, r in per.items()}} for lab, per in rows],
+        "matmul_tflops": mm,
+        "attention": attn,
+        "seconds": time.time() - t_start,
+    }
     if peak:
         result["eff_matmul"], result["eff_attention"] = round(mm / peak, 3), round(best / peak, 3)
-        print(f"\nprofile entry:\ngpus:\n  {name}:\n    eff_matmul: {result['eff_matmul']}\n    eff_attention: {result['eff_attention']}")
+        print(
+            f"\nprofile entry:\ngpus:\n  {name}:\n    eff_matmul: {result['eff_matmul']}\n    eff_attention: {result['eff_attention']}"
+        )
         if a.profile:
             a.profile.parent.mkdir(parents=True, exist_ok=True)
             a.profile.write_text(
                 f"# Measured by benchmarks/gpu_check.py on {dev!r}, torch {torch.__version__}, flash-attn {flash_version}.\n"
                 f"# GEMM {mm:.1f} TFLOP/s; best causal attention fwd+bwd {best:.1f} TFLOP/s ({result['attention_kernel']}).\n"
-                f"gpus:\n  {name}:\n    eff_matmul: {result['eff_matmul']}\n    eff_attention: {result['eff_attention']}\n")
+                f"gpus:\n  {name}:\n    eff_matmul: {result['eff_matmul']}\n    eff_attention: {result['eff_attention']}\n"
+            )
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps(result, indent=2) + "\n")

@@ -16,8 +16,8 @@ import ctypes
 import os
 import secrets
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 _TMP = ".tmp-"
 _OLD = ".old-"
@@ -87,7 +87,7 @@ def stale_temporaries(path: Path | str) -> list[Path]:
         return []
     out = []
     for p in path.parent.glob(f".{path.name}{_TMP}*"):
-        pid = p.name[len(f".{path.name}{_TMP}"):].split("-")[0]
+        pid = p.name[len(f".{path.name}{_TMP}") :].split("-")[0]
         if not (pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid))):
             out.append(p)
     return sorted(out + list(path.parent.glob(f".{path.name}{_OLD}*")))

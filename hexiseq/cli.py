@@ -74,8 +74,10 @@ def report(e: Exception, command: str, debug: bool, pg_timeout_s: float | None =
     if isinstance(e, HexiSeqError):
         print(f"hexiseq {command}: error: {e}", file=sys.stderr)
         return 2
-    print(f"hexiseq {command}: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback, and report it)",
-          file=sys.stderr)
+    print(
+        f"hexiseq {command}: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback, and report it)",
+        file=sys.stderr,
+    )
     return 1
 
 
@@ -89,7 +91,15 @@ def write_torchrun_error_file(message: str) -> None:
     if path:
         try:
             with open(path, "w") as f:
-                json.dump({"message": {"message": message, "extraInfo": {"py_callstack": message, "timestamp": str(int(time.time()))}}}, f)
+                json.dump(
+                    {
+                        "message": {
+                            "message": message,
+                            "extraInfo": {"py_callstack": message, "timestamp": str(int(time.time()))},
+                        }
+                    },
+                    f,
+                )
         except OSError:
             pass
 

@@ -8,4 +8,13 @@ from .reproduce.pipeline import RESULT_DIR, load_results, reproduce
 from .reproduce.scenarios import SCENARIO_DIR, Scenario, load_scenario, mixed_cluster
 from .reproduce.table import speedup_stats
 
-__all__ = ["RESULT_DIR", "SCENARIO_DIR", "Scenario", "load_results", "load_scenario", "mixed_cluster", "reproduce", "speedup_stats"]
+__all__ = [
+    "RESULT_DIR",
+    "SCENARIO_DIR",
+    "Scenario",
+    "load_results",
+    "load_scenario",
+    "mixed_cluster",
+    "reproduce",
+    "speedup_stats",
+]

@@ -22,9 +22,10 @@ Everything here is pure bookkeeping on integers; no torch.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .errors import PlanError, SpecError
 from .planfile import SCHEMA_VERSION, parse_plan, plan_kwargs
@@ -221,9 +222,9 @@ class Plan:
     # ------------------------------------------------------------------ checks
     def validate(
         self,
-        cluster: "ClusterSpec | None" = None,
-        model: "ModelSpec | None" = None,
-        workload: "Workload | None" = None,
+        cluster: ClusterSpec | None = None,
+        model: ModelSpec | None = None,
+        workload: Workload | None = None,
     ) -> list[str]:
         """Every violation, each with a precise message; empty when the plan is consistent."""
         v: list[str] = []
@@ -265,7 +266,9 @@ class Plan:
                 if g.heads[i] < 0:
                     v.append(f"{where}, rank {self.group_ranks(gi)[i]} (device {d}): negative head count {g.heads[i]}")
                 if g.shards[i] == 0 and g.heads[i] == 0:
-                    v.append(f"{where}, rank {self.group_ranks(gi)[i]} (device {d}) has no tokens and no heads: leave the device out")
+                    v.append(
+                        f"{where}, rank {self.group_ranks(gi)[i]} (device {d}) has no tokens and no heads: leave the device out"
+                    )
             if sum(g.shards) != g.tokens:
                 diff = sum(g.shards) - g.tokens
                 v.append(
@@ -274,10 +277,14 @@ class Plan:
                 )
             if sum(g.heads) != H:
                 diff = sum(g.heads) - H
-                v.append(f"{where}: head counts sum to {sum(g.heads)}, expected {H}; {'over' if diff > 0 else 'short'} by {abs(diff)}")
+                v.append(
+                    f"{where}: head counts sum to {sum(g.heads)}, expected {H}; {'over' if diff > 0 else 'short'} by {abs(diff)}"
+                )
         if self.groups and total != self.seq_len:
             diff = total - self.seq_len
-            v.append(f"chunks cover {total} tokens (2 x sum of chunk_len) but seq_len is {self.seq_len}; {'over' if diff > 0 else 'short'} by {abs(diff)}")
+            v.append(
+                f"chunks cover {total} tokens (2 x sum of chunk_len) but seq_len is {self.seq_len}; {'over' if diff > 0 else 'short'} by {abs(diff)}"
+            )
         if cluster is not None:
             for d in seen:
                 if not 0 <= d < cluster.size:
@@ -291,18 +298,23 @@ class Plan:
             v.append(f"plan is for seq_len {self.seq_len} but the workload has {workload.seq_len}")
         return v
 
-    def check(self, cluster: "ClusterSpec | None" = None, model: "ModelSpec | None" = None, workload: "Workload | None" = None) -> "Plan":
+    def check(
+        self, cluster: ClusterSpec | None = None, model: ModelSpec | None = None, workload: Workload | None = None
+    ) -> Plan:
         """Raise PlanError listing every violation; return self when valid."""
         violations = self.validate(cluster, model, workload)
         if violations:
-            raise PlanError(f"plan {self.name!r} is invalid ({len(violations)} problem{'s' * (len(violations) > 1)}):", violations)
+            raise PlanError(
+                f"plan {self.name!r} is invalid ({len(violations)} problem{'s' * (len(violations) > 1)}):", violations
+            )
         return self
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["groups"] = [
-            {"devices": list(g.devices), "chunk_len": g.chunk_len, "shards": list(g.shards), "heads": list(g.heads)} for g in self.groups
+            {"devices": list(g.devices), "chunk_len": g.chunk_len, "shards": list(g.shards), "heads": list(g.heads)}
+            for g in self.groups
         ]
         return {"schema_version": SCHEMA_VERSION, **d}
 
@@ -310,13 +322,13 @@ class Plan:
         return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str = "plan") -> "Plan":
+    def from_dict(cls, d: dict[str, Any], where: str = "plan") -> Plan:
         """A Plan from its JSON object, checked against the plan file schema (planfile.py):
         PlanError naming each bad field by its path (`groups[1].chunk_len`)."""
         return cls(**plan_kwargs(parse_plan(d, where)))
 
     @classmethod
-    def from_json(cls, text: str, where: str = "plan") -> "Plan":
+    def from_json(cls, text: str, where: str = "plan") -> Plan:
         return cls.from_dict(parse_json(text, where, PlanError), where)
 
     def save(self, path: Path | str) -> None:
@@ -327,11 +339,11 @@ class Plan:
             raise PlanError(str(e)) from None
 
     @classmethod
-    def load(cls, path: Path | str) -> "Plan":
+    def load(cls, path: Path | str) -> Plan:
         return cls.from_dict(read_json(path, "plan file", PlanError), str(path))
 
     # ------------------------------------------------------------------ resizing
-    def scaled(self, seq_len: int, block_size: int = 1) -> "Plan":
+    def scaled(self, seq_len: int, block_size: int = 1) -> Plan:
         """The same groups, devices and head split over a shorter (or longer) sequence, with chunk
         lengths and token shards in the same proportions (largest-remainder rounding, at least one
         block per chunk). Used to check a production plan numerically on a small machine."""
@@ -340,32 +352,52 @@ class Plan:
         k = self.num_groups
         blocks = seq_len // (2 * block_size)
         if seq_len % (2 * block_size) or blocks < k:
-            raise PlanError(f"cannot scale plan {self.name!r} ({k} groups) to {seq_len} tokens with block_size {block_size}: "
-                            f"need a multiple of {2 * block_size} and at least {2 * k * block_size}")
+            raise PlanError(
+                f"cannot scale plan {self.name!r} ({k} groups) to {seq_len} tokens with block_size {block_size}: "
+                f"need a multiple of {2 * block_size} and at least {2 * k * block_size}"
+            )
         chunk_blocks = _proportional([g.chunk_len for g in self.groups], blocks, minimum=1)
         groups = []
         for g, cb in zip(self.groups, chunk_blocks):
             n = 2 * cb * block_size
             # A rank that had tokens keeps at least one when the group has room (its code path stays exercised).
-            shards = _proportional(list(g.shards), n, minimum=1 if n >= sum(1 for s in g.shards if s) else 0, only_positive=True)
+            shards = _proportional(
+                list(g.shards), n, minimum=1 if n >= sum(1 for s in g.shards if s) else 0, only_positive=True
+            )
             groups.append(Group(g.devices, cb * block_size, tuple(shards), g.heads))
-        plan = Plan(seq_len, self.num_heads, self.num_kv_heads, tuple(groups), block_size,
-                    f"{self.name}@{seq_len}", self.cluster, self.model, {**self.meta, "scaled_from": self.seq_len})
+        plan = Plan(
+            seq_len,
+            self.num_heads,
+            self.num_kv_heads,
+            tuple(groups),
+            block_size,
+            f"{self.name}@{seq_len}",
+            self.cluster,
+            self.model,
+            {**self.meta, "scaled_from": self.seq_len},
+        )
         problems = plan.validate()
         if problems:
-            raise PlanError(f"{seq_len} tokens are too few to keep the shape of plan {self.name!r}; use a longer sequence:", problems)
+            raise PlanError(
+                f"{seq_len} tokens are too few to keep the shape of plan {self.name!r}; use a longer sequence:",
+                problems,
+            )
         return plan
 
     # ------------------------------------------------------------------ display
     def describe(self) -> str:
         """A compact multi-line text of the allocation."""
-        lines = [f"plan {self.name!r}: S={self.seq_len}, H={self.num_heads} (kv {self.num_kv_heads}), {self.num_groups} groups, {self.world_size} ranks"]
+        lines = [
+            f"plan {self.name!r}: S={self.seq_len}, H={self.num_heads} (kv {self.num_kv_heads}), {self.num_groups} groups, {self.world_size} ranks"
+        ]
         lay = self.layout()
         for gi, g in enumerate(self.groups):
             lines.append(f"  group {gi}: devices {list(g.devices)}, chunk_len {g.chunk_len} ({g.tokens} tokens)")
             for r in self.group_ranks(gi):
                 rl = lay[r]
-                lines.append(f"    rank {r:>4} dev {rl.device:>4}: tokens {rl.num_tokens:>8} {list(rl.token_ranges)}  heads [{rl.head_range[0]},{rl.head_range[1]})")
+                lines.append(
+                    f"    rank {r:>4} dev {rl.device:>4}: tokens {rl.num_tokens:>8} {list(rl.token_ranges)}  heads [{rl.head_range[0]},{rl.head_range[1]})"
+                )
         return "\n".join(lines)
 
 
@@ -399,19 +431,24 @@ def symmetric_plan(
         raise PlanError(f"symmetric layout: seq_len {seq_len} is not a multiple of 2 x cp x block_size = {unit}")
     L = seq_len // (2 * cp)
     groups = tuple(
-        Group(tuple(devs[i * hp : (i + 1) * hp]), L, even_split(2 * L, hp), even_split(num_heads, hp)) for i in range(cp)
+        Group(tuple(devs[i * hp : (i + 1) * hp]), L, even_split(2 * L, hp), even_split(num_heads, hp))
+        for i in range(cp)
     )
     label = name or ("ring" if hp == 1 else "ulysses" if cp == 1 else f"usp-{cp}x{hp}")
     return Plan(seq_len, num_heads, num_kv_heads, groups, block_size, label, cluster, model)
 
 
-def ring_plan(devices: Iterable[int], seq_len: int, num_heads: int, num_kv_heads: int, block_size: int = 128, **kw: Any) -> Plan:
+def ring_plan(
+    devices: Iterable[int], seq_len: int, num_heads: int, num_kv_heads: int, block_size: int = 128, **kw: Any
+) -> Plan:
     """Pure CP: every device its own group, even zigzag chunks."""
     devs = list(devices)
     return symmetric_plan(devs, seq_len, num_heads, num_kv_heads, cp=len(devs), hp=1, block_size=block_size, **kw)
 
 
-def ulysses_plan(devices: Iterable[int], seq_len: int, num_heads: int, num_kv_heads: int, block_size: int = 128, **kw: Any) -> Plan:
+def ulysses_plan(
+    devices: Iterable[int], seq_len: int, num_heads: int, num_kv_heads: int, block_size: int = 128, **kw: Any
+) -> Plan:
     """Pure HP: one group of all devices, even heads and shards."""
     devs = list(devices)
     return symmetric_plan(devs, seq_len, num_heads, num_kv_heads, cp=1, hp=len(devs), block_size=block_size, **kw)
@@ -451,7 +488,9 @@ def random_plan(
     k = len(sizes)
     blocks = seq_len // (2 * block_size)
     if seq_len % (2 * block_size) or blocks < k:
-        raise PlanError(f"seq_len {seq_len} cannot hold {k} groups of whole blocks of {block_size} (need a multiple of {2 * block_size}, >= {2 * k * block_size})")
+        raise PlanError(
+            f"seq_len {seq_len} cannot hold {k} groups of whole blocks of {block_size} (need a multiple of {2 * block_size}, >= {2 * k * block_size})"
+        )
     cuts = sorted(rng.sample(range(1, blocks), k - 1))
     chunk_blocks = [b - a for a, b in zip([0] + cuts, cuts + [blocks])]
     unit = num_heads // num_kv_heads if whole_kv_heads else 1
@@ -473,7 +512,7 @@ def random_plan(
     return Plan(seq_len, num_heads, num_kv_heads, tuple(groups), block_size, name or f"random-{seed}")
 
 
-def _random_composition(rng: "Any", total: int, parts: int) -> list[int]:
+def _random_composition(rng: Any, total: int, parts: int) -> list[int]:
     """`total` as an ordered sum of `parts` non-negative integers, uniformly-ish at random."""
     cuts = sorted(rng.randint(0, total) for _ in range(parts - 1))
     return [b - a for a, b in zip([0] + cuts, cuts + [total])]

@@ -8,19 +8,32 @@ heads to the model's, chunks to the sequence) is `Plan.validate`'s job, against 
 model and workload the plan is used with.
 """
 
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from pydantic.dataclasses import dataclass
 
 from .errors import PlanError
-from .specs.schema import MAX_BLOCK_SIZE, MAX_DEVICES, MAX_HEADS, MAX_SEQ_LEN, STRICT, KnownKeys, StrictStr, count, one_of, validate
+from .specs.schema import (
+    MAX_BLOCK_SIZE,
+    MAX_DEVICES,
+    MAX_HEADS,
+    MAX_SEQ_LEN,
+    STRICT,
+    KnownKeys,
+    StrictStr,
+    count,
+    one_of,
+    validate,
+)
 from .specs.workload import RECOMPUTE_POLICIES
 
 SCHEMA_VERSION = 1
 
 DeviceIndex = count("cluster device index (file order of the cluster the plan was made for)", ge=0, le=MAX_DEVICES - 1)
-Tokens = count("tokens of this rank, consecutive in the group order (front chunk, then back chunk)", ge=0, le=MAX_SEQ_LEN)
+Tokens = count(
+    "tokens of this rank, consecutive in the group order (front chunk, then back chunk)", ge=0, le=MAX_SEQ_LEN
+)
 Heads = count("query heads of this rank, a contiguous range", ge=0, le=MAX_HEADS)
 
 
@@ -29,9 +42,15 @@ class GroupFile(KnownKeys):
     """One HP group of a plan file, in ring order."""
 
     devices: Annotated[list[DeviceIndex], Field(min_length=1, description="its devices, in rank order")]
-    chunk_len: count("length of each of the group's two zigzag chunks (a multiple of block_size)", unit="tokens", le=MAX_SEQ_LEN)
-    shards: Annotated[list[Tokens], Field(description="s_r per rank: tokens held outside attention (sum = 2 x chunk_len)")]
-    heads: Annotated[list[Heads], Field(description="η_r per rank: query heads held during attention (sum = num_heads)")]
+    chunk_len: count(
+        "length of each of the group's two zigzag chunks (a multiple of block_size)", unit="tokens", le=MAX_SEQ_LEN
+    )
+    shards: Annotated[
+        list[Tokens], Field(description="s_r per rank: tokens held outside attention (sum = 2 x chunk_len)")
+    ]
+    heads: Annotated[
+        list[Heads], Field(description="η_r per rank: query heads held during attention (sum = num_heads)")
+    ]
 
 
 class PlanMeta(BaseModel):
@@ -39,7 +58,9 @@ class PlanMeta(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
-    recompute: Optional[one_of(RECOMPUTE_POLICIES, "the recompute policy the plan was made for (hexiseq plan writes it)")] = None
+    recompute: (
+        one_of(RECOMPUTE_POLICIES, "the recompute policy the plan was made for (hexiseq plan writes it)") | None
+    ) = None
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -53,7 +74,9 @@ class PlanFile(KnownKeys):
     groups: Annotated[list[GroupFile], Field(min_length=1, description="HP groups in ring order")]
     block_size: count("chunk alignment", unit="tokens", le=MAX_BLOCK_SIZE) = 128
     name: StrictStr = "plan"
-    cluster: Annotated[StrictStr, Field(description="name of the cluster the plan was made for (device indices refer to it)")] = ""
+    cluster: Annotated[
+        StrictStr, Field(description="name of the cluster the plan was made for (device indices refer to it)")
+    ] = ""
     model: StrictStr = ""
     meta: PlanMeta = Field(default_factory=PlanMeta)
 
@@ -77,8 +100,10 @@ def plan_kwargs(f: PlanFile) -> dict[str, Any]:
         "seq_len": f.seq_len,
         "num_heads": f.num_heads,
         "num_kv_heads": f.num_kv_heads,
-        "groups": tuple({"devices": tuple(g.devices), "chunk_len": g.chunk_len, "shards": tuple(g.shards), "heads": tuple(g.heads)}
-                        for g in f.groups),
+        "groups": tuple(
+            {"devices": tuple(g.devices), "chunk_len": g.chunk_len, "shards": tuple(g.shards), "heads": tuple(g.heads)}
+            for g in f.groups
+        ),
         "block_size": f.block_size,
         "name": f.name,
         "cluster": f.cluster,

@@ -78,8 +78,11 @@ class ExchangeTable:
     def per_rank_round(self, which: str = "dst") -> np.ndarray:
         """[R, k] KV head-tokens received ("dst") or sent ("src") by each rank in each round (column 0 = 0)."""
         ranks = self.dst if which == "dst" else self.src
-        flat = np.bincount(ranks * self.num_groups + self.round, self.kv_token_heads.astype(np.float64),
-                           minlength=self.num_ranks * self.num_groups)
+        flat = np.bincount(
+            ranks * self.num_groups + self.round,
+            self.kv_token_heads.astype(np.float64),
+            minlength=self.num_ranks * self.num_groups,
+        )
         return flat.reshape(self.num_ranks, self.num_groups)
 
 
@@ -219,7 +222,9 @@ def packed(segs: tuple[Segment, ...]) -> tuple[Segment, ...]:
     return tuple(out)
 
 
-def owned_kv_ranges(plan: Plan, g: int, layouts: list[RankLayout] | tuple[RankLayout, ...] | None = None) -> list[Range]:
+def owned_kv_ranges(
+    plan: Plan, g: int, layouts: list[RankLayout] | tuple[RankLayout, ...] | None = None
+) -> list[Range]:
     """The KV heads each rank of group g serves (disjoint; the first holder of a shared KV head)."""
     lay = layouts or plan.layout()
     gq = plan.num_heads // plan.num_kv_heads
@@ -230,8 +235,12 @@ def owned_kv_ranges(plan: Plan, g: int, layouts: list[RankLayout] | tuple[RankLa
     return out
 
 
-def rank_rounds(plan: Plan, rank: int, layouts: list[RankLayout] | tuple[RankLayout, ...] | None = None,
-                table: ExchangeTable | None = None) -> tuple[Round, ...]:
+def rank_rounds(
+    plan: Plan,
+    rank: int,
+    layouts: list[RankLayout] | tuple[RankLayout, ...] | None = None,
+    table: ExchangeTable | None = None,
+) -> tuple[Round, ...]:
     """The k-1 rounds of the exchange as seen by `rank`: its messages (from `exchange_table`), their
     token rows, and the block pairs of its queries against the K/V it receives."""
     lay = layouts or plan.layout()
@@ -245,11 +254,24 @@ def rank_rounds(plan: Plan, rank: int, layouts: list[RankLayout] | tuple[RankLay
         recv_segs = needed_segments(plan, src, me.group)
         recv_rows = tuple((s.row, s.row + s.length) for s in recv_segs)
         send_rows = tuple((s.row, s.row + s.length) for s in needed_segments(plan, me.group, dst))
-        recv = tuple(Transfer(int(table.src[i]), rank, (int(table.kv0[i]), int(table.kv1[i])), recv_rows, int(table.tokens[i]))
-                     for i in mine_in[table.round[mine_in] == j])
-        send = tuple(Transfer(rank, int(table.dst[i]), (int(table.kv0[i]), int(table.kv1[i])), send_rows, int(table.tokens[i]))
-                     for i in mine_out[table.round[mine_out] == j])
+        recv = tuple(
+            Transfer(int(table.src[i]), rank, (int(table.kv0[i]), int(table.kv1[i])), recv_rows, int(table.tokens[i]))
+            for i in mine_in[table.round[mine_in] == j]
+        )
+        send = tuple(
+            Transfer(rank, int(table.dst[i]), (int(table.kv0[i]), int(table.kv1[i])), send_rows, int(table.tokens[i]))
+            for i in mine_out[table.round[mine_out] == j]
+        )
         pairs = block_pairs(group_segments(plan, me.group), packed(recv_segs)) if recv else ()
-        rounds.append(Round(j, src, dst, tuple(sorted(recv, key=lambda t: t.kv_heads)), send,
-                            sum(s.length for s in recv_segs), pairs))
+        rounds.append(
+            Round(
+                j,
+                src,
+                dst,
+                tuple(sorted(recv, key=lambda t: t.kv_heads)),
+                send,
+                sum(s.length for s in recv_segs),
+                pairs,
+            )
+        )
     return tuple(rounds)

@@ -9,7 +9,8 @@ figures are pyplot figures (`plt.show()` shows them), as they were.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .reproduce.palette import gpu_colors, phase_colors
 from .reproduce.plan_figures import plot_allocation, plot_cell_systems, plot_rank_phases
@@ -35,5 +36,13 @@ def plot_comparison(throughputs: Mapping[str, float], bound: float | None = None
         return plot_cell_systems(rows, title=title, bound_tokens_per_s=bound)
 
 
-__all__ = ["gpu_colors", "phase_colors", "plot_allocation", "plot_cell_systems", "plot_comparison", "plot_layout",
-           "plot_rank_breakdown", "plot_rank_phases"]
+__all__ = [
+    "gpu_colors",
+    "phase_colors",
+    "plot_allocation",
+    "plot_cell_systems",
+    "plot_comparison",
+    "plot_layout",
+    "plot_rank_breakdown",
+    "plot_rank_phases",
+]

@@ -23,8 +23,16 @@ from typing import Any
 from .errors import HexiSeqError, InfeasibleError
 from .specs import RecomputePolicy, Workload, bundled_clusters, get_model, load_cluster, model_catalog, parse_tokens
 
-SEQ_CHOICES = [("8K", 8192), ("16K", 16384), ("32K", 32768), ("64K", 65536), ("128K", 131072),
-               ("256K", 262144), ("512K", 524288), ("1M", 1048576)]
+SEQ_CHOICES = [
+    ("8K", 8192),
+    ("16K", 16384),
+    ("32K", 32768),
+    ("64K", 65536),
+    ("128K", 131072),
+    ("256K", 262144),
+    ("512K", 524288),
+    ("1M", 1048576),
+]
 TICK_S = 0.25  # how often the elapsed time is redrawn while planning
 
 
@@ -94,9 +102,11 @@ def plan_view(s: Settings) -> PlanView:
     else:
         head += "and no baseline fits in memory: HexiSeq's is the only plan that does"
     gap = result.gap
-    details = [f"recompute {result.recompute}; gap {'n/a' if gap != gap else f'{gap:.2%}'} (proven: no plan of the search space is "
-               f"faster than {result.lower_bound_s:.4g} s); {si_label(result.bound_tokens_per_s)} tokens/s compute bound; "
-               f"planned in {result.plan_time_s:.1f} s"]
+    details = [
+        f"recompute {result.recompute}; gap {'n/a' if gap != gap else f'{gap:.2%}'} (proven: no plan of the search space is "
+        f"faster than {result.lower_bound_s:.4g} s); {si_label(result.bound_tokens_per_s)} tokens/s compute bound; "
+        f"planned in {result.plan_time_s:.1f} s"
+    ]
     lo = _left_out_text(result, cluster)
     if lo:
         details.append(lo)
@@ -108,13 +118,20 @@ def plan_view(s: Settings) -> PlanView:
         est = estimate(result.plan, cluster, model, wl.with_recompute(result.recompute))
     figures = [
         ("allocation", plot_allocation(result.plan, cluster)),
-        ("systems", plot_cell_systems(systems, title=f"{s.label}: HexiSeq and every baseline", bound_tokens_per_s=result.bound_tokens_per_s)),
+        (
+            "systems",
+            plot_cell_systems(
+                systems, title=f"{s.label}: HexiSeq and every baseline", bound_tokens_per_s=result.bound_tokens_per_s
+            ),
+        ),
         ("phases", plot_rank_phases(est, title="HexiSeq: time by phase")),
     ]
     return PlanView(s, True, head, details, figures=figures, result=result, seconds=time.perf_counter() - t0)
 
 
-def show_plan(cluster_name: str, model_name: str, seq_len: int, recompute: bool | str = "auto", sharding: str = "zero3") -> Any:
+def show_plan(
+    cluster_name: str, model_name: str, seq_len: int, recompute: bool | str = "auto", sharding: str = "zero3"
+) -> Any:
     """Plan one case, print its headline and details (or why nothing fits) and display its
     figures; returns the PlanResult, or None when nothing fits."""
     from IPython.display import display
@@ -149,12 +166,23 @@ class PlanExplorer:
     """The ipywidgets panel (module doc). `panel` is the widget to display; `plan()` plans the
     current settings (in a worker thread unless `background=False`); `wait()` joins it."""
 
-    def __init__(self, cluster: str = "testbed-8", model: str = "llama2-7b", seq_len: int = 131072, recompute: str = "auto",
-                 sharding: str = "zero3", background: bool = True) -> None:
+    def __init__(
+        self,
+        cluster: str = "testbed-8",
+        model: str = "llama2-7b",
+        seq_len: int = 131072,
+        recompute: str = "auto",
+        sharding: str = "zero3",
+        background: bool = True,
+    ) -> None:
         import ipywidgets as W
 
         self.background = background
-        seq_options = SEQ_CHOICES if any(v == seq_len for _, v in SEQ_CHOICES) else sorted(SEQ_CHOICES + [(str(seq_len), seq_len)], key=lambda x: x[1])
+        seq_options = (
+            SEQ_CHOICES
+            if any(v == seq_len for _, v in SEQ_CHOICES)
+            else sorted(SEQ_CHOICES + [(str(seq_len), seq_len)], key=lambda x: x[1])
+        )
         self.w_cluster = W.Dropdown(options=bundled_clusters(), value=cluster, description="cluster")
         self.w_model = W.Dropdown(options=list(model_catalog()), value=model, description="model")
         self.w_seq = W.SelectionSlider(options=seq_options, value=seq_len, description="tokens")
@@ -164,11 +192,24 @@ class PlanExplorer:
         self.status = W.HTML()
         self.result = W.HTML()
         self.figures = W.VBox()
-        for w, cls in ((self.button, "hexiseq-plan-button"), (self.status, "hexiseq-status"), (self.result, "hexiseq-result"), (self.figures, "hexiseq-figures")):
+        for w, cls in (
+            (self.button, "hexiseq-plan-button"),
+            (self.status, "hexiseq-status"),
+            (self.result, "hexiseq-result"),
+            (self.figures, "hexiseq-figures"),
+        ):
             w.add_class(cls)
         self.controls = [self.w_cluster, self.w_model, self.w_seq, self.w_rec, self.w_shard]
-        self.panel = W.VBox([W.HBox([self.w_cluster, self.w_model]), W.HBox([self.w_seq, self.w_rec]), W.HBox([self.w_shard, self.button]),
-                             self.status, self.result, self.figures])
+        self.panel = W.VBox(
+            [
+                W.HBox([self.w_cluster, self.w_model]),
+                W.HBox([self.w_seq, self.w_rec]),
+                W.HBox([self.w_shard, self.button]),
+                self.status,
+                self.result,
+                self.figures,
+            ]
+        )
         self.panel.add_class("hexiseq-explorer")
         self.view: PlanView | None = None
         self._busy = False
@@ -180,7 +221,9 @@ class PlanExplorer:
         self.status.value = "Press <b>Plan</b> to plan these settings."
 
     def settings(self) -> Settings:
-        return Settings(self.w_cluster.value, self.w_model.value, int(self.w_seq.value), self.w_rec.value, self.w_shard.value)
+        return Settings(
+            self.w_cluster.value, self.w_model.value, int(self.w_seq.value), self.w_rec.value, self.w_shard.value
+        )
 
     @property
     def busy(self) -> bool:
@@ -240,7 +283,9 @@ class PlanExplorer:
         if self.settings() == s:
             self._show(view, images, time.monotonic() - t0)
         else:  # the controls were changed under the running plan (in code): its result is not for them
-            self.status.value = f"Settings changed while planning: press <b>Plan</b> to plan {html.escape(self.settings().label)}."
+            self.status.value = (
+                f"Settings changed while planning: press <b>Plan</b> to plan {html.escape(self.settings().label)}."
+            )
         with self._lock:
             self._busy = False
         self._set_enabled(True)
@@ -254,8 +299,10 @@ class PlanExplorer:
             self.result.value = f"<div><b>{html.escape(view.headline)}</b><ul style='margin:2px 0'>{items}</ul></div>"
             self.status.value = f"✔ planned {html.escape(view.settings.label)} in {seconds:.1f} s"
         else:
-            self.result.value = (f"<div style='border-left:4px solid #c44e52;padding:4px 8px;background:#fbf1f1'><b>{html.escape(view.headline)}</b>"
-                                 f"<pre style='white-space:pre-wrap;margin:4px 0 0 0'>{html.escape(view.explanation)}</pre></div>")
+            self.result.value = (
+                f"<div style='border-left:4px solid #c44e52;padding:4px 8px;background:#fbf1f1'><b>{html.escape(view.headline)}</b>"
+                f"<pre style='white-space:pre-wrap;margin:4px 0 0 0'>{html.escape(view.explanation)}</pre></div>"
+            )
             self.status.value = f"✘ {html.escape(view.settings.label)}: no plan ({seconds:.1f} s)"
         boxes = []
         for name, png in images:
@@ -275,7 +322,9 @@ class PlanExplorer:
             self.status.value = f"Settings changed: press <b>Plan</b> to plan {html.escape(self.settings().label)}."
 
 
-def plan_explorer(cluster: str = "testbed-8", model: str = "llama2-7b", seq_len: int = 131072, plan_now: bool = True) -> PlanExplorer:
+def plan_explorer(
+    cluster: str = "testbed-8", model: str = "llama2-7b", seq_len: int = 131072, plan_now: bool = True
+) -> PlanExplorer:
     """Display the explorer panel; with `plan_now` the initial settings are planned right away
     (in the cell, so an executed notebook holds the result)."""
     from IPython.display import display

@@ -47,8 +47,11 @@ def kv_owner(plan: Plan, g: int, kv: int) -> int:
 def needed_key_tokens(plan: Plan, g: int, h: int) -> int:
     """Tokens of group h's K/V some query of group g can see, from the causal mask of the real
     chunks (`block_mask` on global positions); checked against counting positions one by one."""
-    via_mask = sum(ks.length for ks in group_segments(plan, h)
-                   if any(block_mask(qs.start, qs.length, ks.start, ks.length)[0] != NONE for qs in group_segments(plan, g)))
+    via_mask = sum(
+        ks.length
+        for ks in group_segments(plan, h)
+        if any(block_mask(qs.start, qs.length, ks.start, ks.length)[0] != NONE for qs in group_segments(plan, g))
+    )
     qpos, kpos = np.array(plan.group_positions(g)), np.array(plan.group_positions(h))
     by_position = int((kpos <= qpos.max()).sum())
     assert via_mask == by_position, (g, h, via_mask, by_position)
@@ -78,8 +81,10 @@ def brute_exchange(plan: Plan) -> list[Xfer]:
 
 def table_transfers(table) -> list[Xfer]:
     """The rows of a schedule.ExchangeTable as Xfer records."""
-    return sorted(Xfer(int(j), int(s), int(d), int(a), int(b), int(t))
-                  for j, s, d, a, b, t in zip(table.round, table.src, table.dst, table.kv0, table.kv1, table.tokens))
+    return sorted(
+        Xfer(int(j), int(s), int(d), int(a), int(b), int(t))
+        for j, s, d, a, b, t in zip(table.round, table.src, table.dst, table.kv0, table.kv1, table.tokens)
+    )
 
 
 def executor_bytes(plan: Plan, head_dim: int) -> tuple[np.ndarray, np.ndarray]:
@@ -103,17 +108,21 @@ def on_devices(plan: Plan, devices) -> Plan:
     """The same plan with rank i's device replaced by devices[i] (a plan on a device subset)."""
     devs, groups, pos = list(devices), [], 0
     for g in plan.groups:
-        groups.append(Group(tuple(devs[pos:pos + g.size]), g.chunk_len, g.shards, g.heads))
+        groups.append(Group(tuple(devs[pos : pos + g.size]), g.chunk_len, g.shards, g.heads))
         pos += g.size
     return Plan(plan.seq_len, plan.num_heads, plan.num_kv_heads, tuple(groups), plan.block_size, plan.name)
 
 
-def random_plans(n: int, world: int, heads: int, kv_heads: int, blocks: int, block_size: int, seed0: int = 0) -> list[Plan]:
+def random_plans(
+    n: int, world: int, heads: int, kv_heads: int, blocks: int, block_size: int, seed0: int = 0
+) -> list[Plan]:
     """n random uneven plans of `world` ranks over 2·block_size·blocks tokens, half of them with
     fine GQA splits (head counts that are not whole KV heads)."""
     S = 2 * block_size * blocks
-    return [random_plan(world, S, heads, kv_heads, seed=seed0 + i, block_size=block_size, whole_kv_heads=bool(i % 2))
-            for i in range(n)]
+    return [
+        random_plan(world, S, heads, kv_heads, seed=seed0 + i, block_size=block_size, whole_kv_heads=bool(i % 2))
+        for i in range(n)
+    ]
 
 
 def edge_plan() -> Plan:
@@ -121,18 +130,31 @@ def edge_plan() -> Plan:
     chunks; a rank with heads and no tokens (rank 0) and one with tokens and no heads (rank 2); fine
     GQA splits (heads [0, 2) | [2, 6) in group 0 and [0, 1) | [1, 6) in group 2: KV head 0 is touched
     by two ranks of the group); shards straddling the front/back boundary (ranks 1 and 4)."""
-    return Plan(40, 6, 2, (
-        Group((0, 1, 2), 4, (0, 5, 3), (2, 4, 0)),  # rank 0: heads, no tokens; rank 2: tokens, no heads
-        Group((3,), 10, (20,), (6,)),
-        Group((4, 5), 6, (7, 5), (1, 5)),  # fine split: KV head 0 touched by both ranks
-    ), block_size=2, name="edges")
+    return Plan(
+        40,
+        6,
+        2,
+        (
+            Group((0, 1, 2), 4, (0, 5, 3), (2, 4, 0)),  # rank 0: heads, no tokens; rank 2: tokens, no heads
+            Group((3,), 10, (20,), (6,)),
+            Group((4, 5), 6, (7, 5), (1, 5)),  # fine split: KV head 0 touched by both ranks
+        ),
+        block_size=2,
+        name="edges",
+    )
 
 
 # ------------------------------------------------------------------------------ kernel knobs
 
 # The knobs at which they take no effect: every memory-bound kernel at the datasheet bandwidth, no
 # per-row attention block cost, no overlap slowdown, every link and NIC at its line rate.
-NEUTRAL_KNOBS = {"eff_hbm": 1.0, "attn_block_half_keys": 0.0, "overlap_slowdown": 0.0, "link_efficiency": 1.0, "nic_efficiency": 1.0}
+NEUTRAL_KNOBS = {
+    "eff_hbm": 1.0,
+    "attn_block_half_keys": 0.0,
+    "overlap_slowdown": 0.0,
+    "link_efficiency": 1.0,
+    "nic_efficiency": 1.0,
+}
 
 
 def with_fields(cluster: ClusterSpec, **fields: float) -> ClusterSpec:

@@ -42,8 +42,19 @@ def within(request):
     def check(err: float, tol: float, what: str = "") -> None:
         if log:
             with open(log, "a") as f:
-                f.write(json.dumps({"test": request.node.nodeid, "what": what, "err": float(err), "tol": float(tol),
-                                    "omp": os.environ.get("OMP_NUM_THREADS"), "rank_threads": os.environ.get("HEXISEQ_RANK_THREADS")}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "test": request.node.nodeid,
+                            "what": what,
+                            "err": float(err),
+                            "tol": float(tol),
+                            "omp": os.environ.get("OMP_NUM_THREADS"),
+                            "rank_threads": os.environ.get("HEXISEQ_RANK_THREADS"),
+                        }
+                    )
+                    + "\n"
+                )
         assert err <= tol, f"{what}: error {err:.3g} above its tolerance {tol:.3g}"
 
     return check

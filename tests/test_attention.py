@@ -27,7 +27,11 @@ def dense_reference(plan: Plan, d: int, seed: int):
     """Full-sequence q, k, v, upstream gradient, and dense causal SDPA output and gradients (fp32)."""
     g = torch.Generator().manual_seed(seed)
     S, H, Hkv = plan.seq_len, plan.num_heads, plan.num_kv_heads
-    q, k, v = torch.randn(S, H, d, generator=g), torch.randn(S, Hkv, d, generator=g), torch.randn(S, Hkv, d, generator=g)
+    q, k, v = (
+        torch.randn(S, H, d, generator=g),
+        torch.randn(S, Hkv, d, generator=g),
+        torch.randn(S, Hkv, d, generator=g),
+    )
     do = torch.randn(S, H, d, generator=g)
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     bhld = lambda t: t.transpose(0, 1)[None]  # noqa: E731
@@ -70,25 +74,73 @@ def _cases(world: int) -> list[tuple[Plan, int]]:
         (ring_plan(range(world), 24 * world, 3, 1, block_size=4, name="pure-cp"), 8),
         (ulysses_plan(range(world), 12 * world, 2 * world, world, block_size=3, name="pure-hp"), 4),
         # very small shards, non power-of-two chunks, tokens without heads and heads without tokens
-        (Plan(6 * world, 5, 5, tuple(Group((r,), 3, (6,), (5,)) for r in range(world - 1)) + (Group((world - 1,), 3, (6,), (5,)),),
-              block_size=1, name="tiny-chunks"), 4),
+        (
+            Plan(
+                6 * world,
+                5,
+                5,
+                tuple(Group((r,), 3, (6,), (5,)) for r in range(world - 1)) + (Group((world - 1,), 3, (6,), (5,)),),
+                block_size=1,
+                name="tiny-chunks",
+            ),
+            4,
+        ),
     ]
     if world >= 2:
         ranks = iter(range(world))
-        cases.append((Plan(60, 7, 7, (Group((next(ranks),), 9, (18,), (7,)),
-                                      Group(tuple(next(ranks) for _ in range(world - 1)), 21,
-                                            (0,) * (world - 2) + (42,), (1,) * (world - 2) + (9 - world,))),
-                           block_size=3, name="single-plus-hp"), 8))
+        cases.append(
+            (
+                Plan(
+                    60,
+                    7,
+                    7,
+                    (
+                        Group((next(ranks),), 9, (18,), (7,)),
+                        Group(
+                            tuple(next(ranks) for _ in range(world - 1)),
+                            21,
+                            (0,) * (world - 2) + (42,),
+                            (1,) * (world - 2) + (9 - world,),
+                        ),
+                    ),
+                    block_size=3,
+                    name="single-plus-hp",
+                ),
+                8,
+            )
+        )
     # KV heads split finely (GQA 3:1, ranges that start or end inside a KV head's query heads)
     if world == 2:
         cases.append((Plan(30, 6, 2, (Group((0, 1), 15, (0, 30), (1, 5)),), block_size=5, name="split-gqa-2"), 8))
     if world == 3:
-        cases.append((Plan(42, 6, 2, (Group((0, 1), 15, (27, 3), (4, 2)), Group((2,), 6, (12,), (6,))), block_size=3,
-                           name="split-gqa-2+1"), 8))
+        cases.append(
+            (
+                Plan(
+                    42,
+                    6,
+                    2,
+                    (Group((0, 1), 15, (27, 3), (4, 2)), Group((2,), 6, (12,), (6,))),
+                    block_size=3,
+                    name="split-gqa-2+1",
+                ),
+                8,
+            )
+        )
     if world == 4:
         cases.append((symmetric_plan(range(4), 64, 4, 2, cp=2, hp=2, block_size=4, name="usp-even"), 8))
-        cases.append((Plan(60, 6, 2, (Group((0, 1, 2), 21, (10, 5, 27), (1, 4, 1)), Group((3,), 9, (18,), (6,))), block_size=3,
-                           name="split-gqa-3+1"), 8))
+        cases.append(
+            (
+                Plan(
+                    60,
+                    6,
+                    2,
+                    (Group((0, 1, 2), 21, (10, 5, 27), (1, 4, 1)), Group((3,), 9, (18,), (6,))),
+                    block_size=3,
+                    name="split-gqa-3+1",
+                ),
+                8,
+            )
+        )
     for s in range(10):
         H, Hkv = [(6, 2), (7, 7), (5, 1), (8, 4), (9, 3)][s % 5]
         S = 2 * world * (5 + s)

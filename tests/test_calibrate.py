@@ -14,8 +14,19 @@ from hexiseq.errors import HexiSeqError
 from hexiseq.specs import get_model, load_cluster
 from hexiseq.specs.files import data_path
 
-ROW_KEYS = {"plan", "measured_s", "predicted_before_s", "predicted_after_s", "error_before", "error_after", "split", "recompute",
-            "shape", "pacing_overrun", "run_dir"}
+ROW_KEYS = {
+    "plan",
+    "measured_s",
+    "predicted_before_s",
+    "predicted_after_s",
+    "error_before",
+    "error_after",
+    "split",
+    "recompute",
+    "shape",
+    "pacing_overrun",
+    "run_dir",
+}
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +37,19 @@ def quick(tmp_path_factory):
     out = tmp_path_factory.mktemp("cal") / "runs"
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        rc = main(["calibrate", "--cluster", "cpu-4", "--quick", "--json", "--profile", str(data_path("profiles") / "cpu-4.yaml"),
-                   "--out", str(out)])
+        rc = main(
+            [
+                "calibrate",
+                "--cluster",
+                "cpu-4",
+                "--quick",
+                "--json",
+                "--profile",
+                str(data_path("profiles") / "cpu-4.yaml"),
+                "--out",
+                str(out),
+            ]
+        )
     assert rc == 0
     return json.loads(buf.getvalue()), out
 
@@ -51,7 +73,9 @@ def test_every_calibration_run_is_a_labelled_emulated_run(quick):
     for r in d["rows"]:
         s = json.loads(open(f"{r['run_dir']}/summary.json").read())
         assert s["status"] == "completed" and s["emulated"] is True
-        assert s["emulation"]["slowdown"] == [4.0, 4.0, 10.0, 10.0] and s["emulation"]["links"] == [{"gbps": 0.05, "latency_us": 1000.0}]
+        assert s["emulation"]["slowdown"] == [4.0, 4.0, 10.0, 10.0] and s["emulation"]["links"] == [
+            {"gbps": 0.05, "latency_us": 1000.0}
+        ]
         assert len(s["emulation"]["pacing"]) == 4 and s["measured_step_time_s"] == r["measured_s"]
         assert s["prediction"]["step_time_s"] == pytest.approx(r["predicted_before_s"])
         assert "emulating cluster cpu-4" in s["measured_on"]
@@ -64,7 +88,11 @@ def test_the_plan_set_covers_the_shapes():
     assert {(4, 1), (1, 4), (2, 2)} <= shapes  # CP, HP, CP x HP
     for policy in ("none", "selective", "full"):
         assert sum(p.recompute == policy for p in plans) >= 2
-    even = [p for p in plans if len({g.chunk_len for g in p.plan.groups}) == 1 and all(len(set(g.shards)) == 1 for g in p.plan.groups)]
+    even = [
+        p
+        for p in plans
+        if len({g.chunk_len for g in p.plan.groups}) == 1 and all(len(set(g.shards)) == 1 for g in p.plan.groups)
+    ]
     assert 1 <= len(even) < len(plans)
     assert all(p.plan.world_size == 4 for p in plans)
 
@@ -83,15 +111,18 @@ def test_fit_reproduces_step_times_made_with_known_multipliers():
     assert max(map(abs, after)) < 0.03 < min(map(abs, before))
 
 
-@pytest.mark.parametrize("argv, msg", [
-    (["--cluster", "nope"], "cluster file not found: nope"),
-    (["--cluster", "mixed-4"], "can only emulate the CPU types"),
-    (["--world", "3"], "calibrate runs its plans on 4 ranks"),
-    (["--cluster", "cpu-4", "--steps", "2"], "--steps must exceed the 2 warm-up steps"),
-    (["--compare"], "--compare needs an emulated heterogeneous --cluster"),
-    (["--calibration", "x.json"], "--calibration is reused by --compare"),
-    (["--cluster", "cpu-4", "--profile", "nope.yaml"], "nope.yaml"),
-])
+@pytest.mark.parametrize(
+    "argv, msg",
+    [
+        (["--cluster", "nope"], "cluster file not found: nope"),
+        (["--cluster", "mixed-4"], "can only emulate the CPU types"),
+        (["--world", "3"], "calibrate runs its plans on 4 ranks"),
+        (["--cluster", "cpu-4", "--steps", "2"], "--steps must exceed the 2 warm-up steps"),
+        (["--compare"], "--compare needs an emulated heterogeneous --cluster"),
+        (["--calibration", "x.json"], "--calibration is reused by --compare"),
+        (["--cluster", "cpu-4", "--profile", "nope.yaml"], "nope.yaml"),
+    ],
+)
 def test_bad_input_is_refused_before_any_work(argv, msg, capsys, tmp_path):
     assert main(["calibrate", *argv, "--out", str(tmp_path / "out")]) == 2
     assert msg in capsys.readouterr().err

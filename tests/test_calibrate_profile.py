@@ -18,8 +18,16 @@ from hexiseq.specs import ClusterSpec, Workload, get_model, load_gpu_catalog, lo
 from hexiseq.specs.files import data_path
 from hexiseq.specs.gpus import numeric_fields
 
-FIELDS = {"peak_bf16_tflops", "eff_matmul", "eff_attention", "attn_block_half_keys", "hbm_bandwidth_gbps", "eff_hbm",
-          "link_bandwidth_gbps", "link_latency_us"}
+FIELDS = {
+    "peak_bf16_tflops",
+    "eff_matmul",
+    "eff_attention",
+    "attn_block_half_keys",
+    "hbm_bandwidth_gbps",
+    "eff_hbm",
+    "link_bandwidth_gbps",
+    "link_latency_us",
+}
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +39,9 @@ def test_profile_measures_every_field_of_the_world(measured):
     (name,) = measured.gpus  # one device type: two local ranks
     g = measured.gpus[name]
     assert FIELDS <= set(g)
-    assert g["peak_bf16_tflops"] > 0 and 0 < g["eff_matmul"] <= 1 and 0 < g["eff_attention"] <= 1 and 0 < g["eff_hbm"] <= 1
+    assert (
+        g["peak_bf16_tflops"] > 0 and 0 < g["eff_matmul"] <= 1 and 0 < g["eff_attention"] <= 1 and 0 < g["eff_hbm"] <= 1
+    )
     assert g["link_bandwidth_gbps"] > 0 and g["link_latency_us"] > 0
     m = measured.measured
     assert m["world"]["ranks"] == 2 and m["world"]["types"] == [name, name] and m["machine"]["cores"]
@@ -48,12 +58,37 @@ def test_profile_round_trips_and_the_cost_model_reads_it(measured, tmp_path, cap
     (name,) = measured.gpus
     cluster_file = tmp_path / "two.yaml"
     cluster_file.write_text(yaml.safe_dump({"nodes": [{"gpu": name, "count": 2, "nic_gbps": 1}]}))
-    assert main(["estimate", "--cluster", str(cluster_file), "--model", "tiny", "--seq-len", "2048", "--layout", "ring",
-                 "--recompute", "none", "--block-size", "64", "--profile", str(path), "--json"]) == 0
+    assert (
+        main(
+            [
+                "estimate",
+                "--cluster",
+                str(cluster_file),
+                "--model",
+                "tiny",
+                "--seq-len",
+                "2048",
+                "--layout",
+                "ring",
+                "--recompute",
+                "none",
+                "--block-size",
+                "64",
+                "--profile",
+                str(path),
+                "--json",
+            ]
+        )
+        == 0
+    )
     got = json.loads(capsys.readouterr().out)["iteration_time_s"]
     c = ClusterSpec.from_nodes("two", [(name, 2, 1.0)])
-    want = simulate(ring_plan([0, 1], 2048, 8, 4, block_size=64), measured.apply(c), get_model("tiny"),
-                    Workload(2048, 1, "none", "zero3", 64)).iteration_time_s
+    want = simulate(
+        ring_plan([0, 1], 2048, 8, 4, block_size=64),
+        measured.apply(c),
+        get_model("tiny"),
+        Workload(2048, 1, "none", "zero3", 64),
+    ).iteration_time_s
     assert got == pytest.approx(want, rel=1e-9)
     assert measured.cluster().gpu_types == {name: 2}
 
@@ -62,8 +97,9 @@ def test_the_cpu_catalog_is_written_from_the_reference_profile():
     ref = data_path("profiles") / "cpu-4.yaml"
     prof = Profile.load(ref)
     assert prof.measured["world"]["cluster"] == "cpu-4" and set(prof.gpus) == {"CPU-x4", "CPU-x10"}
-    assert data_path("gpus-cpu.yaml").read_text() == catalog_text(prof, "data/profiles/cpu-4.yaml"), \
+    assert data_path("gpus-cpu.yaml").read_text() == catalog_text(prof, "data/profiles/cpu-4.yaml"), (
         "data/gpus-cpu.yaml is stale: python -m hexiseq.calibrate.catalog data/profiles/cpu-4.yaml"
+    )
     cat = load_gpu_catalog(data_path("gpus-cpu.yaml"))
     sources = yaml.safe_load((data_path("validation") / "sources.yaml").read_text())
     raw = yaml.safe_load(data_path("gpus-cpu.yaml").read_text())
@@ -75,7 +111,11 @@ def test_the_cpu_catalog_is_written_from_the_reference_profile():
         f = float(name.removeprefix("CPU-x"))
         assert g.peak_bf16_tflops == pytest.approx(base.peak_bf16_tflops / f, rel=1e-3)
         assert g.hbm_bandwidth_gbps == pytest.approx(base.hbm_bandwidth_gbps / f, rel=1e-3)
-        assert (g.eff_matmul, g.eff_attention, g.link_bandwidth_gbps) == (base.eff_matmul, base.eff_attention, base.link_bandwidth_gbps)
+        assert (g.eff_matmul, g.eff_attention, g.link_bandwidth_gbps) == (
+            base.eff_matmul,
+            base.eff_attention,
+            base.link_bandwidth_gbps,
+        )
 
 
 def test_bad_worlds_are_refused_before_any_work(tmp_path):

@@ -26,8 +26,15 @@ def sources():
 
 def test_every_numeric_field_is_written_and_cited(raw, sources):
     fields = numeric_fields()
-    assert {"eff_matmul", "eff_attention", "eff_hbm", "attn_block_half_keys", "overlap_slowdown",
-            "link_efficiency", "nic_efficiency"} <= set(fields)
+    assert {
+        "eff_matmul",
+        "eff_attention",
+        "eff_hbm",
+        "attn_block_half_keys",
+        "overlap_slowdown",
+        "link_efficiency",
+        "nic_efficiency",
+    } <= set(fields)
     for name, entry in raw.items():
         missing = [f for f in fields if f not in entry]
         assert not missing, f"gpus.yaml {name}: {missing} not written (a default would be an uncited number)"
@@ -48,7 +55,9 @@ def test_priors_are_what_the_kernel_evidence_gives(raw):
     priors = F.kernel_priors(F.load_kernels(), catalog)
     for name, entry in raw.items():
         for field, prior in priors[name].items():
-            assert entry[field] == pytest.approx(prior.value, abs=1e-9), f"{name}.{field}: rerun bench_fidelity.py --refit"
+            assert entry[field] == pytest.approx(prior.value, abs=1e-9), (
+                f"{name}.{field}: rerun bench_fidelity.py --refit"
+            )
             assert entry["sources"][field] == prior.source, f"{name}.{field}"
 
 

@@ -19,14 +19,27 @@ from hexiseq.runtime.model import Llama, LlamaConfig
 
 transformers = pytest.importorskip("transformers")  # declared in the `dev` extra
 
-LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                  "original_max_position_embeddings": 32}
+LLAMA3_SCALING = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 32,
+}
 
 
 def _hf_model(tie: bool, scaling: dict | None = None, seed: int = 0):
     cfg = transformers.LlamaConfig(
-        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, rope_theta=5000.0, rms_norm_eps=1e-5, tie_word_embeddings=tie, rope_scaling=scaling,
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        rope_theta=5000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=tie,
+        rope_scaling=scaling,
     )
     torch.manual_seed(seed)
     model = transformers.LlamaForCausalLM(cfg).eval()
@@ -69,7 +82,9 @@ def test_save_round_trip_and_transformers_reads_ours(tmp_path, within):
     assert len(set(index["weight_map"].values())) > 1
     from safetensors.torch import save_file
 
-    save_file({"tok_embeddings.weight": torch.zeros(2, 2)}, str(tmp_path / "sharded" / "consolidated.safetensors"))  # not in the index
+    save_file(
+        {"tok_embeddings.weight": torch.zeros(2, 2)}, str(tmp_path / "sharded" / "consolidated.safetensors")
+    )  # not in the index
     again = load_hf_checkpoint(tmp_path / "sharded")
     for n, p in ours.state_dict().items():
         assert torch.equal(p, again.state_dict()[n]), n
@@ -77,7 +92,11 @@ def test_save_round_trip_and_transformers_reads_ours(tmp_path, within):
     hf = transformers.LlamaForCausalLM.from_pretrained(tmp_path / "one").eval()
     tokens = _tokens()
     with torch.no_grad():
-        within(rel_err(ours.logits(ours(tokens)), hf(tokens[None]).logits[0]), FP32, "transformers reads our checkpoint: logits")
+        within(
+            rel_err(ours.logits(ours(tokens)), hf(tokens[None]).logits[0]),
+            FP32,
+            "transformers reads our checkpoint: logits",
+        )
 
 
 def test_torch_state_dict_checkpoint(tmp_path):
@@ -122,8 +141,11 @@ def test_configs_and_model_spec(tmp_path):
     assert (spec.name, spec.layers, spec.hidden, spec.heads, spec.kv_heads, spec.vocab) == ("mini", 2, 64, 4, 2, 128)
     assert spec.tie_embeddings and spec.rope_theta == 5000.0  # transformers 5 nests it in rope_parameters
     base = json.loads((tmp_path / "config.json").read_text())
-    for bad, match in [({"attention_bias": True}, "biases"), ({"hidden_act": "gelu"}, "silu"),
-                       ({"model_type": "gpt2"}, "Llama-family")]:
+    for bad, match in [
+        ({"attention_bias": True}, "biases"),
+        ({"hidden_act": "gelu"}, "silu"),
+        ({"model_type": "gpt2"}, "Llama-family"),
+    ]:
         with pytest.raises(SpecError, match=match):
             config_from_hf({**base, **bad})
     with pytest.raises(SpecError, match="lacks"):

@@ -59,7 +59,9 @@ def test_a_save_killed_at_random_moments_loads_old_or_new_weights(tmp_path):
         outcomes.append(_which(path, sa, sb))
         assert outcomes[-1] != "mixed", outcomes
         assert {f.name for f in path.iterdir()} in ({"config.json", "model.safetensors"}, sharded)
-    assert interrupted >= 2, f"only {interrupted} of 8 kills landed inside a save (cycle {cycle:.3f} s): the test proves little"
+    assert interrupted >= 2, (
+        f"only {interrupted} of 8 kills landed inside a save (cycle {cycle:.3f} s): the test proves little"
+    )
     # the next save removes what the killed ones left
     notes: list[str] = []
     save_hf_checkpoint(a, path, notes=notes)

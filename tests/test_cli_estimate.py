@@ -18,10 +18,21 @@ def run_cli(capsys, *argv):
 
 
 def test_layout_json(capsys):
-    rc, out, _ = run_cli(capsys, "estimate", "--cluster", "testbed-8", "--seq-len", "64K", "--layout", "usp:2x4", "--recompute", "--json")
+    rc, out, _ = run_cli(
+        capsys, "estimate", "--cluster", "testbed-8", "--seq-len", "64K", "--layout", "usp:2x4", "--recompute", "--json"
+    )
     assert rc == 0
     d = json.loads(out)
-    for key in ("iteration_time_s", "tokens_per_s", "model_flops", "bound_tokens_per_s", "efficiency_vs_bound", "fits", "ranks", "passes"):
+    for key in (
+        "iteration_time_s",
+        "tokens_per_s",
+        "model_flops",
+        "bound_tokens_per_s",
+        "efficiency_vs_bound",
+        "fits",
+        "ranks",
+        "passes",
+    ):
         assert key in d
     assert len(d["ranks"]) == 8
     assert {"device", "time_s", "memory_gib", "capacity_gib"} <= set(d["ranks"][0])
@@ -63,7 +74,9 @@ def test_errors_exit_2(capsys, argv, msg):
 
 
 def test_plan_for_another_cluster_is_refused(capsys, tmp_path):
-    plan = dataclasses.replace(random_plan(8, 65536, 32, 32, seed=2, block_size=128), cluster="testbed-8", model="llama2-7b")
+    plan = dataclasses.replace(
+        random_plan(8, 65536, 32, 32, seed=2, block_size=128), cluster="testbed-8", model="llama2-7b"
+    )
     path = tmp_path / "plan.json"
     plan.save(path)
     rc, _, err = run_cli(capsys, "estimate", "--plan", str(path), "--cluster", "sim-64")

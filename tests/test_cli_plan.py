@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-
 from hexiseq.cli import main
 from hexiseq.plan import Plan
 from hexiseq.specs import get_model, load_cluster
@@ -15,9 +14,23 @@ ARGS = ["plan", "--cluster", "testbed-8", "--model", "llama2-7b", "--seq-len", "
 def test_text_report(capsys):
     assert main(ARGS + ["--no-progress"]) == 0
     out = capsys.readouterr().out
-    for needle in ("HexiSeq plan for llama2-7b on testbed-8", "group", "rank", "memory GiB", "hexiseq", "ring", "ulysses", "usp",
-                   "proportional", "speedup over the best baseline", "compute-bound", "lower bound", "within", "planning took",
-                   "cutting-plane rounds"):
+    for needle in (
+        "HexiSeq plan for llama2-7b on testbed-8",
+        "group",
+        "rank",
+        "memory GiB",
+        "hexiseq",
+        "ring",
+        "ulysses",
+        "usp",
+        "proportional",
+        "speedup over the best baseline",
+        "compute-bound",
+        "lower bound",
+        "within",
+        "planning took",
+        "cutting-plane rounds",
+    ):
         assert needle in out, needle
 
 
@@ -25,8 +38,17 @@ def test_json_and_out(capsys, tmp_path):
     path = tmp_path / "plan.json"
     assert main(ARGS + ["--json", "--out", str(path)]) == 0
     d = json.loads(capsys.readouterr().out)
-    for key in ("throughput_tokens_per_s", "baselines", "speedup_vs_best_baseline", "gap", "lower_bound_s", "plan_time_s",
-                "stage_times_s", "search_space", "left_out"):
+    for key in (
+        "throughput_tokens_per_s",
+        "baselines",
+        "speedup_vs_best_baseline",
+        "gap",
+        "lower_bound_s",
+        "plan_time_s",
+        "stage_times_s",
+        "search_space",
+        "left_out",
+    ):
         assert key in d
     assert d["speedup_vs_best_baseline"] >= 1.0
     assert d["lower_bound_s"] <= d["iteration_time_s"] and 0 <= d["gap"] < 0.01
@@ -51,16 +73,51 @@ def test_default_auto_picks_a_recompute_policy_and_records_it(capsys, tmp_path):
     """Without --recompute the planner searches the policies that can fit (at 128K on testbed-8 "none"
     cannot: see --strict above), says which it chose and writes it into the plan file."""
     path = tmp_path / "plan.json"
-    assert main(["plan", "--cluster", "testbed-8", "--model", "llama2-7b", "--seq-len", "128K", "--json", "--out", str(path)]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--cluster",
+                "testbed-8",
+                "--model",
+                "llama2-7b",
+                "--seq-len",
+                "128K",
+                "--json",
+                "--out",
+                str(path),
+            ]
+        )
+        == 0
+    )
     d = json.loads(capsys.readouterr().out)
     assert d["recompute"] in ("selective", "full") and d["policies_searched"] == ["selective", "full"]
-    assert d["notes"][0].startswith(f"recompute policy {d['recompute']} chosen by auto") and "none cannot fit" in d["notes"][0]
+    assert (
+        d["notes"][0].startswith(f"recompute policy {d['recompute']} chosen by auto")
+        and "none cannot fit" in d["notes"][0]
+    )
     assert Plan.load(path).meta["recompute"] == d["recompute"]
     assert d["speedup_vs_best_baseline"] >= 1.0
     # each policy alone: auto's plan is the faster one
     tps = {}
     for policy in ("selective", "full"):
-        assert main(["plan", "--cluster", "testbed-8", "--model", "llama2-7b", "--seq-len", "128K", "--json", "--recompute", policy]) == 0
+        assert (
+            main(
+                [
+                    "plan",
+                    "--cluster",
+                    "testbed-8",
+                    "--model",
+                    "llama2-7b",
+                    "--seq-len",
+                    "128K",
+                    "--json",
+                    "--recompute",
+                    policy,
+                ]
+            )
+            == 0
+        )
         r = json.loads(capsys.readouterr().out)
         assert r["recompute"] == policy and r["policies_searched"] == [policy]
         tps[policy] = r["throughput_tokens_per_s"]

@@ -20,8 +20,28 @@ def test_run_trains_saves_and_resumes(tmp_path, capfd):
     # the plan file records a recompute policy (as hexiseq plan writes it): the run uses it by default
     dataclasses.replace(random_plan(2, 128, 8, 4, seed=4, block_size=8), meta={"recompute": "full"}).save(plan)
     out_dir = tmp_path / "ckpt"
-    assert main(["run", "--plan", str(plan), "--nproc", "2", "--steps", "3", "--lr", "3e-3", "--model", "tiny", "--save", str(out_dir),
-                 "--out", str(tmp_path / "run1")]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--plan",
+                str(plan),
+                "--nproc",
+                "2",
+                "--steps",
+                "3",
+                "--lr",
+                "3e-3",
+                "--model",
+                "tiny",
+                "--save",
+                str(out_dir),
+                "--out",
+                str(tmp_path / "run1"),
+            ]
+        )
+        == 0
+    )
     out = capfd.readouterr().out
     assert "recompute full" in out
     steps = re.findall(r"step (\d)/3\s+loss ([\d.]+)\s+grad_norm [\d.]+\s+([\d,]+) tokens/s", out)
@@ -38,7 +58,23 @@ def test_run_trains_saves_and_resumes(tmp_path, capfd):
     # below the first loss from scratch
     one = tmp_path / "one.json"
     random_plan(1, 128, 8, 4, seed=0, block_size=8).save(one)
-    assert main(["run", "--plan", str(one), "--steps", "1", "--init-from", str(out_dir), "--recompute", "--out", str(tmp_path / "run2")]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--plan",
+                str(one),
+                "--steps",
+                "1",
+                "--init-from",
+                str(out_dir),
+                "--recompute",
+                "--out",
+                str(tmp_path / "run2"),
+            ]
+        )
+        == 0
+    )
     out = capfd.readouterr().out
     assert "recompute selective" in out  # a bare --recompute: selective
     resumed = float(re.search(r"step 1/1\s+loss ([\d.]+)", out).group(1))
@@ -54,6 +90,23 @@ def test_run_from_a_checkpoint_scales_a_long_plan_like_any_run(tmp_path, capfd):
     save_hf_checkpoint(Llama(LlamaConfig.from_spec(get_model("tiny"))).init_weights(0), ckpt)
     plan = tmp_path / "long.json"
     random_plan(1, 16384, 8, 4, seed=0, block_size=8).save(plan)
-    assert main(["run", "--plan", str(plan), "--steps", "1", "--init-from", str(ckpt), "--seq-len", "256", "--out", str(tmp_path / "run")]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--plan",
+                str(plan),
+                "--steps",
+                "1",
+                "--init-from",
+                str(ckpt),
+                "--seq-len",
+                "256",
+                "--out",
+                str(tmp_path / "run"),
+            ]
+        )
+        == 0
+    )
     out = capfd.readouterr().out
     assert "1 ranks, 256 tokens" in out and "scaled from 16,384 to 256 tokens" in out

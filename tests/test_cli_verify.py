@@ -19,8 +19,11 @@ def test_random_plan_two_ranks_json(capsys, within):
     assert main(["verify", "--random-plan", "--nproc", "2", "--seed", "3", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert KEYS <= set(res) and res["nproc"] == 2 and res["passed"] and res["dtype"] == "fp32"
-    within(max(res["max_rel_err_out"], res["max_rel_err_grad"], abs(res["loss_dist"] - res["loss_ref"]) / res["loss_ref"]), FP32,
-           "verify random-3 on 2 ranks: out, gradients, loss")
+    within(
+        max(res["max_rel_err_out"], res["max_rel_err_grad"], abs(res["loss_dist"] - res["loss_ref"]) / res["loss_ref"]),
+        FP32,
+        "verify random-3 on 2 ranks: out, gradients, loss",
+    )
     assert 5.5 < res["loss_ref"] < 7.0  # ~ln(512): a random tiny model on random tokens
 
 
@@ -38,7 +41,9 @@ def test_plan_file_error_above_tolerance_exits_nonzero(tmp_path, capsys, within)
     res = json.loads(capsys.readouterr().out)
     assert res["nproc"] == 2 and res["plan"] == "random-9" and not res["passed"] and res["tolerance"] == 1e-12
     assert res["max_rel_err_grad"] > 0
-    within(res["max_rel_err_grad"], FP32, "verify random-9 on 2 ranks: gradients")  # the run itself is right: only the bar moved
+    within(
+        res["max_rel_err_grad"], FP32, "verify random-9 on 2 ranks: gradients"
+    )  # the run itself is right: only the bar moved
 
 
 def _refused(argv: list[str], capsys) -> str:
@@ -75,8 +80,12 @@ def test_world_size_and_arguments_are_checked(tmp_path, capsys):
     assert "has 3 ranks but --nproc is 2" in _refused(["verify", "--plan", str(path), "--nproc", "2"], capsys)
     assert "--nproc" in _refused(["verify", "--random-plan"], capsys)
     assert "swiglu/rmsnorm" in _refused(["verify", "--random-plan", "--nproc", "2", "--model", "gpt-3b"], capsys)
-    assert "argument --block-size: must be an integer from 1" in _refused(["verify", "--random-plan", "--nproc", "2", "--block-size", "0"], capsys)
-    assert "argument --timeout: must be a number > 0" in _refused(["verify", "--plan", str(path), "--timeout", "0"], capsys)
+    assert "argument --block-size: must be an integer from 1" in _refused(
+        ["verify", "--random-plan", "--nproc", "2", "--block-size", "0"], capsys
+    )
+    assert "argument --timeout: must be a number > 0" in _refused(
+        ["verify", "--plan", str(path), "--timeout", "0"], capsys
+    )
     with pytest.raises(SystemExit):  # --plan and --random-plan together
         main(["verify", "--plan", str(path), "--random-plan"])
 
@@ -85,13 +94,21 @@ def test_verify_a_long_plan_for_a_big_model_runs_scaled_on_a_proxy(tmp_path, cap
     """A planner-sized plan (llama2-7b heads, 64K tokens, uneven groups) is checked on a proxy
     Llama with the same 32 heads, scaled to 1024 tokens with the same groups and head split."""
 
-
-    plan = Plan(65536, 32, 32, (Group((0, 1), 20480, (22000, 18960), (20, 12)), Group((2,), 12288, (24576,), (32,))),
-                block_size=128, name="uneven-7b", model="llama2-7b")
+    plan = Plan(
+        65536,
+        32,
+        32,
+        (Group((0, 1), 20480, (22000, 18960), (20, 12)), Group((2,), 12288, (24576,), (32,))),
+        block_size=128,
+        name="uneven-7b",
+        model="llama2-7b",
+    )
     path = tmp_path / "p.json"
     plan.save(path)
     assert main(["verify", "--plan", str(path), "--seq-len", "1024", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["seq_len"] == 1024 and res["nproc"] == 3 and res["model"] == "proxy-32h32kv"
-    within(max(res["max_rel_err_out"], res["max_rel_err_grad"]), FP32, "verify uneven-7b scaled to 1024 tokens on 3 ranks")
+    within(
+        max(res["max_rel_err_out"], res["max_rel_err_grad"]), FP32, "verify uneven-7b scaled to 1024 tokens on 3 ranks"
+    )
     assert any("scaled from 65,536 to 1,024" in n for n in res["notes"])

@@ -36,12 +36,16 @@ def _comm_worker(rank: int, world: int, plans: list[str]) -> list[str]:
         v = _encode(mine, plan.num_kv_heads, 2).requires_grad_()
         qg, kg, vg = scatter_qkv(q, k, v, ctx)
         group_pos = plan.group_positions(ctx.group)
-        want = [_encode(group_pos, plan.num_heads, 0)[:, slice(*lay.head_range)],
-                _encode(group_pos, plan.num_kv_heads, 1)[:, slice(*lay.kv_head_range)],
-                _encode(group_pos, plan.num_kv_heads, 2)[:, slice(*lay.kv_head_range)]]
+        want = [
+            _encode(group_pos, plan.num_heads, 0)[:, slice(*lay.head_range)],
+            _encode(group_pos, plan.num_kv_heads, 1)[:, slice(*lay.kv_head_range)],
+            _encode(group_pos, plan.num_kv_heads, 2)[:, slice(*lay.kv_head_range)],
+        ]
         for name, got, exp in zip("qkv", (qg, kg, vg), want):
             if got.shape != exp.shape or not torch.equal(got.detach(), exp):
-                failures.append(f"{plan.name} rank {rank}: scattered {name} wrong, shape {tuple(got.shape)} vs {tuple(exp.shape)}")
+                failures.append(
+                    f"{plan.name} rank {rank}: scattered {name} wrong, shape {tuple(got.shape)} vs {tuple(exp.shape)}"
+                )
         back = gather_heads(qg, ctx)
         if not torch.equal(back.detach(), q.detach()):
             failures.append(f"{plan.name} rank {rank}: gather_heads(scatter(q)) != q")
@@ -52,8 +56,12 @@ def _comm_worker(rank: int, world: int, plans: list[str]) -> list[str]:
             holders[a:b] += 1
         if not torch.equal(q.grad, torch.ones_like(q)):
             failures.append(f"{plan.name} rank {rank}: dq wrong")
-        if not torch.equal(k.grad, holders[None, :, None].expand_as(k)) or not torch.equal(v.grad, 2 * holders[None, :, None].expand_as(v)):
-            failures.append(f"{plan.name} rank {rank}: duplicated KV head gradients not summed: {k.grad[:1, :, 0].tolist()} vs {holders.tolist()}")
+        if not torch.equal(k.grad, holders[None, :, None].expand_as(k)) or not torch.equal(
+            v.grad, 2 * holders[None, :, None].expand_as(v)
+        ):
+            failures.append(
+                f"{plan.name} rank {rank}: duplicated KV head gradients not summed: {k.grad[:1, :, 0].tolist()} vs {holders.tolist()}"
+            )
     # zero-size splits in a plain ragged exchange: rank r sends r elements to every peer
     x = torch.full((rank * world,), float(rank))
     y = ragged_all_to_all(x, [rank] * world, list(range(world)))
@@ -66,7 +74,14 @@ def _plans(world: int) -> list[Plan]:
     plans = [
         ulysses_plan(range(world), 8 * world, 2 * world, world, block_size=4),
         # tokens without heads, heads without tokens, KV heads split finely
-        Plan(24, 6, 2, (Group(tuple(range(world)), 12, (0,) * (world - 2) + (10, 14), (1,) * (world - 2) + (5 - world, 3)),), block_size=1, name="zeros"),
+        Plan(
+            24,
+            6,
+            2,
+            (Group(tuple(range(world)), 12, (0,) * (world - 2) + (10, 14), (1,) * (world - 2) + (5 - world, 3)),),
+            block_size=1,
+            name="zeros",
+        ),
     ]
     plans += [random_plan(world, 40, 7 if s % 2 else 6, 1 if s % 2 else 2, seed=100 + s) for s in range(8)]
     plans += [random_plan(world, 36, 8, 4, seed=200 + s, whole_kv_heads=s % 2 == 0) for s in range(4)]

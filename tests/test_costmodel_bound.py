@@ -36,8 +36,12 @@ def lp_time(m: np.ndarray, a: np.ndarray, f_lin: float, f_att: float) -> float:
     mod.att = pyo.Constraint(expr=sum(mod.y[i] for i in range(N)) == f_att)
     mod.dev = pyo.Constraint(range(N), rule=lambda M, i: M.x[i] / float(m[i]) + M.y[i] / float(a[i]) <= M.t)
     solver = Highs()
-    solver.highs_options = {"threads": 1, "output_flag": False, "primal_feasibility_tolerance": 1e-10,
-                            "dual_feasibility_tolerance": 1e-10}
+    solver.highs_options = {
+        "threads": 1,
+        "output_flag": False,
+        "primal_feasibility_tolerance": 1e-10,
+        "dual_feasibility_tolerance": 1e-10,
+    }
     res = solver.solve(mod)
     assert res.termination_condition == TerminationCondition.optimal
     return float(res.best_feasible_objective)
@@ -88,7 +92,11 @@ def test_bound_homogeneous_closed_form():
     node8 = ClusterSpec.from_nodes("h100x8", [("H100-SXM", 8, 50)])
     w = Workload(seq_len=64 * 1024, global_batch=2)
     g = node8.devices[0].gpu
-    mm, at, hbm = g.peak_bf16_tflops * 1e12 * g.eff_matmul, g.peak_bf16_tflops * 1e12 * g.eff_attention, g.hbm_bandwidth_gbps * 1e9 * g.eff_hbm
+    mm, at, hbm = (
+        g.peak_bf16_tflops * 1e12 * g.eff_matmul,
+        g.peak_bf16_tflops * 1e12 * g.eff_attention,
+        g.hbm_bandwidth_gbps * 1e9 * g.eff_hbm,
+    )
     layer_bytes = sum(memory_bytes(MODEL).values())  # forward + backward elementwise traffic per token and layer
     tau = 3 * MODEL.linear_flops_per_token / mm + MODEL.layers * layer_bytes / hbm + MODEL.vocab * 12.0 / hbm
     rho = 3.5 * 4 * MODEL.head_dim / at
@@ -115,8 +123,12 @@ def test_subset_bound_of_all_devices_without_recompute_is_at_least_the_iteration
     for sharding in ("zero3", "replicated"):
         w = Workload(seq_len=64 * 1024, param_sharding=sharding, global_batch=3)
         assert subset_time_bound(testbed, range(8), MODEL, w) >= min_iteration_time(testbed, MODEL, w) * (1 - 1e-14)
-        assert subset_time_bound(testbed, range(8), MODEL, w, free) >= min_iteration_time(testbed, MODEL, w, free) * (1 - 1e-14)
-        assert subset_time_bound(node8, range(8), MODEL, w, free) == pytest.approx(min_iteration_time(node8, MODEL, w, free), rel=1e-12)
+        assert subset_time_bound(testbed, range(8), MODEL, w, free) >= min_iteration_time(testbed, MODEL, w, free) * (
+            1 - 1e-14
+        )
+        assert subset_time_bound(node8, range(8), MODEL, w, free) == pytest.approx(
+            min_iteration_time(node8, MODEL, w, free), rel=1e-12
+        )
     with pytest.raises(SpecError, match="concrete recompute policy"):
         subset_time_bound(testbed, range(8), MODEL, Workload(seq_len=65536, activation_checkpointing="auto"))
 
@@ -139,8 +151,10 @@ def test_subset_bound_counts_the_collectives_of_its_devices():
 
 
 def test_recompute_raises_the_subset_bound(testbed):
-    t = [subset_time_bound(testbed, [0, 1, 5, 6], MODEL, Workload(seq_len=65536, activation_checkpointing=p))
-         for p in ("none", "selective", "full")]
+    t = [
+        subset_time_bound(testbed, [0, 1, 5, 6], MODEL, Workload(seq_len=65536, activation_checkpointing=p))
+        for p in ("none", "selective", "full")
+    ]
     assert t[0] < t[1] < t[2]
 
 
@@ -149,11 +163,23 @@ TESTBED = load_cluster("testbed-8")
 M8 = get_model("llama3-8b")
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 10_000), n=st.integers(1, 10), on_sim=st.booleans(), policy=st.sampled_from(("none", "selective", "full")),
-       sharding=st.sampled_from(("zero3", "replicated")), batch=st.integers(1, 3), ignore_comm=st.booleans(),
-       knobs=st.sampled_from([None, (0.0, 0.0), (512.0, 0.1)]), blocks=st.integers(0, 40))
-def test_subset_time_bound_is_below_the_replay_of_every_plan(seed, n, on_sim, policy, sharding, batch, ignore_comm, knobs, blocks):
+@settings(
+    max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(1, 10),
+    on_sim=st.booleans(),
+    policy=st.sampled_from(("none", "selective", "full")),
+    sharding=st.sampled_from(("zero3", "replicated")),
+    batch=st.integers(1, 3),
+    ignore_comm=st.booleans(),
+    knobs=st.sampled_from([None, (0.0, 0.0), (512.0, 0.1)]),
+    blocks=st.integers(0, 40),
+)
+def test_subset_time_bound_is_below_the_replay_of_every_plan(
+    seed, n, on_sim, policy, sharding, batch, ignore_comm, knobs, blocks
+):
     """It is used to prune candidate subsets: no plan on the subset may replay faster than it, under
     any policy, sharding, batch, with or without communication, on the catalog's kernel knobs (None)
     and on set ones."""
@@ -161,7 +187,9 @@ def test_subset_time_bound_is_below_the_replay_of_every_plan(seed, n, on_sim, po
     n = min(n, cluster.size)
     devices = sorted(np.random.default_rng(seed).choice(cluster.size, n, replace=False).tolist())
     S = 2 * 128 * (n + blocks)
-    plan = on_devices(random_plan(n, S, M8.heads, M8.kv_heads, seed=seed, block_size=128, whole_kv_heads=seed % 2 == 0), devices)
+    plan = on_devices(
+        random_plan(n, S, M8.heads, M8.kv_heads, seed=seed, block_size=128, whole_kv_heads=seed % 2 == 0), devices
+    )
     w = Workload(seq_len=S, activation_checkpointing=policy, param_sharding=sharding, global_batch=batch)
     cluster = cluster if knobs is None else with_knobs(cluster, *knobs)
     bound = subset_time_bound(cluster, devices, M8, w, CostOptions(ignore_comm=ignore_comm))
@@ -180,8 +208,11 @@ def test_subset_time_bound_is_tight_for_balanced_comm_free_plans(policy):
     opts = CostOptions(ignore_comm=True, attn_tile=0)
     w = Workload(seq_len=64 * 1024, activation_checkpointing=policy, global_batch=2)
     runs = 1 + opts.attn_bwd_factor + (1.0 if policy == "full" else 0.0)  # attention passes per layer and sequence
-    for plan in (ring_plan(range(8), w.seq_len, H, HKV), ulysses_plan(range(8), w.seq_len, H, HKV),
-                 symmetric_plan(range(8), w.seq_len, H, HKV, 2, 4)):
+    for plan in (
+        ring_plan(range(8), w.seq_len, H, HKV),
+        ulysses_plan(range(8), w.seq_len, H, HKV),
+        symmetric_plan(range(8), w.seq_len, H, HKV, 2, 4),
+    ):
         for node8 in (with_knobs(catalog), catalog, with_knobs(catalog, block_half_keys=384)):
             t = simulate(plan, node8, MODEL, w, opts).iteration_time_s
             rows = w.global_batch * MODEL.layers * runs * attention_row_seconds(plan, node8, MODEL.head_dim)

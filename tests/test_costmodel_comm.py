@@ -64,17 +64,25 @@ def _exchange_cases():
     """(plan, cluster name, model name): random uneven plans with fine GQA splits and ranks without
     heads or tokens, on all or a part of the cluster, for MHA and GQA models."""
     out = [(p, "testbed-8", "llama3-8b") for p in random_plans(8, 8, 32, 8, blocks=24, block_size=128)]
-    out += [(on_devices(p, list(range(31, 31 - 2 * p.world_size, -2))), "sim-32", "llama3.2-3b")  # gq = 3
-            for p in random_plans(6, 12, 24, 8, blocks=30, block_size=64, seed0=50)]
-    out += [(on_devices(p, [7, 0, 5, 2, 4, 3]), "testbed-8", "llama2-7b")  # MHA
-            for p in random_plans(4, 6, 32, 32, blocks=12, block_size=128, seed0=80)]
+    out += [
+        (on_devices(p, list(range(31, 31 - 2 * p.world_size, -2))), "sim-32", "llama3.2-3b")  # gq = 3
+        for p in random_plans(6, 12, 24, 8, blocks=30, block_size=64, seed0=50)
+    ]
+    out += [
+        (on_devices(p, [7, 0, 5, 2, 4, 3]), "testbed-8", "llama2-7b")  # MHA
+        for p in random_plans(4, 6, 32, 32, blocks=12, block_size=128, seed0=80)
+    ]
     return out
+
 
 EXCHANGE_CASES = _exchange_cases()
 
 
-@pytest.mark.parametrize("plan,cluster_name,model_name", EXCHANGE_CASES,
-                         ids=[f"{c}-{m}-{p.name}-{p.group_sizes}" for p, c, m in EXCHANGE_CASES])
+@pytest.mark.parametrize(
+    "plan,cluster_name,model_name",
+    EXCHANGE_CASES,
+    ids=[f"{c}-{m}-{p.name}-{p.group_sizes}" for p, c, m in EXCHANGE_CASES],
+)
 def test_model_bytes_per_sender_and_round_equal_the_executor_tables(plan, cluster_name, model_name):
     """Issue #11: for every rank and round, the bytes the cost model charges (comm.exchange_times,
     and the durations' linear forms at the plan) as receiver and as sender equal the sum over the
@@ -161,7 +169,9 @@ def test_one_group_exchanges_nothing(testbed):
 @pytest.mark.parametrize("seed", range(8))
 def test_alltoall_bytes_and_times_brute_force(testbed, seed):
     S = 2 * 128 * 16
-    plan = on_devices(random_plan(8, S, 32, 8, seed=seed, block_size=128, whole_kv_heads=bool(seed % 2)), [3, 6, 0, 1, 7, 2, 5, 4])
+    plan = on_devices(
+        random_plan(8, S, 32, 8, seed=seed, block_size=128, whole_kv_heads=bool(seed % 2)), [3, 6, 0, 1, 7, 2, 5, 4]
+    )
     a = plan_arrays(plan, testbed, M8, Workload(seq_len=S))
     t = alltoall_times(a, M8)
     lay = plan.layout()

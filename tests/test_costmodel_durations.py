@@ -16,8 +16,27 @@ from hexiseq.plan import symmetric_plan
 from hexiseq.schedule import CAUSAL, block_pairs, group_segments, needed_segments, packed
 from hexiseq.specs import ClusterSpec, ModelSpec, Workload, get_model, load_cluster
 
-ARRAY_FIELDS = ("lin_pre_f", "lin_post_f", "lin_pre_b", "lin_post_b", "matmul_f", "matmul_b", "a2a_in", "a2a_out",
-                "att_f", "att_b", "xc_f", "xc_b", "link", "head", "optimizer", "window_f", "window_b", "window_h", "recv_bytes")
+ARRAY_FIELDS = (
+    "lin_pre_f",
+    "lin_post_f",
+    "lin_pre_b",
+    "lin_post_b",
+    "matmul_f",
+    "matmul_b",
+    "a2a_in",
+    "a2a_out",
+    "att_f",
+    "att_b",
+    "xc_f",
+    "xc_b",
+    "link",
+    "head",
+    "optimizer",
+    "window_f",
+    "window_b",
+    "window_h",
+    "recv_bytes",
+)
 
 
 def reference(plan, cluster, model: ModelSpec, workload: Workload, options: CostOptions) -> dict[str, np.ndarray]:
@@ -35,10 +54,32 @@ def reference(plan, cluster, model: ModelSpec, workload: Workload, options: Cost
     pre_by, post_by = 2 * (2 * h + 2 * qk), 2 * (8 * h + act_f)
     pre_by_b, post_by_b = 2 * (3 * h + 2 * qk), 2 * (9 * h + act_b)
     pairs = group_pair_matrix(plan)
-    out = {key: np.zeros(R) for key in ("lin_pre_f", "lin_post_f", "lin_pre_b", "lin_post_b", "matmul_f", "matmul_b",
-                                         "head", "optimizer", "window_f", "window_b", "window_h")}
-    out.update(a2a_in=np.zeros((R, 2)), a2a_out=np.zeros((R, 2)), att_f=np.zeros((R, k)), att_b=np.zeros((R, k)),
-               xc_f=np.zeros((R, k, 2)), xc_b=np.zeros((R, k)), link=np.zeros((R, k)), recv_bytes=np.zeros((R, k)))
+    out = {
+        key: np.zeros(R)
+        for key in (
+            "lin_pre_f",
+            "lin_post_f",
+            "lin_pre_b",
+            "lin_post_b",
+            "matmul_f",
+            "matmul_b",
+            "head",
+            "optimizer",
+            "window_f",
+            "window_b",
+            "window_h",
+        )
+    }
+    out.update(
+        a2a_in=np.zeros((R, 2)),
+        a2a_out=np.zeros((R, 2)),
+        att_f=np.zeros((R, k)),
+        att_b=np.zeros((R, k)),
+        xc_f=np.zeros((R, k, 2)),
+        xc_b=np.zeros((R, k)),
+        link=np.zeros((R, k)),
+        recv_bytes=np.zeros((R, k)),
+    )
     recv_s, send_s, alpha = np.zeros((R, k)), np.zeros((R, k)), np.zeros((R, k))
     for x in brute_exchange(plan):
         nbytes = (x.kv1 - x.kv0) * x.tokens * 2 * d * 2
@@ -94,7 +135,9 @@ def reference(plan, cluster, model: ModelSpec, workload: Workload, options: Cost
             out["link"][r, j] = recv_s[r, j] + send_s[r, j]
         wf = out["lin_pre_f"][r] + out["lin_post_f"][r] + out["att_f"][r].sum()
         out["window_f"][r] = wf
-        out["window_b"][r] = out["lin_pre_b"][r] + out["lin_post_b"][r] + out["att_b"][r].sum() + (wf if policy == "full" else 0)
+        out["window_b"][r] = (
+            out["lin_pre_b"][r] + out["lin_post_b"][r] + out["att_b"][r].sum() + (wf if policy == "full" else 0)
+        )
         out["window_h"][r] = out["head"][r] * 2 / 3
     return out
 
@@ -106,7 +149,9 @@ def _cases():
         out.append((p, "testbed-8", "llama3-8b", policies[i % 3], shardings[i % 2], i % 4 == 3, i % 2 == 1))
     for i, p in enumerate(random_plans(4, 10, 24, 8, blocks=20, block_size=64, seed0=30)):
         devs = list(range(3, 32, 3))[: p.world_size]
-        out.append((on_devices(p, devs), "sim-32", "llama3.2-3b", policies[(i + 1) % 3], shardings[i % 2], False, i % 2 == 0))
+        out.append(
+            (on_devices(p, devs), "sim-32", "llama3.2-3b", policies[(i + 1) % 3], shardings[i % 2], False, i % 2 == 0)
+        )
     for i, p in enumerate(random_plans(3, 5, 32, 32, blocks=10, block_size=128, seed0=60)):
         out.append((on_devices(p, [6, 1, 4, 3, 0]), "testbed-8", "gpt-7b", policies[i], "zero3", False, True))
     return out
@@ -115,9 +160,14 @@ def _cases():
 CASES = _cases()
 
 
-@pytest.mark.parametrize("plan,cluster_name,model_name,policy,sharding,ignore_comm,knobs", CASES,
-                         ids=[f"{c[1]}-{c[2]}-{c[0].name}-{c[3]}-{c[4]}{'-nocomm' * c[5]}{'-knobs' * c[6]}" for c in CASES])
-def test_durations_equal_a_direct_per_rank_computation(plan, cluster_name, model_name, policy, sharding, ignore_comm, knobs, within):
+@pytest.mark.parametrize(
+    "plan,cluster_name,model_name,policy,sharding,ignore_comm,knobs",
+    CASES,
+    ids=[f"{c[1]}-{c[2]}-{c[0].name}-{c[3]}-{c[4]}{'-nocomm' * c[5]}{'-knobs' * c[6]}" for c in CASES],
+)
+def test_durations_equal_a_direct_per_rank_computation(
+    plan, cluster_name, model_name, policy, sharding, ignore_comm, knobs, within
+):
     cluster, model = load_cluster(cluster_name), get_model(model_name)
     w = Workload(seq_len=plan.seq_len, activation_checkpointing=policy, param_sharding=sharding, global_batch=2)
     opts = CostOptions(ignore_comm=ignore_comm)
@@ -171,8 +221,15 @@ def test_durations_are_affine_in_tokens_lengths_and_products(testbed, seed):
     c = coefficients(plan_arrays(plan, cluster, m, w), m, w)
     rng = np.random.default_rng(seed)
     R, k = plan.world_size, plan.num_groups
-    pts = [(rng.uniform(0, 4096, R), rng.uniform(0, 4096, k), rng.uniform(0, 4096 ** 2, (k, k)), rng.uniform(0, 4096 ** 2, (k, k)))
-           for _ in range(2)]
+    pts = [
+        (
+            rng.uniform(0, 4096, R),
+            rng.uniform(0, 4096, k),
+            rng.uniform(0, 4096**2, (k, k)),
+            rng.uniform(0, 4096**2, (k, k)),
+        )
+        for _ in range(2)
+    ]
     mid = tuple((x + y) / 2 for x, y in zip(*pts))
     d1, d2, dm = (evaluate(c, s, L, P, Pw) for s, L, P, Pw in (*pts, mid))
     for key in ARRAY_FIELDS:

@@ -17,8 +17,6 @@ MODEL = get_model("llama2-7b")
 H, HKV = MODEL.heads, MODEL.kv_heads
 
 
-
-
 def wl(S=128 * 1024, ac=True, **kw):
     return Workload(seq_len=S, activation_checkpointing=ac, **kw)
 
@@ -40,12 +38,38 @@ def test_estimate_fields_and_json(testbed):
     plan = symmetric_plan(range(8), w.seq_len, H, HKV, 2, 4)
     e = estimate(plan, testbed, MODEL, w)
     d = json.loads(json.dumps(e.to_dict()))
-    for key in ("plan", "iteration_time_s", "tokens_per_s", "model_flops", "bound_tokens_per_s", "efficiency_vs_bound", "fits",
-                "ranks", "mfu", "critical_rank", "critical_phase", "oom", "passes"):
+    for key in (
+        "plan",
+        "iteration_time_s",
+        "tokens_per_s",
+        "model_flops",
+        "bound_tokens_per_s",
+        "efficiency_vs_bound",
+        "fits",
+        "ranks",
+        "mfu",
+        "critical_rank",
+        "critical_phase",
+        "oom",
+        "passes",
+    ):
         assert key in d
     r0 = d["ranks"][0]
-    for key in ("rank", "device", "gpu", "group", "tokens", "heads", "time_s", "busy_s", "idle_s", "memory_gib", "capacity_gib",
-                "memory_breakdown_gib", "fits"):
+    for key in (
+        "rank",
+        "device",
+        "gpu",
+        "group",
+        "tokens",
+        "heads",
+        "time_s",
+        "busy_s",
+        "idle_s",
+        "memory_gib",
+        "capacity_gib",
+        "memory_breakdown_gib",
+        "fits",
+    ):
         assert key in r0
     assert set(r0["time_s"]) == set(PHASES) and set(r0["memory_breakdown_gib"]) == set(MEMORY_KEYS)
     sim = simulate(plan, testbed, MODEL, w)
@@ -75,7 +99,7 @@ def test_bad_plan_is_a_plan_error(testbed):
 
 
 def test_the_cost_model_refuses_auto(testbed):
-    """"auto" is the planner's choice, not a policy a time or memory can be given for."""
+    """ "auto" is the planner's choice, not a policy a time or memory can be given for."""
     w = Workload(seq_len=32 * 1024, activation_checkpointing="auto")
     plan = symmetric_plan(range(8), w.seq_len, H, HKV, 2, 4)
     for fn in (lambda: estimate(plan, testbed, MODEL, w), lambda: simulate(plan, testbed, MODEL, w)):
@@ -87,8 +111,11 @@ def test_the_cost_model_refuses_auto(testbed):
 
 
 @pytest.mark.parametrize("sharding", ["zero3", "replicated"])
-@pytest.mark.parametrize("make", [ulysses_plan, lambda d, S, H, HKV: symmetric_plan(d, S, H, HKV, 2, 4), ring_plan],
-                         ids=["ulysses", "usp-2x4", "ring"])
+@pytest.mark.parametrize(
+    "make",
+    [ulysses_plan, lambda d, S, H, HKV: symmetric_plan(d, S, H, HKV, 2, 4), ring_plan],
+    ids=["ulysses", "usp-2x4", "ring"],
+)
 def test_balanced_plan_without_comm_recompute_or_waste_reaches_the_bound(node8, make, sharding):
     """Even plans on identical GPUs are perfectly balanced: without communication, recompute, the
     causal-tile waste (attn_tile = 0) and the per-row block cost (attn_block_half_keys = 0, set here:
@@ -100,14 +127,24 @@ def test_balanced_plan_without_comm_recompute_or_waste_reaches_the_bound(node8, 
     no_rows = with_knobs(node8)
     assert estimate(plan, no_rows, MODEL, w, exact).efficiency_vs_bound == pytest.approx(1.0, rel=1e-12)
     e = estimate(plan, node8, MODEL, w, exact)
-    rows = w.global_batch * MODEL.layers * (1 + exact.attn_bwd_factor) * attention_row_seconds(plan, node8, MODEL.head_dim).max()
+    rows = (
+        w.global_batch
+        * MODEL.layers
+        * (1 + exact.attn_bwd_factor)
+        * attention_row_seconds(plan, node8, MODEL.head_dim).max()
+    )
     assert e.iteration_time_s == pytest.approx(w.tokens / e.bound_tokens_per_s + rows, rel=1e-12)
     # the tile waste, a per-row cost, recompute or communication each move it below 1
     assert estimate(plan, no_rows, MODEL, w, CostOptions(ignore_comm=True)).efficiency_vs_bound < 0.9999
     assert estimate(plan, with_knobs(node8, block_half_keys=128), MODEL, w, exact).efficiency_vs_bound < 0.9999
-    assert estimate(plan, no_rows, MODEL, wl(64 * 1024, ac=True, param_sharding=sharding), exact).efficiency_vs_bound < 0.999
+    assert (
+        estimate(plan, no_rows, MODEL, wl(64 * 1024, ac=True, param_sharding=sharding), exact).efficiency_vs_bound
+        < 0.999
+    )
     assert estimate(plan, no_rows, MODEL, w).efficiency_vs_bound < 0.999
-    assert estimate(plan, node8, MODEL, w).efficiency_vs_bound < e.efficiency_vs_bound  # the catalog's knobs, with communication
+    assert (
+        estimate(plan, node8, MODEL, w).efficiency_vs_bound < e.efficiency_vs_bound
+    )  # the catalog's knobs, with communication
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -117,7 +154,9 @@ def test_no_plan_beats_the_bound(testbed, seed):
     w = wl(64 * 1024, ac=("none", "selective", "full")[seed % 3], global_batch=1 + seed % 2)
     plan = random_plan(8, w.seq_len, H, HKV, seed=seed, block_size=128)
     for opts in (CostOptions(ignore_comm=True, attn_tile=0), CostOptions()):
-        cluster = (testbed, with_knobs(testbed), with_knobs(testbed, 256.0, 0.1))[seed // 3 % 3]  # block cost, slowdown: catalog, 0, set
+        cluster = (testbed, with_knobs(testbed), with_knobs(testbed, 256.0, 0.1))[
+            seed // 3 % 3
+        ]  # block cost, slowdown: catalog, 0, set
         e = estimate(plan, cluster, MODEL, w, opts)
         assert 0 < e.efficiency_vs_bound <= 1 + 1e-12
     assert e.efficiency_vs_bound < 1
@@ -136,8 +175,10 @@ def test_estimate_reports_every_oom_rank(testbed):
         assert o.device == r.device and o.gpu == r.gpu
         assert o.memory_gib == pytest.approx(r.memory_gib) and o.capacity_gib == pytest.approx(74.5)
         assert o.shortfall_gib == pytest.approx(o.memory_gib - o.capacity_gib)
-        assert o.message == (f"rank {o.rank} (device {o.device}, {o.gpu}) needs {o.memory_gib:.2f} GiB "
-                             f"but has {o.capacity_gib:.2f} GiB: short by {o.shortfall_gib:.2f} GiB")
+        assert o.message == (
+            f"rank {o.rank} (device {o.device}, {o.gpu}) needs {o.memory_gib:.2f} GiB "
+            f"but has {o.capacity_gib:.2f} GiB: short by {o.shortfall_gib:.2f} GiB"
+        )
         assert o.message in e.summary()
     assert json.loads(json.dumps(e.to_dict()))["oom"][0]["message"] == e.oom[0].message
     e2 = estimate(symmetric_plan(range(8), 65536, H, HKV, 2, 4), testbed, MODEL, wl(65536))
@@ -217,7 +258,14 @@ def test_uneven_split_beats_even_on_mixed_cluster(testbed):
     even = estimate(symmetric_plan(range(8), S, H, HKV, 2, 4), testbed, MODEL, w)
     L0 = int(S / 2 * 0.72) // 128 * 128
     L1 = S // 2 - L0
-    uneven = Plan(S, H, HKV, (Group((0, 1, 2, 3), L0, [L0 // 2] * 4, [8] * 4), Group((4, 5, 6, 7), L1, [L1 // 2] * 4, [8] * 4)), 128, "uneven")
+    uneven = Plan(
+        S,
+        H,
+        HKV,
+        (Group((0, 1, 2, 3), L0, [L0 // 2] * 4, [8] * 4), Group((4, 5, 6, 7), L1, [L1 // 2] * 4, [8] * 4)),
+        128,
+        "uneven",
+    )
     e = estimate(uneven, testbed, MODEL, w)
     assert e.iteration_time_s < 0.8 * even.iteration_time_s
     assert e.efficiency_vs_bound > even.efficiency_vs_bound and e.mfu > even.mfu
@@ -240,7 +288,9 @@ def test_global_batch_scales_micro_steps(testbed):
     e1 = estimate(plan, testbed, MODEL, wl(S, global_batch=1))
     e4 = estimate(plan, testbed, MODEL, wl(S, global_batch=4))
     opt = e1.passes["optimizer"][1]
-    assert e4.iteration_time_s == pytest.approx(4 * (e1.iteration_time_s - opt) + opt, rel=1e-12)  # zero3: all per micro-step
+    assert e4.iteration_time_s == pytest.approx(
+        4 * (e1.iteration_time_s - opt) + opt, rel=1e-12
+    )  # zero3: all per micro-step
     assert e4.model_flops == pytest.approx(4 * e1.model_flops, rel=1e-15)
     assert e4.tokens_per_s > e1.tokens_per_s  # the optimizer step is spread over more tokens
 
@@ -260,13 +310,17 @@ def test_long_sequences_hide_the_per_layer_collectives(testbed, sharding, knobs)
     layer = 2 * MODEL.params_per_layer
     root = 2 * (MODEL.param_count - MODEL.layers * MODEL.params_per_layer)
     gpus = [d.gpu for d in cluster.devices]
-    nic = 25e9 * min(g.nic_efficiency for g in gpus)  # the slowest link: the 25 GB/s NIC at its achieved fraction, 10 us
+    nic = 25e9 * min(
+        g.nic_efficiency for g in gpus
+    )  # the slowest link: the 25 GB/s NIC at its achieved fraction, 10 us
     assert nic < min(g.link_bandwidth_gbps * 1e9 * g.link_efficiency for g in gpus)
     ag, ag_root = 7 / 8 * layer / nic + 7 * 10e-6, 7 / 8 * root / nic + 7 * 10e-6
     ar, ar_root = 2 * 7 / 8 * layer / nic + 14 * 10e-6, 2 * 7 / 8 * root / nic + 14 * 10e-6
     for r in e.ranks:
         slow = cluster.devices[r.device].gpu.overlap_slowdown
-        if sharding == "zero3":  # prefetched: AG behind Λ-1 forward layers and the head, AG + RS behind Λ-1 backward layers
+        if (
+            sharding == "zero3"
+        ):  # prefetched: AG behind Λ-1 forward layers and the head, AG + RS behind Λ-1 backward layers
             want = B * (ag_root + ag + ag + ag_root + slow * ((Lyr - 1) * ag + ag + (Lyr - 1) * 2 * ag))
         else:  # the last micro-step's Λ-1 buckets behind the next layer's backward
             want = ar + ar_root + slow * (Lyr - 1) * ar

@@ -37,7 +37,15 @@ def test_the_per_gpu_knobs_are_profile_fields():
     set, it reaches the rates."""
     from hexiseq.specs.gpus import profile_fields
 
-    knobs = {"eff_matmul", "eff_attention", "eff_hbm", "attn_block_half_keys", "overlap_slowdown", "link_efficiency", "nic_efficiency"}
+    knobs = {
+        "eff_matmul",
+        "eff_attention",
+        "eff_hbm",
+        "attn_block_half_keys",
+        "overlap_slowdown",
+        "link_efficiency",
+        "nic_efficiency",
+    }
     assert knobs <= set(profile_fields())
     g = gpu_with_knobs(A100, eff_hbm=0.8, attn_block_half_keys=256.0, overlap_slowdown=0.1)
     r = rates([g])
@@ -65,8 +73,12 @@ def test_layer_work_from_the_shape(model):
 
 def test_llama2_7b_memory_bytes_by_hand():
     # h = 4096, H = H_kv = 32, d = 128, f = 11008; (H + H_kv)·d = 8192
-    assert memory_bytes(LLAMA) == {"pre": 2 * (8192 + 16384), "post": 2 * (8 * 4096 + 3 * 11008),
-                                   "pre_bwd": 2 * (12288 + 16384), "post_bwd": 2 * (9 * 4096 + 5 * 11008)}
+    assert memory_bytes(LLAMA) == {
+        "pre": 2 * (8192 + 16384),
+        "post": 2 * (8 * 4096 + 3 * 11008),
+        "pre_bwd": 2 * (12288 + 16384),
+        "post_bwd": 2 * (9 * 4096 + 5 * 11008),
+    }
 
 
 @pytest.mark.parametrize("model", [LLAMA, GPT], ids=lambda m: m.name)
@@ -103,8 +115,10 @@ def test_short_blocks_run_at_half_rate_at_block_half_keys():
     long-block time (kernels doc), and the row cost is independent of the keys."""
     w = work_times([gpu_with_knobs(A100, attn_block_half_keys=512.0)], LLAMA)
     Lq, eta = 1024, 4
+
     def block(Lk):
         return eta * (Lq * Lk * w.pair[0] + Lq * w.row[0])
+
     assert block(512) == pytest.approx(2 * eta * Lq * 512 * w.pair[0], rel=1e-15)
     assert block(8192) / (eta * Lq * 8192 * w.pair[0]) == pytest.approx(1 + 512 / 8192, rel=1e-15)
 
@@ -125,7 +139,9 @@ def _rows_and_waste(pairs, tile):
     return rows, waste
 
 
-@pytest.mark.parametrize("plan", [edge_plan()] + random_plans(8, 6, 8, 4, blocks=12, block_size=2), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "plan", [edge_plan()] + random_plans(8, 6, 8, 4, blocks=12, block_size=2), ids=lambda p: p.name
+)
 @pytest.mark.parametrize("tile", [128, 16])
 def test_attention_rows_and_waste_count_the_block_pairs(plan, tile):
     """attention_rows / attention_waste per round equal the query rows and causal-tile waste of the
@@ -146,7 +162,10 @@ def test_attention_rows_and_waste_count_the_block_pairs(plan, tile):
         if me.num_heads:
             L = plan.groups[me.group].chunk_len
             for rd in rank_rounds(plan, r):
-                assert _rows_and_waste(rd.pairs, tile) == (attention_rows(L, k)[rd.index], attention_waste(L, k, tile)[rd.index])
+                assert _rows_and_waste(rd.pairs, tile) == (
+                    attention_rows(L, k)[rd.index],
+                    attention_waste(L, k, tile)[rd.index],
+                )
 
 
 def test_attention_rows_on_arrays():
@@ -156,4 +175,3 @@ def test_attention_rows_on_arrays():
     np.testing.assert_array_equal(rows[2], 2 * L)
     np.testing.assert_array_equal(waste[0], 128 * L)
     np.testing.assert_array_equal(waste[1], 0 * L)
-

@@ -34,7 +34,15 @@ def mem(plan, cluster, model=MODEL, options=CostOptions(), **kw):
 def by_hand(plan, cluster, model, w, options=CostOptions()) -> dict[str, np.ndarray]:
     """memory.py's doc, rank by rank."""
     lay, R = plan.layout(), plan.world_size
-    h, Hq, Hkv, d, f, V, Lyr = model.hidden, model.heads, model.kv_heads, model.head_dim, model.ffn, model.vocab, model.layers
+    h, Hq, Hkv, d, f, V, Lyr = (
+        model.hidden,
+        model.heads,
+        model.kv_heads,
+        model.head_dim,
+        model.ffn,
+        model.vocab,
+        model.layers,
+    )
     m = 3 if model.mlp == "swiglu" else 2
     P = model.param_count
     div = R if w.param_sharding == "zero3" else 1
@@ -49,7 +57,9 @@ def by_hand(plan, cluster, model, w, options=CostOptions()) -> dict[str, np.ndar
         out["grads"][r] = 2 * P / div
         out["optimizer"][r] = 12 * P / div
         if w.param_sharding == "zero3":
-            out["param_buffers"][r] = 2 * (3 * model.params_per_layer + 2 * max(model.embedding_params, model.lm_head_params))
+            out["param_buffers"][r] = 2 * (
+                3 * model.params_per_layer + 2 * max(model.embedding_params, model.lm_head_params)
+            )
         grads = n_g * (2 * eta + 2 * kv) * d * 2
         send = s * (Hq + 2 * Hkv) * d * 2
         policy = str(w.recompute)
@@ -76,17 +86,30 @@ def _cases():
     for i, p in enumerate(random_plans(6, 8, 32, 8, blocks=32, block_size=128)):
         out.append((p, "testbed-8", "llama3-8b", ("none", "selective", "full")[i % 3], ("zero3", "replicated")[i % 2]))
     for i, p in enumerate(random_plans(3, 6, 32, 32, blocks=24, block_size=128, seed0=20)):
-        out.append((on_devices(p, [7, 5, 3, 1, 0, 2]), "testbed-8", "gpt-7b", ("full", "none", "selective")[i], "zero3"))
+        out.append(
+            (on_devices(p, [7, 5, 3, 1, 0, 2]), "testbed-8", "gpt-7b", ("full", "none", "selective")[i], "zero3")
+        )
     for i, p in enumerate(random_plans(3, 9, 24, 8, blocks=24, block_size=128, seed0=40)):
-        out.append((on_devices(p, list(range(0, 27, 3))), "sim-32", "llama3.2-3b", ("selective", "full", "none")[i], "replicated"))
+        out.append(
+            (
+                on_devices(p, list(range(0, 27, 3))),
+                "sim-32",
+                "llama3.2-3b",
+                ("selective", "full", "none")[i],
+                "replicated",
+            )
+        )
     return out
 
 
 CASES = _cases()
 
 
-@pytest.mark.parametrize("plan,cluster_name,model_name,policy,sharding", CASES,
-                         ids=[f"{c}-{m}-{p.name}-{pol}-{sh}" for p, c, m, pol, sh in CASES])
+@pytest.mark.parametrize(
+    "plan,cluster_name,model_name,policy,sharding",
+    CASES,
+    ids=[f"{c}-{m}-{p.name}-{pol}-{sh}" for p, c, m, pol, sh in CASES],
+)
 def test_every_category_by_hand(plan, cluster_name, model_name, policy, sharding):
     cluster, model = load_cluster(cluster_name), get_model(model_name)
     w = Workload(seq_len=plan.seq_len, activation_checkpointing=policy, param_sharding=sharding)
@@ -105,8 +128,10 @@ def test_memory_terms_are_the_affine_categories():
     assert terms["logits"] == MemoryTerms(c_s=MODEL.vocab * 6)  # a small vocabulary: all logits of the shard
     big = get_model("llama3-8b")
     assert memory_terms(big, w, 8)["logits"] == MemoryTerms(const=2048 * big.vocab * 6)
-    assert memory_terms(big, w, 8, options=CostOptions(loss_chunk_tokens=512))["logits"] == MemoryTerms(const=512 * big.vocab * 6)
-    assert memory_terms(big, w, 8, options=CostOptions(large_vocab=10 ** 6))["logits"] == MemoryTerms(c_s=big.vocab * 6)
+    assert memory_terms(big, w, 8, options=CostOptions(loss_chunk_tokens=512))["logits"] == MemoryTerms(
+        const=512 * big.vocab * 6
+    )
+    assert memory_terms(big, w, 8, options=CostOptions(large_vocab=10**6))["logits"] == MemoryTerms(c_s=big.vocab * 6)
     assert terms["weights"] == MemoryTerms(const=2 * MODEL.param_count / 8)
     t = terms["activations"]
     assert t.c_s == MODEL.layers * checkpoint_token_bytes(MODEL) and t.const == 0
@@ -124,7 +149,9 @@ def test_model_states_replicated_and_sharded(testbed):
     assert rep["weights"][0] + rep["grads"][0] + rep["optimizer"][0] == pytest.approx(16 * P, rel=1e-15)
     assert rep["param_buffers"][0] == 0
     assert z3["weights"][0] + z3["grads"][0] + z3["optimizer"][0] == pytest.approx(16 * P / 8, rel=1e-15)
-    assert z3["param_buffers"][0] == pytest.approx(2 * (3 * MODEL.params_per_layer + 2 * MODEL.vocab * MODEL.hidden), rel=1e-15)
+    assert z3["param_buffers"][0] == pytest.approx(
+        2 * (3 * MODEL.params_per_layer + 2 * MODEL.vocab * MODEL.hidden), rel=1e-15
+    )
     for key in ("activations", "attention", "kv_buffers", "logits", "reserved"):
         np.testing.assert_array_equal(rep[key], z3[key])  # sharding moves only the states
 
@@ -139,22 +166,30 @@ def test_token_activations_llama2_7b_by_hand():
 
 def test_activations_scale_with_tokens_and_recompute_saves(testbed):
     S = 65536
-    plan = Plan(S, H, HKV, (Group(tuple(range(8)), S // 2, (12288, 12288) + (4096,) * 4 + (12288, 12288), (4,) * 8),), 128)
+    plan = Plan(
+        S, H, HKV, (Group(tuple(range(8)), S // 2, (12288, 12288) + (4096,) * 4 + (12288, 12288), (4,) * 8),), 128
+    )
     no = mem(plan, testbed, activation_checkpointing=False)
     ac = mem(plan, testbed, activation_checkpointing=True)
     s = np.array(plan.shards, dtype=float)
     head_side = S * ((2 * 4 + 2 * 4) * 2 * MODEL.head_dim + 4 * 4)  # q,k,v,out bf16 + lse fp32, 4 heads
-    np.testing.assert_allclose(no["activations"], MODEL.layers * (s * token_activation_bytes(MODEL) + head_side), rtol=1e-15)
+    np.testing.assert_allclose(
+        no["activations"], MODEL.layers * (s * token_activation_bytes(MODEL) + head_side), rtol=1e-15
+    )
     # selective checkpointing keeps per layer the layer input and the attention output (token side,
     # 2 x 4096 bf16 for llama2-7b) and the whole attention-layout side (q, k, v, out, lse)
     np.testing.assert_allclose(ac["activations"], MODEL.layers * (s * 2 * (4096 + 4096) + head_side), rtol=1e-15)
-    np.testing.assert_allclose(ac["attention"] - no["attention"], s * token_activation_bytes(MODEL), rtol=1e-12)  # one layer rebuilt
+    np.testing.assert_allclose(
+        ac["attention"] - no["attention"], s * token_activation_bytes(MODEL), rtol=1e-12
+    )  # one layer rebuilt
     assert np.all(ac["activations"] + ac["attention"] < no["activations"] + no["attention"])
     # full checkpointing keeps only each layer's input (h bf16 per token), plus the one layer being
     # recomputed (token and head side) in the working set
     full = mem(plan, testbed, activation_checkpointing="full")
     np.testing.assert_allclose(full["activations"], MODEL.layers * s * 2 * 4096, rtol=1e-15)
-    np.testing.assert_allclose(full["attention"] - no["attention"], s * token_activation_bytes(MODEL) + head_side, rtol=1e-12)
+    np.testing.assert_allclose(
+        full["attention"] - no["attention"], s * token_activation_bytes(MODEL) + head_side, rtol=1e-12
+    )
     total = {k: v["activations"] + v["attention"] for k, v in (("none", no), ("selective", ac), ("full", full))}
     assert np.all(total["full"] < total["selective"]) and np.all(total["selective"] < total["none"])
     assert np.all(no["kv_buffers"] == 0)  # one group: no exchange
@@ -187,18 +222,25 @@ def test_chunked_loss_for_large_vocab(testbed):
     small = mem(ulysses_plan(range(8), 8 * 16384, H, HKV), testbed)
     assert small["logits"][0] == pytest.approx(16384 * MODEL.vocab * 6, rel=1e-15)
     # a whole chunk is charged, also to a shard below it (conservative, and linear for the planner)
-    tiny = Plan(8 * 16384, big.heads, big.kv_heads, (Group(tuple(range(8)), 4 * 16384, (1024,) + (16384,) * 6 + (16384 * 2 - 1024,),
-                                                           (4,) * 8),), 128)
+    tiny = Plan(
+        8 * 16384,
+        big.heads,
+        big.kv_heads,
+        (Group(tuple(range(8)), 4 * 16384, (1024,) + (16384,) * 6 + (16384 * 2 - 1024,), (4,) * 8),),
+        128,
+    )
     m = mem(tiny, testbed, model=big)
     np.testing.assert_array_equal(m["logits"], CostOptions().loss_chunk_tokens * big.vocab * 6)
-    m = mem(tiny, testbed, model=big, options=CostOptions(large_vocab=10 ** 6))
+    m = mem(tiny, testbed, model=big, options=CostOptions(large_vocab=10**6))
     np.testing.assert_allclose(m["logits"], np.array(tiny.shards) * big.vocab * 6, rtol=1e-15)
 
 
 def test_reserved_fraction(testbed):
     plan = symmetric_plan(range(8), 32768, H, HKV, 2, 4)
     np.testing.assert_allclose(mem(plan, testbed)["reserved"], 0.10 * 74.5 * GIB, rtol=1e-15)
-    np.testing.assert_allclose(mem(plan, testbed, options=CostOptions(reserved_fraction=0.2))["reserved"], 0.2 * 74.5 * GIB, rtol=1e-15)
+    np.testing.assert_allclose(
+        mem(plan, testbed, options=CostOptions(reserved_fraction=0.2))["reserved"], 0.2 * 74.5 * GIB, rtol=1e-15
+    )
 
 
 def test_fine_head_split_duplicates_kv(testbed):
@@ -211,5 +253,9 @@ def test_fine_head_split_duplicates_kv(testbed):
     f = mem(fine, testbed, model=m8)
     # rank 0: 16 -> 18 heads and 4 -> 5 KV heads; rank 1: 14 heads but still 4 KV heads (8..11, 12..15 -> 3.5 -> 4)
     per_tok = lambda eta, kv: (2 * eta + 2 * kv) * 2 * 128 + 4 * eta  # noqa: E731
-    assert f["activations"][0] - a["activations"][0] == pytest.approx(m8.layers * S * (per_tok(18, 5) - per_tok(16, 4)), rel=1e-12)
-    assert f["activations"][1] - a["activations"][1] == pytest.approx(m8.layers * S * (per_tok(14, 4) - per_tok(16, 4)), rel=1e-12)
+    assert f["activations"][0] - a["activations"][0] == pytest.approx(
+        m8.layers * S * (per_tok(18, 5) - per_tok(16, 4)), rel=1e-12
+    )
+    assert f["activations"][1] - a["activations"][1] == pytest.approx(
+        m8.layers * S * (per_tok(14, 4) - per_tok(16, 4)), rel=1e-12
+    )

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from hexiseq.costmodel import CostOptions, simulate
 from hexiseq.costmodel.durations import durations
-from hexiseq.costmodel.simulate import PHASES, path_length, pass_schedule, simulate_durations
+from hexiseq.costmodel.simulate import PHASES, pass_schedule, path_length, simulate_durations
 from hexiseq.plan import Group, Plan, random_plan, ring_plan, symmetric_plan, ulysses_plan
 from hexiseq.specs import ClusterSpec, ModelSpec, Workload, get_model, load_cluster
 
@@ -25,8 +25,6 @@ POLICIES = ("none", "selective", "full")
 @pytest.fixture(scope="module")
 def sim32():
     return load_cluster("sim-32")
-
-
 
 
 # ------------------------------------------------------------------------------ an independent replay
@@ -44,7 +42,10 @@ def _chain(d, backward: bool) -> np.ndarray:
         return [max(t[q] for q in members[grp[r]]) for r in range(R)] if d.comm else list(t)
 
     def exchange(t, att, cost, both=1.0):  # both = 2 in backward: K/V in and dK/dV back over the link
-        att = [[att[r][j] + (both * d.slowdown[r] * d.link[r][j + 1] if j + 1 < k else 0.0) for j in range(k)] for r in range(R)]
+        att = [
+            [att[r][j] + (both * d.slowdown[r] * d.link[r][j + 1] if j + 1 < k else 0.0) for j in range(k)]
+            for r in range(R)
+        ]
         A = [t[r] + att[r][0] for r in range(R)]
         P = list(t)
         for j in range(1, k):
@@ -86,12 +87,25 @@ def reference_iteration(d) -> float:
         return max(c, (end + np.maximum(0.0, c - window) + d.slowdown * c).max())
 
     p, B, Lyr = d.params, d.batch, d.layers
-    f, b, h = (lambda c=0.0: D(end_f, d.window_f, c)), (lambda c=0.0: D(end_b, d.window_b, c)), (lambda c=0.0: D(head, d.window_h, c))
+    f, b, h = (
+        (lambda c=0.0: D(end_f, d.window_f, c)),
+        (lambda c=0.0: D(end_b, d.window_b, c)),
+        (lambda c=0.0: D(head, d.window_h, c)),
+    )
     if not d.comm:
         t = B * (Lyr * (f() + b()) + h())
     elif p.sharding == "zero3":
-        t = B * (p.ag_root + p.ag_layer + (Lyr - 1) * f(p.ag_layer) + f() + h(p.ag_layer)
-                 + (Lyr - 1) * b(p.ag_layer + p.rs_layer) + b() + p.rs_layer + p.rs_root)
+        t = B * (
+            p.ag_root
+            + p.ag_layer
+            + (Lyr - 1) * f(p.ag_layer)
+            + f()
+            + h(p.ag_layer)
+            + (Lyr - 1) * b(p.ag_layer + p.rs_layer)
+            + b()
+            + p.rs_layer
+            + p.rs_root
+        )
     else:  # replicated: the all-reduce buckets in the last micro-step's backward only
         t = B * Lyr * f() + B * h() + (B * Lyr - (Lyr - 1)) * b() + (Lyr - 1) * b(p.ar_layer) + p.ar_layer + p.ar_root
     return float(t + d.optimizer.max())
@@ -100,8 +114,20 @@ def reference_iteration(d) -> float:
 def own_work(d) -> np.ndarray:
     """[R] what each rank does itself in one iteration, with no waiting and every transfer hidden."""
     act = d.a.active
-    f = d.lin_pre_f + d.lin_post_f + d.a2a_in.max(axis=1) + d.a2a_out.max(axis=1) + np.where(act, d.att_f.sum(axis=1), 0)
-    b = d.lin_pre_b + d.lin_post_b + d.a2a_in.max(axis=1) + d.a2a_out.max(axis=1) + np.where(act, d.att_b.sum(axis=1), 0)
+    f = (
+        d.lin_pre_f
+        + d.lin_post_f
+        + d.a2a_in.max(axis=1)
+        + d.a2a_out.max(axis=1)
+        + np.where(act, d.att_f.sum(axis=1), 0)
+    )
+    b = (
+        d.lin_pre_b
+        + d.lin_post_b
+        + d.a2a_in.max(axis=1)
+        + d.a2a_out.max(axis=1)
+        + np.where(act, d.att_b.sum(axis=1), 0)
+    )
     b = b + (f if d.rule.replay_layer else 0.0)
     return d.batch * (d.layers * (f + b) + d.head) + d.optimizer
 
@@ -122,12 +148,23 @@ def _case(seed, world, cluster_name, model_name, policy, sharding, batch, ignore
     return plan, cluster, model, w, CostOptions(ignore_comm=ignore_comm)
 
 
-CASE = st.tuples(st.integers(0, 10_000), st.integers(1, 10), st.sampled_from(sorted(CLUSTERS)), st.sampled_from(sorted(MODELS)),
-                 st.sampled_from(POLICIES), st.sampled_from(("zero3", "replicated")), st.integers(1, 3), st.booleans(),
-                 st.booleans(), st.booleans())
+CASE = st.tuples(
+    st.integers(0, 10_000),
+    st.integers(1, 10),
+    st.sampled_from(sorted(CLUSTERS)),
+    st.sampled_from(sorted(MODELS)),
+    st.sampled_from(POLICIES),
+    st.sampled_from(("zero3", "replicated")),
+    st.integers(1, 3),
+    st.booleans(),
+    st.booleans(),
+    st.booleans(),
+)
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(case=CASE, knobs=st.sampled_from([None, (0.0, 0.0), (256.0, 0.0), (0.0, 0.08), (512.0, 0.15)]))
 def test_replay_properties_on_random_plans(case, knobs, within):
     """For random plans, clusters, policies, shardings, batch sizes and kernel knobs (None: the catalog's):
@@ -158,7 +195,9 @@ def test_paths_and_phases_of_the_edge_plan(policy, sharding, within):
     plan = edge_plan()
     model = ModelSpec("edge", layers=3, hidden=48, heads=6, kv_heads=2, ffn=64, vocab=100)
     cluster = ClusterSpec.from_nodes("c6", [("A100-80GB", 3, 25), ("H100-SXM", 3, 50)])
-    w = Workload(seq_len=plan.seq_len, block_size=2, activation_checkpointing=policy, param_sharding=sharding, global_batch=2)
+    w = Workload(
+        seq_len=plan.seq_len, block_size=2, activation_checkpointing=policy, param_sharding=sharding, global_batch=2
+    )
     d = durations(plan, with_knobs(cluster, 3, 0.2), model, w)
     sim = simulate_durations(d, trace=True)
     for name, (_, seconds) in sim.passes.items():
@@ -174,12 +213,24 @@ def test_paths_and_phases_of_the_edge_plan(policy, sharding, within):
 def test_without_communication_single_rank_groups_run_at_the_slowest_rank(testbed, seed):
     """ignore_comm and one rank per group: nothing couples the ranks inside a pass, so each pass takes
     its slowest rank's own work and the iteration is the sum over passes of those."""
-    w = Workload(seq_len=2 * 128 * 16, activation_checkpointing=POLICIES[seed % 3], param_sharding=("zero3", "replicated")[seed % 2],
-                 global_batch=1 + seed % 3)
+    w = Workload(
+        seq_len=2 * 128 * 16,
+        activation_checkpointing=POLICIES[seed % 3],
+        param_sharding=("zero3", "replicated")[seed % 2],
+        global_batch=1 + seed % 3,
+    )
     k = 2 + seed % 6
     rng = np.random.default_rng(seed)
-    blocks = 1 + np.diff(np.concatenate([[0], np.sort(rng.choice(np.arange(1, 16 - k + 1), k - 1, replace=False)), [16 - k]]))
-    plan = Plan(w.seq_len, H, HKV, tuple(Group((7 - i,), 128 * int(b), (256 * int(b),), (H,)) for i, b in enumerate(blocks)), 128)
+    blocks = 1 + np.diff(
+        np.concatenate([[0], np.sort(rng.choice(np.arange(1, 16 - k + 1), k - 1, replace=False)), [16 - k]])
+    )
+    plan = Plan(
+        w.seq_len,
+        H,
+        HKV,
+        tuple(Group((7 - i,), 128 * int(b), (256 * int(b),), (H,)) for i, b in enumerate(blocks)),
+        128,
+    )
     d = durations(plan, testbed, MODEL, w, CostOptions(ignore_comm=True))
     sim = simulate_durations(d)
     f = d.lin_pre_f + d.lin_post_f + d.att_f.sum(axis=1)
@@ -227,8 +278,12 @@ def test_without_communication_nobody_waits_inside_a_pass(testbed):
 @pytest.mark.parametrize("policy", POLICIES)
 def test_symmetric_plans_on_identical_devices_never_wait(node8, sharding, policy):
     w = Workload(seq_len=128 * 1024, activation_checkpointing=policy, param_sharding=sharding, global_batch=2)
-    for plan in (ring_plan(range(8), w.seq_len, H, HKV), ulysses_plan(range(8), w.seq_len, H, HKV),
-                 symmetric_plan(range(8), w.seq_len, H, HKV, 2, 4), symmetric_plan(range(8), w.seq_len, H, HKV, 4, 2)):
+    for plan in (
+        ring_plan(range(8), w.seq_len, H, HKV),
+        ulysses_plan(range(8), w.seq_len, H, HKV),
+        symmetric_plan(range(8), w.seq_len, H, HKV, 2, 4),
+        symmetric_plan(range(8), w.seq_len, H, HKV, 4, 2),
+    ):
         sim = simulate(plan, node8, MODEL, w)
         assert np.abs(sim.phases["wait"]).max() <= 1e-12 * sim.iteration_time_s, plan.name
         busy = sim.busy_s
@@ -246,7 +301,9 @@ def test_balanced_plan_param_collectives_add_no_wait(h100x16, sharding):
         assert np.abs(sim.phases["wait"]).max() <= 1e-12 * sim.iteration_time_s
         assert sim.phases["param_comm"].min() > 0
         if sharding == "replicated":
-            s1 = simulate(plan, h100x16, MODEL, Workload(seq_len=S, activation_checkpointing=True, param_sharding=sharding))
+            s1 = simulate(
+                plan, h100x16, MODEL, Workload(seq_len=S, activation_checkpointing=True, param_sharding=sharding)
+            )
             np.testing.assert_allclose(sim.phases["param_comm"], s1.phases["param_comm"], rtol=1e-12)
 
 
@@ -279,8 +336,12 @@ def test_single_rank_plan_has_no_communication(testbed):
 def test_full_recompute_is_slower_than_selective_slower_than_none(testbed, seed, sharding):
     """On a fixed plan (memory not considered): each policy only adds work to the replay."""
     plan = random_plan(8, 64 * 1024, H, HKV, seed=seed, block_size=128)
-    t = [simulate(plan, testbed, MODEL, Workload(seq_len=plan.seq_len, activation_checkpointing=p, param_sharding=sharding)).iteration_time_s
-         for p in POLICIES]
+    t = [
+        simulate(
+            plan, testbed, MODEL, Workload(seq_len=plan.seq_len, activation_checkpointing=p, param_sharding=sharding)
+        ).iteration_time_s
+        for p in POLICIES
+    ]
     assert t[2] > t[1] > t[0]
 
 
@@ -289,7 +350,10 @@ def test_selective_recompute_phase_is_the_linear_forward(testbed, seed):
     """Selective: the recompute phase is one more linear forward per layer and micro-step, and the
     useful phases stay what they are without recompute."""
     plan = random_plan(8, 64 * 1024, H, HKV, seed=seed, block_size=128)
-    w0, w1 = (Workload(seq_len=plan.seq_len, activation_checkpointing=p, param_sharding="replicated", global_batch=2) for p in ("none", "selective"))
+    w0, w1 = (
+        Workload(seq_len=plan.seq_len, activation_checkpointing=p, param_sharding="replicated", global_batch=2)
+        for p in ("none", "selective")
+    )
     s0, s1 = simulate(plan, testbed, MODEL, w0), simulate(plan, testbed, MODEL, w1)
     d1 = durations(plan, testbed, MODEL, w1)
     np.testing.assert_allclose(s1.phases["recompute"], 2 * MODEL.layers * (d1.lin_pre_f + d1.lin_post_f), rtol=1e-12)
@@ -308,7 +372,13 @@ def test_full_recompute_replays_the_forward(testbed, seed):
     w0, wf = (Workload(seq_len=plan.seq_len, activation_checkpointing=p) for p in ("none", "full"))
     s0, sf = simulate(plan, testbed, MODEL, w0), simulate(plan, testbed, MODEL, wf)
     d = durations(plan, testbed, MODEL, wf)
-    fwd = d.lin_pre_f + d.lin_post_f + d.a2a_in.max(axis=1) + d.a2a_out.max(axis=1) + np.where(d.a.active, d.att_f.sum(axis=1), 0)
+    fwd = (
+        d.lin_pre_f
+        + d.lin_post_f
+        + d.a2a_in.max(axis=1)
+        + d.a2a_out.max(axis=1)
+        + np.where(d.a.active, d.att_f.sum(axis=1), 0)
+    )
     assert np.all(sf.phases["recompute"] >= MODEL.layers * fwd * (1 - 1e-12))
     for p in ("linear", "memory_bound", "attention", "lm_head", "optimizer"):
         np.testing.assert_allclose(sf.phases[p], s0.phases[p], rtol=1e-12, err_msg=p)
@@ -322,8 +392,16 @@ def test_global_batch_scales_the_micro_steps(testbed, sharding, ignore_comm):
     the last micro-step) once."""
     plan = random_plan(8, 32 * 1024, H, HKV, seed=7, block_size=128)
     opts = CostOptions(ignore_comm=ignore_comm)
-    sims = {B: simulate(plan, testbed, MODEL, Workload(seq_len=plan.seq_len, activation_checkpointing=True, param_sharding=sharding,
-                                                       global_batch=B), opts) for B in (1, 4)}
+    sims = {
+        B: simulate(
+            plan,
+            testbed,
+            MODEL,
+            Workload(seq_len=plan.seq_len, activation_checkpointing=True, param_sharding=sharding, global_batch=B),
+            opts,
+        )
+        for B in (1, 4)
+    }
     opt = sims[1].passes["optimizer"][1]
     assert sims[4].passes["optimizer"] == (1.0, opt)
     if sharding == "zero3" or ignore_comm:
@@ -352,7 +430,9 @@ def test_param_collective_phases_by_hand(testbed, knobs):
     layer = 2 * MODEL.params_per_layer
     root = 2 * (MODEL.param_count - Lyr * MODEL.params_per_layer)
     gpus = rank_gpus(plan, cluster)
-    nic = 25e9 * min(g.nic_efficiency for g in gpus)  # the slowest link: the 25 GB/s NIC at its achieved fraction, 10 us
+    nic = 25e9 * min(
+        g.nic_efficiency for g in gpus
+    )  # the slowest link: the 25 GB/s NIC at its achieved fraction, 10 us
     assert nic < min(g.link_bandwidth_gbps * 1e9 * g.link_efficiency for g in gpus)
     slow = np.array([g.overlap_slowdown for g in gpus])
     ag, ag_root = 7 / 8 * layer / nic + 7 * 10e-6, 7 / 8 * root / nic + 7 * 10e-6
@@ -366,8 +446,13 @@ def test_param_collective_phases_by_hand(testbed, knobs):
     d = durations(plan, cluster, MODEL, w)
     zc = simulate_durations(d).phases["param_comm"]
     fwd = ag_root + ag + (Lyr - 1) * (np.maximum(0, ag - d.window_f) + slow * ag)
-    bwd = (np.maximum(0, ag - d.window_h) + slow * ag + (Lyr - 1) * (np.maximum(0, 2 * ag - d.window_b) + slow * 2 * ag)
-           + ag + ag_root)
+    bwd = (
+        np.maximum(0, ag - d.window_h)
+        + slow * ag
+        + (Lyr - 1) * (np.maximum(0, 2 * ag - d.window_b) + slow * 2 * ag)
+        + ag
+        + ag_root
+    )
     np.testing.assert_allclose(zc, B * (fwd + bwd), rtol=1e-12)
     assert np.all(zc > 0)
 
@@ -416,7 +501,9 @@ def test_hidden_exchange_exposes_nothing_without_slowdown(node8):
     it = sim.iteration_time_s
     assert np.abs(sim.phases["kv_exchange"]).max() <= 1e-12 * it and np.abs(sim.phases["wait"]).max() <= 1e-12 * it
     _, slowed, _ = _hidden_exchange(node8, 0.2)
-    assert np.all(slowed.phases["kv_exchange"] >= 0.2 * 2 * MODEL.layers * 2 * link * (1 - 1e-12))  # at least fwd + bwd once
+    assert np.all(
+        slowed.phases["kv_exchange"] >= 0.2 * 2 * MODEL.layers * 2 * link * (1 - 1e-12)
+    )  # at least fwd + bwd once
 
 
 def test_backward_exchange_slowdown_counts_the_gradients_too(node8):
@@ -435,7 +522,10 @@ def test_pass_schedule_lists_every_pass(testbed):
     assert sum(s[3] for s in passes if s[2] == "f") == 2 * MODEL.layers
     assert sum(s[3] for s in passes if s[2] == "b") == 2 * MODEL.layers
     assert sum(s[3] for s in passes if s[2] == "h") == 2
-    assert [s[1] for s in steps if s[0] == "barrier"] == ["gather root + first layer", "reduce-scatter last layer + root"]
+    assert [s[1] for s in steps if s[0] == "barrier"] == [
+        "gather root + first layer",
+        "reduce-scatter last layer + root",
+    ]
 
 
 def test_result_record(testbed):

@@ -43,11 +43,23 @@ def _world_error(mode: str, **kw) -> tuple[WorldError, float]:
     return info.value, time.monotonic() - t0
 
 
-@pytest.mark.parametrize("mode,rc,words", [
-    ("input", 2, ["rank 1 of 2:", "/data/ckpt/model.safetensors is corrupt", "re-save", "(rank 0 lost their connection because of it)"]),
-    ("bug", 1, ["rank 1 of 2: ZeroDivisionError: division by zero", "--debug"]),
-    ("kill", 1, ["rank 1 of 2: was killed by SIGKILL", "dmesg"]),
-])
+@pytest.mark.parametrize(
+    "mode,rc,words",
+    [
+        (
+            "input",
+            2,
+            [
+                "rank 1 of 2:",
+                "/data/ckpt/model.safetensors is corrupt",
+                "re-save",
+                "(rank 0 lost their connection because of it)",
+            ],
+        ),
+        ("bug", 1, ["rank 1 of 2: ZeroDivisionError: division by zero", "--debug"]),
+        ("kill", 1, ["rank 1 of 2: was killed by SIGKILL", "dmesg"]),
+    ],
+)
 def test_a_failing_rank_is_named_once(mode, rc, words):
     e, _ = _world_error(mode, timeout_s=60, pg_timeout_s=30)
     text = str(e)
@@ -61,7 +73,9 @@ def test_a_stopped_rank_is_named_within_the_collective_timeout():
     it at once, instead of waiting for a process that will never answer."""
     e, seconds = _world_error("stop", timeout_s=60, pg_timeout_s=2)
     text = str(e)
-    assert e.rc == 1 and "rank 1 of 2: (pid" in text and "was stopped (SIGSTOP" in text and "timed out after 2 s" in text, text
+    assert (
+        e.rc == 1 and "rank 1 of 2: (pid" in text and "was stopped (SIGSTOP" in text and "timed out after 2 s" in text
+    ), text
     assert "(rank 0 timed out waiting because of it)" in text, text
     assert seconds < 20, seconds  # spawn (~3 s on 2 busy cores) + the 2 s timeout, not the 60 s limit
 
@@ -75,16 +89,24 @@ def test_the_time_limit_ends_the_world():
 def test_summary_rules():
     """Causes first, ranks with the same message together; consequences summed up; bad input only
     when every cause is bad input."""
-    f = {0: RankFailure(0, INPUT, "plan is invalid", at=1.0), 1: RankFailure(1, INPUT, "plan is invalid", at=1.1),
-         2: RankFailure(2, PEER, "peer closed", at=2.0)}
+    f = {
+        0: RankFailure(0, INPUT, "plan is invalid", at=1.0),
+        1: RankFailure(1, INPUT, "plan is invalid", at=1.1),
+        2: RankFailure(2, PEER, "peer closed", at=2.0),
+    }
     text, bad = summarize(f, 3)
-    assert bad and text.splitlines() == ["ranks 0, 1 of 3: plan is invalid", "(rank 2 lost their connection because of it)"]
+    assert bad and text.splitlines() == [
+        "ranks 0, 1 of 3: plan is invalid",
+        "(rank 2 lost their connection because of it)",
+    ]
     f[2] = classify(2, RuntimeError("[pair.cc:537] Read error: Connection reset by peer"))
     assert f[2].kind == PEER
     f[3] = classify(3, RuntimeError("boom"))
     text, bad = summarize(f, 4)
     assert not bad and "rank 3 of 4: RuntimeError: boom" in text
-    assert classify(0, RuntimeError("Timed out waiting 2000ms for recv operation"), 2.0).message.startswith("a collective timed out after 2 s")
+    assert classify(0, RuntimeError("Timed out waiting 2000ms for recv operation"), 2.0).message.startswith(
+        "a collective timed out after 2 s"
+    )
 
 
 def _slow_but_healthy(rank: int, world: int) -> float:
@@ -107,7 +129,21 @@ def test_run_time_limit_from_the_command_line(tmp_path, capsys):
     from hexiseq.plan import random_plan
 
     random_plan(2, 128, 8, 4, seed=4, block_size=8).save(tmp_path / "p.json")
-    assert main(["run", "--plan", str(tmp_path / "p.json"), "--steps", "1000000", "--time-limit", "8",
-                 "--out", str(tmp_path / "run")]) == 1
+    assert (
+        main(
+            [
+                "run",
+                "--plan",
+                str(tmp_path / "p.json"),
+                "--steps",
+                "1000000",
+                "--time-limit",
+                "8",
+                "--out",
+                str(tmp_path / "run"),
+            ]
+        )
+        == 1
+    )
     err = capsys.readouterr().err
     assert "ranks 0, 1 of 2: was still running at the time limit of 8 s and was killed" in err, err

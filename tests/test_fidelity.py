@@ -69,17 +69,53 @@ def test_unpublished_configuration_is_assumed_and_said(points):
 
 
 def _tiny_gpu(**kw) -> GPUType:
-    base = dict(name="T", peak_bf16_tflops=100.0, memory_gib=80.0, hbm_bandwidth_gbps=1000.0, link_kind="nvlink4",
-                link_bandwidth_gbps=100.0, link_latency_us=5.0, eff_matmul=0.5, eff_attention=0.25, eff_hbm=0.8,
-                attn_block_half_keys=100.0, overlap_slowdown=0.1, link_efficiency=0.9, nic_efficiency=0.9)
+    base = dict(
+        name="T",
+        peak_bf16_tflops=100.0,
+        memory_gib=80.0,
+        hbm_bandwidth_gbps=1000.0,
+        link_kind="nvlink4",
+        link_bandwidth_gbps=100.0,
+        link_latency_us=5.0,
+        eff_matmul=0.5,
+        eff_attention=0.25,
+        eff_hbm=0.8,
+        attn_block_half_keys=100.0,
+        overlap_slowdown=0.1,
+        link_efficiency=0.9,
+        nic_efficiency=0.9,
+    )
     return GPUType(**{**base, **kw})
 
 
 def _tiny_point(**kw) -> F.Point:
     model = ModelSpec(name="tiny", layers=2, hidden=256, heads=4, kv_heads=2, ffn=512, vocab=1000)
-    base = dict(id="tiny", source="test", gpu="T", num_gpus=2, nodes=1, gpus_per_node=8, nic_gbps=25.0, model=model,
-                seq_len=4096, global_sequences=4, micro_batch=1, family="none", cp=1, hp=1, tp=1, dp=2, pp=1,
-                recompute="none", sharding="zero3", fp8=False, published=1000.0, alt=None, quality="A", split="fit")
+    base = dict(
+        id="tiny",
+        source="test",
+        gpu="T",
+        num_gpus=2,
+        nodes=1,
+        gpus_per_node=8,
+        nic_gbps=25.0,
+        model=model,
+        seq_len=4096,
+        global_sequences=4,
+        micro_batch=1,
+        family="none",
+        cp=1,
+        hp=1,
+        tp=1,
+        dp=2,
+        pp=1,
+        recompute="none",
+        sharding="zero3",
+        fp8=False,
+        published=1000.0,
+        alt=None,
+        quality="A",
+        split="fit",
+    )
     return F.Point(**{**base, **kw})
 
 
@@ -123,8 +159,10 @@ def test_micro_batches_change_nothing_without_transfers():
     three = F.predict(_tiny_point(global_sequences=12, micro_batch=3), cal).tokens_per_s_per_gpu
     assert three == pytest.approx(one, rel=1e-12)
     with_comm = F.Calibration({"T": _tiny_gpu()}, 1.7)  # with FSDP gathers: fewer micro-steps, fewer gathers
-    assert F.predict(_tiny_point(global_sequences=12, micro_batch=3), with_comm).iteration_s <= \
-        F.predict(_tiny_point(global_sequences=12), with_comm).iteration_s
+    assert (
+        F.predict(_tiny_point(global_sequences=12, micro_batch=3), with_comm).iteration_s
+        <= F.predict(_tiny_point(global_sequences=12), with_comm).iteration_s
+    )
 
 
 def test_tensor_parallel_group_scales_perfectly_but_for_its_collectives():
@@ -136,8 +174,10 @@ def test_tensor_parallel_group_scales_perfectly_but_for_its_collectives():
     # with transfers, but the parameter collectives made free, the difference is the TP collectives
     cal = F.Calibration({"T": g}, 1.7)
     s1, s2 = F.setup(_tiny_point(), g), F.setup(_tiny_point(tp=2, num_gpus=4), g)
-    s1, s2 = (dataclasses.replace(s, params=dataclasses.replace(s.params, ag_layer=0, rs_layer=0, ag_root=0, rs_root=0))
-              for s in (s1, s2))
+    s1, s2 = (
+        dataclasses.replace(s, params=dataclasses.replace(s.params, ag_layer=0, rs_layer=0, ag_root=0, rs_root=0))
+        for s in (s1, s2)
+    )
     p = s2.point
     per_token = 0.5 * p.model.hidden * 2 / (g.link_bandwidth_gbps * 1e9 * g.link_efficiency)
     tp_s = 2 * 4 * per_token * p.seq_len * p.model.layers * 2  # 4 collectives each way, per layer, 2 sequences
@@ -184,7 +224,10 @@ def test_grid_search_is_deterministic_and_refines():
 
 def test_fit_recovers_known_efficiencies(points, after, data):
     """Published values made by the model itself at known efficiencies come back from the fit."""
-    pts = [by_id(points, i) for i in ("llmfoundry-a100-mpt-3b-16k", "llmfoundry-a100-mpt-7b-32k", "llmfoundry-a100-mpt-13b-16k")]
+    pts = [
+        by_id(points, i)
+        for i in ("llmfoundry-a100-mpt-3b-16k", "llmfoundry-a100-mpt-7b-32k", "llmfoundry-a100-mpt-13b-16k")
+    ]
     truth = after.with_gpu("A100-80GB", eff_matmul=0.62, eff_attention=0.41)
     fake = [dataclasses.replace(p, published=F.predict(p, truth).tokens_per_s_per_gpu) for p in pts]
     fit = F.fit_gpu(fake, after, data[0], steps=(0.05, 0.01))
@@ -199,15 +242,22 @@ def test_statistics_and_pairs():
     s = F.statistics([("a", 1.1), ("b", 0.8), ("c", 1.0)])
     assert (s.n, s.median, s.worst, s.worst_id) == (3, pytest.approx(0.1), pytest.approx(0.2), "b")
     assert F.statistics([]).n == 0
-    fast, slow = _tiny_point(id="h", gpu="H100-SXM", pair="x", published=200.0), _tiny_point(id="a", gpu="A100-80GB", pair="x", published=100.0)
+    fast, slow = (
+        _tiny_point(id="h", gpu="H100-SXM", pair="x", published=200.0),
+        _tiny_point(id="a", gpu="A100-80GB", pair="x", published=100.0),
+    )
     preds = [F.Prediction(fast, 360.0, 1.0, {}), F.Prediction(slow, 150.0, 1.0, {})]
     (r,) = F.pair_ratios(preds)
     assert (r.published, r.predicted) == (2.0, 2.4) and r.error == pytest.approx(0.2)
     v = F.verdict([dataclasses.replace(q, point=dataclasses.replace(q.point, split="holdout")) for q in preds])
     assert v.holdout.median == pytest.approx(0.65) and v.ratio_median_error == pytest.approx(0.2)
     assert [f.split()[1] for f in v.failures] == ["median", "worst", "ratio"]
-    good = [dataclasses.replace(q, point=dataclasses.replace(q.point, split="holdout", published=q.tokens_per_s_per_gpu * 1.05))
-            for q in preds]
+    good = [
+        dataclasses.replace(
+            q, point=dataclasses.replace(q.point, split="holdout", published=q.tokens_per_s_per_gpu * 1.05)
+        )
+        for q in preds
+    ]
     assert F.verdict(good).failures == []
 
 
@@ -216,8 +266,9 @@ def test_recorded_fit_is_the_fit_of_this_model(data, points, after):
     record = data[2]
     for p in points:
         r = record["residuals"][p.id]
-        assert F.predict(p, after).ratio == pytest.approx(r["ratio"], rel=2e-3), \
+        assert F.predict(p, after).ratio == pytest.approx(r["ratio"], rel=2e-3), (
             f"{p.id}: the cost model moved since the fit; run `python benchmarks/bench_fidelity.py --refit`"
+        )
     judged_fit = {p.id for p in points if p.split == "fit" and p.judged}
     used = {i for g in record["fit"]["gpus"].values() for i in g.get("points", [])}
     used |= {i for g in record["fit"]["extra_gpus"].values() for i in g.get("points", [])}
@@ -232,4 +283,4 @@ def test_bench_reports_and_meets_the_held_out_targets(data):
         sys.path.pop(0)
     text, ok = bench_fidelity.report(*data)
     assert "held-out" in text and "H100/A100" in text
-    assert ok, text[text.index("Held-out targets"):]
+    assert ok, text[text.index("Held-out targets") :]

@@ -81,7 +81,9 @@ def test_blocks_match_reference(backend, within):
             worst["lse"] = max(worst["lse"], (lse[seen].double() - ref_lse[seen]).abs().max().item())
             do = torch.randn_like(out)
             (ref_out * do.double()).sum().backward()
-            dq, dk, dv = local_attention_backward(do, q, k, v, ref_out.float().detach(), ref_lse.float().detach(), kind, off, backend=backend)
+            dq, dk, dv = local_attention_backward(
+                do, q, k, v, ref_out.float().detach(), ref_lse.float().detach(), kind, off, backend=backend
+            )
             for got, leaf in zip((dq, dk, dv), leaves):
                 worst["grad"] = max(worst["grad"], rel(got, leaf.grad))
     for what, err in worst.items():

@@ -33,7 +33,10 @@ def test_dense_attention_is_causal_gqa(within):
     S, H, Hkv, d = 11, 6, 2, 8
     q, k, v = torch.randn(S, H, d), torch.randn(S, Hkv, d), torch.randn(S, Hkv, d)
     out = dense_causal_attention(q, k, v)
-    kk, vv = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)  # query head h -> kv head h // 3
+    kk, vv = (
+        k.repeat_interleave(H // Hkv, dim=1),
+        v.repeat_interleave(H // Hkv, dim=1),
+    )  # query head h -> kv head h // 3
     scores = torch.einsum("qhd,khd->hqk", q, kk) / d**0.5
     scores = scores.masked_fill(~torch.ones(S, S, dtype=torch.bool).tril(), float("-inf"))
     ref = torch.einsum("hqk,khd->qhd", scores.softmax(-1), vv)
@@ -51,7 +54,9 @@ def test_shards_with_global_positions_match_the_whole_sequence(within):
 
     def by_position(q, k, v):
         mask = perm[:, None] >= perm[None, :]
-        o = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask, enable_gqa=True)
+        o = F.scaled_dot_product_attention(
+            q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask, enable_gqa=True
+        )
         return o.transpose(0, 1)
 
     model.set_attention(by_position)
@@ -82,7 +87,9 @@ def test_chunked_loss_equals_plain_cross_entropy(chunk, within):
     gh, gw = torch.autograd.grad(got, (h, w))
     ref = F.cross_entropy(h @ w.T, labels, ignore_index=IGNORE_INDEX, reduction="sum")
     rh, rw = torch.autograd.grad(ref, (h, w))
-    within(max(rel_err(got, ref), rel_err(gh, rh), rel_err(gw, rw)), FP32, f"chunked loss and its gradients, chunk {chunk}")
+    within(
+        max(rel_err(got, ref), rel_err(gh, rh), rel_err(gw, rw)), FP32, f"chunked loss and its gradients, chunk {chunk}"
+    )
 
 
 def test_empty_shard_loss_keeps_the_graph():

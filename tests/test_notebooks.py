@@ -15,7 +15,9 @@ NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 # (notebook, variant): 02 reads data/results/ when it holds results and computes the quick grid
 # when not; both paths run.
 CASES = [(p, "") for p in NOTEBOOKS if p.stem != "02_paper_figures"] + [
-    (NOTEBOOK_DIR / "02_paper_figures.ipynb", "results"), (NOTEBOOK_DIR / "02_paper_figures.ipynb", "no-results")]
+    (NOTEBOOK_DIR / "02_paper_figures.ipynb", "results"),
+    (NOTEBOOK_DIR / "02_paper_figures.ipynb", "no-results"),
+]
 
 
 def execute(path: Path, tmp_path: Path, env: dict[str, str], monkeypatch) -> nbformat.NotebookNode:
@@ -25,13 +27,21 @@ def execute(path: Path, tmp_path: Path, env: dict[str, str], monkeypatch) -> nbf
         monkeypatch.setenv(k, v)
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    errors = [
+        o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"
+    ]
     assert not errors, "\n".join("\n".join(e.get("traceback", [])) for e in errors)
     return nb
 
 
 def outputs(nb: nbformat.NotebookNode, mime: str) -> list:
-    return [o["data"][mime] for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if mime in o.get("data", {})]
+    return [
+        o["data"][mime]
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if mime in o.get("data", {})
+    ]
 
 
 @pytest.mark.slow
@@ -45,11 +55,19 @@ def test_notebook_runs(path, variant, monkeypatch, tmp_path):
     if path.stem == "01_plan_explorer":
         assert outputs(nb, "application/vnd.jupyter.widget-view+json"), "the explorer panel was not displayed"
         assert len(outputs(nb, "image/png")) >= 5  # the plan's figures and the baseline's
-        printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "stream")
+        printed = "".join(
+            o.get("text", "")
+            for c in nb.cells
+            if c.cell_type == "code"
+            for o in c.get("outputs", [])
+            if o.get("output_type") == "stream"
+        )
         assert "testbed-8 · llama2-7b · 128K tokens: HexiSeq" in printed
     if path.stem == "04_calibrate":
         assert len(outputs(nb, "image/png")) >= 1  # the before/after figure
-        assert "after the fit:" in "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+        assert "after the fit:" in "".join(
+            o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+        )
     if path.stem == "02_paper_figures":
         md = "".join("".join(x) for x in outputs(nb, "text/markdown"))
         assert "The HexiSeq paper's figures vs this reproduction" in md

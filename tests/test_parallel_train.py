@@ -35,10 +35,17 @@ TIED = LlamaConfig(vocab=128, hidden=64, layers=2, heads=8, kv_heads=4, ffn=96, 
 def hand_plan() -> Plan:
     """4 ranks, 2 groups of 2; a rank with heads but no tokens, one with tokens but no heads,
     shards straddling the front/back chunk boundary, uneven chunks (S = 2 x (24 + 40) = 128)."""
-    return Plan(128, 8, 4, (
-        Group((2, 0), 24, (0, 48), (6, 2)),  # rank 0: no tokens, 6 heads
-        Group((1, 3), 40, (50, 30), (8, 0)),  # rank 3: no heads
-    ), block_size=8, name="hand")
+    return Plan(
+        128,
+        8,
+        4,
+        (
+            Group((2, 0), 24, (0, 48), (6, 2)),  # rank 0: no tokens, 6 heads
+            Group((1, 3), 40, (50, 30), (8, 0)),  # rank 3: no heads
+        ),
+        block_size=8,
+        name="hand",
+    )
 
 
 def check_job(job: StepJob, ranks: list[dict], seq_len: int, within) -> dict[str, float]:
@@ -88,13 +95,41 @@ def world4():
     jobs = [
         # full checkpointing on the plan with two groups: the backward replays the all-to-all and the
         # KV exchange inside each checkpoint (selective checkpointing is job 2)
-        StepJob(plan=random_plan(4, 128, 8, 4, seed=3, block_size=8).to_dict(), model=CFG, seed=1, collect=True,
-                options=ParallelOptions(activation_checkpointing="full")),
-        StepJob(plan=hand_plan().to_dict(), model=TIED, seed=2, steps=5, collect=True, train=TrainConfig(lr=1e-2), dtype="float64"),
-        StepJob(plan=random_plan(4, 96, 8, 4, seed=11, block_size=4, whole_kv_heads=True).to_dict(), model=CFG, seed=4,
-                steps=2, collect=True, options=ParallelOptions(activation_checkpointing=True, loss_chunk=7), dtype="float64"),
-        StepJob(plan=hand_plan().to_dict(), model=TIED, seed=5, steps=2, collect=True, train=TrainConfig(lr=1e-2),
-                options=ParallelOptions(fsdp=True), dtype="float64"),
+        StepJob(
+            plan=random_plan(4, 128, 8, 4, seed=3, block_size=8).to_dict(),
+            model=CFG,
+            seed=1,
+            collect=True,
+            options=ParallelOptions(activation_checkpointing="full"),
+        ),
+        StepJob(
+            plan=hand_plan().to_dict(),
+            model=TIED,
+            seed=2,
+            steps=5,
+            collect=True,
+            train=TrainConfig(lr=1e-2),
+            dtype="float64",
+        ),
+        StepJob(
+            plan=random_plan(4, 96, 8, 4, seed=11, block_size=4, whole_kv_heads=True).to_dict(),
+            model=CFG,
+            seed=4,
+            steps=2,
+            collect=True,
+            options=ParallelOptions(activation_checkpointing=True, loss_chunk=7),
+            dtype="float64",
+        ),
+        StepJob(
+            plan=hand_plan().to_dict(),
+            model=TIED,
+            seed=5,
+            steps=2,
+            collect=True,
+            train=TrainConfig(lr=1e-2),
+            options=ParallelOptions(fsdp=True),
+            dtype="float64",
+        ),
     ]
     return jobs, unpack(spawn_world(step_worker_many, 4, jobs, timeout_s=240))
 
@@ -158,4 +193,6 @@ def test_world_checks():
     assert _gpu_matches("A100-80GB", "NVIDIA A100-SXM4-80GB")
     assert not _gpu_matches("A100-40GB", "NVIDIA A100-SXM4-80GB")
     assert _gpu_matches("H100-SXM", "NVIDIA H100 80GB HBM3")
-    assert _gpu_matches("RTX-4090", "NVIDIA GeForce RTX 4090") and not _gpu_matches("RTX-A6000", "NVIDIA GeForce RTX 4090")
+    assert _gpu_matches("RTX-4090", "NVIDIA GeForce RTX 4090") and not _gpu_matches(
+        "RTX-A6000", "NVIDIA GeForce RTX 4090"
+    )

@@ -4,7 +4,17 @@ import json
 
 import pytest
 
-from hexiseq import Group, Plan, PlanError, get_model, load_cluster, random_plan, ring_plan, symmetric_plan, ulysses_plan
+from hexiseq import (
+    Group,
+    Plan,
+    PlanError,
+    get_model,
+    load_cluster,
+    random_plan,
+    ring_plan,
+    symmetric_plan,
+    ulysses_plan,
+)
 from hexiseq.plan import SCHEMA_VERSION
 
 
@@ -22,13 +32,21 @@ def _coverage(plan: Plan) -> None:
 
 @pytest.mark.parametrize("seed", range(60))
 def test_random_plans_cover_every_token_and_head(seed):
-    plan = random_plan(1 + seed % 6, 96, 12, 4 if seed % 3 else 12, seed=seed, block_size=4, whole_kv_heads=seed % 2 == 0)
+    plan = random_plan(
+        1 + seed % 6, 96, 12, 4 if seed % 3 else 12, seed=seed, block_size=4, whole_kv_heads=seed % 2 == 0
+    )
     assert plan.validate() == []
     _coverage(plan)
 
 
 def test_zigzag_chunk_positions():
-    plan = Plan(20, 4, 4, (Group((0,), 3, (6,), (4,)), Group((1, 2), 5, (4, 6), (1, 3)), Group((3,), 2, (4,), (4,))), block_size=1)
+    plan = Plan(
+        20,
+        4,
+        4,
+        (Group((0,), 3, (6,), (4,)), Group((1, 2), 5, (4, 6), (1, 3)), Group((3,), 2, (4,), (4,))),
+        block_size=1,
+    )
     # Sequence reads L0 L1 L2 L2 L1 L0 = 3 5 2 2 5 3
     assert plan.chunk_starts() == [(0, 17), (3, 12), (8, 10)]
     lay = plan.layout()
@@ -68,7 +86,10 @@ def test_other_schema_version_refused():
     "change, msg",
     [
         (lambda d: [d], "must be a JSON object, got list"),
-        (lambda d: {**d, "groups": [{**g, "chunk_len": "abc"} for g in d["groups"]]}, r"groups\[1\]\.chunk_len must be an integer"),
+        (
+            lambda d: {**d, "groups": [{**g, "chunk_len": "abc"} for g in d["groups"]]},
+            r"groups\[1\]\.chunk_len must be an integer",
+        ),
         (lambda d: {**d, "groups": 5}, "groups must be a list, got 5"),
         (lambda d: {**d, "seq_len": "big"}, "seq_len must be an integer"),
         (lambda d: {**d, "meta": [1]}, "meta must be a mapping"),
@@ -106,7 +127,9 @@ def test_symmetric_constructors():
 
 def test_validation_messages_are_precise():
     bad = Plan(
-        100, 8, 8,
+        100,
+        8,
+        8,
         (Group((0, 1), 20, (30, 12), (4, 3)), Group((1,), 25, (50,), (8,))),
         block_size=10,
     )

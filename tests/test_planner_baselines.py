@@ -45,7 +45,11 @@ def test_pruning_keeps_the_exact_best(testbed, policy):
     wl = Workload(seq_len=64 * 1024, activation_checkpointing=policy)
     pols = ["none", "selective", "full"] if policy == "auto" else [policy]
     for family, make in FAMILIES.items():
-        cands = [(f"{cfg} on {label}", plan) for label, devs in device_subsets(testbed) for cfg, plan in make(list(devs), wl.seq_len, m, 128)]
+        cands = [
+            (f"{cfg} on {label}", plan)
+            for label, devs in device_subsets(testbed)
+            for cfg, plan in make(list(devs), wl.seq_len, m, 128)
+        ]
         got = evaluate_family(family, cands, testbed, m, wl, pols)
         brute = math.inf
         for _, plan in cands:
@@ -53,7 +57,9 @@ def test_pruning_keeps_the_exact_best(testbed, policy):
                 e = estimate(plan, testbed, m, wl.with_recompute(p))
                 if e.fits:
                     brute = min(brute, e.iteration_time_s)
-        assert got.iteration_time_s == pytest.approx(brute, rel=1e-12) or (not got.feasible and brute == math.inf), family
+        assert got.iteration_time_s == pytest.approx(brute, rel=1e-12) or (not got.feasible and brute == math.inf), (
+            family
+        )
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -62,9 +68,16 @@ def test_plan_lower_bound_is_a_bound(testbed, seed):
     plan = random_plan(8, 128 * 2 * 8 * 12, m.heads, m.kv_heads, seed=seed, block_size=128, whole_kv_heads=True)
     for policy in ("none", "selective", "full"):
         for sharding in ("zero3", "replicated"):
-            wl = Workload(seq_len=plan.seq_len, activation_checkpointing=policy, param_sharding=sharding, global_batch=1 + seed % 2)
+            wl = Workload(
+                seq_len=plan.seq_len,
+                activation_checkpointing=policy,
+                param_sharding=sharding,
+                global_batch=1 + seed % 2,
+            )
             for opts in (CostOptions(), CostOptions(ignore_comm=True)):
-                assert plan_lower_bound(plan, testbed, m, wl, opts) <= simulate(plan, testbed, m, wl, opts).iteration_time_s * (1 + 1e-12)
+                assert plan_lower_bound(plan, testbed, m, wl, opts) <= simulate(
+                    plan, testbed, m, wl, opts
+                ).iteration_time_s * (1 + 1e-12)
 
 
 def test_baselines_report_subset_and_policy(testbed):

@@ -28,7 +28,7 @@ def _partitions(items):
     for p in _partitions(rest):
         yield [[head]] + p
         for i in range(len(p)):
-            yield p[:i] + [[head] + p[i]] + p[i + 1:]
+            yield p[:i] + [[head] + p[i]] + p[i + 1 :]
 
 
 def _splits(total: int, parts: int, step: int = 1):
@@ -41,7 +41,9 @@ def _splits(total: int, parts: int, step: int = 1):
             yield (x,) + rest
 
 
-def reference_best(cluster: ClusterSpec, model: ModelSpec, wl: Workload, chunk_step: int, shard_parts: int) -> tuple[float, Plan, int]:
+def reference_best(
+    cluster: ClusterSpec, model: ModelSpec, wl: Workload, chunk_step: int, shard_parts: int
+) -> tuple[float, Plan, int]:
     """The fastest plan that fits among every layout and the grid (module doc); and how many were replayed."""
     B, S = wl.block_size, wl.seq_len
     nb = S // (2 * B)
@@ -57,7 +59,10 @@ def reference_best(cluster: ClusterSpec, model: ModelSpec, wl: Workload, chunk_s
                             shard_opts = []
                             for g, b in zip(order, blocks):
                                 tokens = 2 * (b + 1) * B
-                                opts = [tuple(tokens * x // shard_parts for x in sp[:-1]) for sp in _splits(shard_parts, len(g))]
+                                opts = [
+                                    tuple(tokens * x // shard_parts for x in sp[:-1])
+                                    for sp in _splits(shard_parts, len(g))
+                                ]
                                 shard_opts.append([o + (tokens - sum(o),) for o in opts])
                             for shards in itertools.product(*shard_opts):
                                 groups = []
@@ -78,9 +83,30 @@ def reference_best(cluster: ClusterSpec, model: ModelSpec, wl: Workload, chunk_s
 
 
 CASES = [
-    ("3 GPUs, 16K", ClusterSpec.from_nodes("h2a1", [("H100-SXM", 2, 25), ("A100-80GB", 1, 25)]), 16 * 1024, "selective", 8, 4),
-    ("3 GPUs, 32K, full", ClusterSpec.from_nodes("h1l2", [("H100-SXM", 1, 50), ("L40S", 2, 12.5)]), 32 * 1024, "full", 16, 4),
-    ("4 GPUs, 16K", ClusterSpec.from_nodes("h2a2", [("H100-SXM", 2, 25), ("A100-80GB", 2, 25)]), 16 * 1024, "none", 16, 2),
+    (
+        "3 GPUs, 16K",
+        ClusterSpec.from_nodes("h2a1", [("H100-SXM", 2, 25), ("A100-80GB", 1, 25)]),
+        16 * 1024,
+        "selective",
+        8,
+        4,
+    ),
+    (
+        "3 GPUs, 32K, full",
+        ClusterSpec.from_nodes("h1l2", [("H100-SXM", 1, 50), ("L40S", 2, 12.5)]),
+        32 * 1024,
+        "full",
+        16,
+        4,
+    ),
+    (
+        "4 GPUs, 16K",
+        ClusterSpec.from_nodes("h2a2", [("H100-SXM", 2, 25), ("A100-80GB", 2, 25)]),
+        16 * 1024,
+        "none",
+        16,
+        2,
+    ),
 ]
 
 
@@ -91,8 +117,10 @@ def test_planner_bound_holds_against_an_exhaustive_search(name, cluster, S, poli
     ref, ref_plan, n = reference_best(cluster, GQA, wl, chunk_step, shard_parts)
     assert n > 200 and ref_plan is not None
     res = plan_cluster(cluster, GQA, wl, progress=False)
-    print(f"{name}: reference best {ref:.5f} s over {n} plans; planner {res.iteration_time_s:.5f} s, bound "
-          f"{res.lower_bound_s:.5f} s, gap {res.gap:.3%}, {res.work_rounds} rounds")
+    print(
+        f"{name}: reference best {ref:.5f} s over {n} plans; planner {res.iteration_time_s:.5f} s, bound "
+        f"{res.lower_bound_s:.5f} s, gap {res.gap:.3%}, {res.work_rounds} rounds"
+    )
     assert res.lower_bound_s <= ref * (1 + 1e-9), "the planner's bound is above a plan the reference found"
     assert res.iteration_time_s <= ref * (1 + 1e-9), "the planner's plan is slower than the reference's best"
     assert res.lower_bound_s <= res.iteration_time_s

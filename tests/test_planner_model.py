@@ -35,12 +35,21 @@ def fixed_value(cluster, model, wl, plan, opts=CostOptions()) -> float:
     return sol.bound_s
 
 
-nodes = st.lists(st.tuples(st.integers(0, 3), st.integers(1, 3), st.sampled_from([12.5, 25.0, 50.0])), min_size=1, max_size=3)
-cases = st.fixed_dictionaries({
-    "nodes": nodes, "seed": st.integers(0, 10_000), "model": st.sampled_from(["llama3-8b", "gpt-3b", "llama2-7b"]),
-    "policy": st.sampled_from(["none", "selective", "full"]), "sharding": st.sampled_from(["zero3", "replicated"]),
-    "batch": st.integers(1, 2), "blocks": st.integers(4, 12), "comm": st.booleans(),
-})
+nodes = st.lists(
+    st.tuples(st.integers(0, 3), st.integers(1, 3), st.sampled_from([12.5, 25.0, 50.0])), min_size=1, max_size=3
+)
+cases = st.fixed_dictionaries(
+    {
+        "nodes": nodes,
+        "seed": st.integers(0, 10_000),
+        "model": st.sampled_from(["llama3-8b", "gpt-3b", "llama2-7b"]),
+        "policy": st.sampled_from(["none", "selective", "full"]),
+        "sharding": st.sampled_from(["zero3", "replicated"]),
+        "batch": st.integers(1, 2),
+        "blocks": st.integers(4, 12),
+        "comm": st.booleans(),
+    }
+)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -51,7 +60,9 @@ def test_model_equals_the_replay_at_every_fixed_plan(case):
     R = cluster.size
     S = 2 * 128 * case["blocks"] * R
     plan = random_plan(R, S, model.heads, model.kv_heads, seed=case["seed"], block_size=128, whole_kv_heads=True)
-    wl = Workload(seq_len=S, activation_checkpointing=case["policy"], param_sharding=case["sharding"], global_batch=case["batch"])
+    wl = Workload(
+        seq_len=S, activation_checkpointing=case["policy"], param_sharding=case["sharding"], global_batch=case["batch"]
+    )
     opts = CostOptions(ignore_comm=not case["comm"])
     want = simulate(plan, cluster, model, wl, opts).iteration_time_s
     assert fixed_value(cluster, model, wl, plan, opts) == pytest.approx(want, rel=1e-9)

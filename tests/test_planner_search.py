@@ -28,7 +28,9 @@ print(json.dumps(d, sort_keys=True))
 
 def _plan_json(*args: str, hash_seed: str) -> str:
     env = {**os.environ, "PYTHONHASHSEED": hash_seed}  # set and dict-of-str orders differ between runs
-    out = subprocess.run([sys.executable, "-c", PLAN_SCRIPT, *args], capture_output=True, text=True, check=True, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", PLAN_SCRIPT, *args], capture_output=True, text=True, check=True, env=env
+    )
     return out.stdout
 
 
@@ -47,7 +49,9 @@ def test_the_same_plan_on_every_run_even_on_a_busy_machine():
     assert json.loads(quiet)["plan"]["groups"]
 
 
-@pytest.mark.parametrize("cluster,model,S", [("testbed-8", "llama2-7b", 128 * 1024), ("sim-32", "llama2-13b", 128 * 1024)])
+@pytest.mark.parametrize(
+    "cluster,model,S", [("testbed-8", "llama2-7b", 128 * 1024), ("sim-32", "llama2-13b", 128 * 1024)]
+)
 def test_bound_gap_and_never_worse_than_a_baseline(cluster, model, S):
     c, m = load_cluster(cluster), get_model(model)
     wl = Workload(seq_len=S, activation_checkpointing="auto")
@@ -56,7 +60,9 @@ def test_bound_gap_and_never_worse_than_a_baseline(cluster, model, S):
     assert r.lower_bound_s <= r.iteration_time_s and 0 <= r.gap < 0.02
     assert r.estimate.fits
     # the reported time is the replay's, under the plan's recorded policy
-    assert simulate(r.plan, c, m, wl.with_recompute(r.plan.meta["recompute"])).iteration_time_s == pytest.approx(r.iteration_time_s)
+    assert simulate(r.plan, c, m, wl.with_recompute(r.plan.meta["recompute"])).iteration_time_s == pytest.approx(
+        r.iteration_time_s
+    )
     for b in r.baselines.values():
         if b.feasible:
             assert r.iteration_time_s <= b.iteration_time_s * (1 + 1e-12), b.name

@@ -23,7 +23,11 @@ REPO = Path(__file__).resolve().parent.parent
 
 def test_every_bundled_scenario_expands_full_and_quick():
     full, quick = load_scenarios(), load_scenarios(quick=True)
-    assert {s.name for s in full} == set(bundled_scenarios()) >= {"testbed", "simulation", "pairs", "scaling", "sensitivity"}
+    assert (
+        {s.name for s in full}
+        == set(bundled_scenarios())
+        >= {"testbed", "simulation", "pairs", "scaling", "sensitivity"}
+    )
     n_full, n_quick = (sum(len(s.cells) for s in x) for x in (full, quick))
     assert n_quick < n_full / 3
     sim = load_scenario("simulation")
@@ -40,19 +44,30 @@ def test_every_bundled_scenario_expands_full_and_quick():
     assert [c.cluster.build().size for c in load_scenario("scaling").cells] == [32, 64, 128, 256, 512, 1024]
 
 
-@pytest.mark.parametrize("text, match", [
-    ("name: x\nmodels: [gpt-7b]\nseq_lens: [16K]\nclusters: [no-such-cluster]\n", "clusters\\[0\\]: cluster 'no-such-cluster' not found"),
-    ("name: x\nmodels: [gpt-7b]\nseq_lens: [16K]\nclusters: [testbed-8]\ntypo: 1\n", "unknown keys \\['typo'\\]"),
-    ("name: x\nmodels: [no-model]\nseq_lens: [16K]\nclusters: [testbed-8]\n", "models: unknown model"),
-    ("name: x\nmodels: [gpt-7b]\nseq_lens: [lots]\nclusters: [testbed-8]\n", "seq_lens: not a token count"),
-    ("name: x\nmodels: [gpt-7b]\nseq_lens: [16K]\nclusters: [testbed-8]\nworkload: {param_sharding: nope}\n", "workload: bad workload"),
-    ("name: x\nsweeps:\n  old_fraction: {nodes: 4, node_size: 8, new: H100-SXM, old: A100-80GB, nic_gbps: 25, model: gpt-7b, seq_len: 64K, fractions: [0.3]}\n",
-     "fraction 0.3 of 4 nodes is not a whole number"),
-    ("name: x\nsweeps:\n  seq_len: {cluster: testbed-8, model: gpt-7b}\n", "missing \\['seq_lens'\\]"),
-    ("name: x\nsweeps:\n  latency: {}\n", "unknown sweep 'latency'"),
-    ("name: x\nclusters: [{mixed: 30}]\nmodels: [gpt-7b]\nseq_lens: [16K]\n", "30 GPUs do not split"),
-    ("name: x\nmodels: [gpt-7b]\n", "no cells"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        (
+            "name: x\nmodels: [gpt-7b]\nseq_lens: [16K]\nclusters: [no-such-cluster]\n",
+            "clusters\\[0\\]: cluster 'no-such-cluster' not found",
+        ),
+        ("name: x\nmodels: [gpt-7b]\nseq_lens: [16K]\nclusters: [testbed-8]\ntypo: 1\n", "unknown keys \\['typo'\\]"),
+        ("name: x\nmodels: [no-model]\nseq_lens: [16K]\nclusters: [testbed-8]\n", "models: unknown model"),
+        ("name: x\nmodels: [gpt-7b]\nseq_lens: [lots]\nclusters: [testbed-8]\n", "seq_lens: not a token count"),
+        (
+            "name: x\nmodels: [gpt-7b]\nseq_lens: [16K]\nclusters: [testbed-8]\nworkload: {param_sharding: nope}\n",
+            "workload: bad workload",
+        ),
+        (
+            "name: x\nsweeps:\n  old_fraction: {nodes: 4, node_size: 8, new: H100-SXM, old: A100-80GB, nic_gbps: 25, model: gpt-7b, seq_len: 64K, fractions: [0.3]}\n",
+            "fraction 0.3 of 4 nodes is not a whole number",
+        ),
+        ("name: x\nsweeps:\n  seq_len: {cluster: testbed-8, model: gpt-7b}\n", "missing \\['seq_lens'\\]"),
+        ("name: x\nsweeps:\n  latency: {}\n", "unknown sweep 'latency'"),
+        ("name: x\nclusters: [{mixed: 30}]\nmodels: [gpt-7b]\nseq_lens: [16K]\n", "30 GPUs do not split"),
+        ("name: x\nmodels: [gpt-7b]\n", "no cells"),
+    ],
+)
 def test_bad_scenario_files_fail_before_any_work(tmp_path, text, match):
     p = tmp_path / "bad.yaml"
     p.write_text(text)
@@ -74,7 +89,16 @@ def _copy_tree(tmp: Path) -> Path:
     return pkg
 
 
-@pytest.mark.parametrize("edit", ["hexiseq/costmodel/estimate.py", "hexiseq/planner/scheduler.py", "hexiseq/plan.py", "data/gpus.yaml", "data/models.yaml"])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        "hexiseq/costmodel/estimate.py",
+        "hexiseq/planner/scheduler.py",
+        "hexiseq/plan.py",
+        "data/gpus.yaml",
+        "data/models.yaml",
+    ],
+)
 def test_version_follows_every_input(tmp_path, monkeypatch, edit):
     pkg = _copy_tree(tmp_path)
     monkeypatch.setattr(cache_mod, "PACKAGE_DIR", pkg)
@@ -94,10 +118,14 @@ def test_cell_key_follows_the_cluster_file_and_the_cell(tmp_path):
     wl = (("activation_checkpointing", "auto"),)
     cell = Cell("s", cluster_recipe(str(p), "t"), "gpt-7b", 16384, wl)
     k = cache_mod.cell_key(cell, "v1")
-    assert k == cache_mod.cell_key(Cell("other-scenario", cluster_recipe(str(p), "t"), "gpt-7b", 16384, wl), "v1")  # labels do not count
+    assert k == cache_mod.cell_key(
+        Cell("other-scenario", cluster_recipe(str(p), "t"), "gpt-7b", 16384, wl), "v1"
+    )  # labels do not count
     assert k != cache_mod.cell_key(cell, "v2")
     assert k != cache_mod.cell_key(Cell("s", cell.cluster, "gpt-7b", 32768, wl), "v1")
-    assert k != cache_mod.cell_key(Cell("s", cell.cluster, "gpt-7b", 16384, (("activation_checkpointing", "full"),)), "v1")
+    assert k != cache_mod.cell_key(
+        Cell("s", cell.cluster, "gpt-7b", 16384, (("activation_checkpointing", "full"),)), "v1"
+    )
     p.write_text(src.read_text().replace("nic_gbps: 25", "nic_gbps: 50"))
     assert k != cache_mod.cell_key(Cell("s", cluster_recipe(str(p), "t"), "gpt-7b", 16384, wl), "v1")
 
@@ -131,7 +159,9 @@ def test_reproduce_quick_end_to_end(tmp_path, capsys):
     n_cells = sum(len(s.cells) for s in load_scenarios(quick=True))
     assert len(cells) == n_cells == res.meta["cells"]
     # one row per cell and system, the systems being whatever the planner returned
-    for _, g in df.groupby(["scenario", "cluster", "model", "seq_len", "pair_role", "sweep", "sweep_value"], dropna=False):
+    for _, g in df.groupby(
+        ["scenario", "cluster", "model", "seq_len", "pair_role", "sweep", "sweep_value"], dropna=False
+    ):
         assert g["system"].is_unique and g["system"].iloc[0] == "hexiseq"
     # sim-32 gpt-70b 128K (the case that crashed the old notebook): HexiSeq fits; of the symmetric
     # CP/HP baselines none does (no speedup over the best symmetric one); over all baselines it is
@@ -149,14 +179,26 @@ def test_reproduce_quick_end_to_end(tmp_path, capsys):
     assert len(none) == 1 and not none["feasible"].iloc[0] and "does not fit" in none["reason"].iloc[0]
     # figures: PNG and PDF of each; the comparison names every paper figure
     figs = {p.name for p in (out / "figures").iterdir()}
-    for name in ("speedup_vs_length", "speedup_vs_gpu_types", "flop_comparable_pairs", "planner_time", "sensitivity_inter_node_bandwidth",
-                 "sensitivity_old_fraction", "sensitivity_seq_len", "systems_simulation", "allocation_scaling", "phases_testbed"):
+    for name in (
+        "speedup_vs_length",
+        "speedup_vs_gpu_types",
+        "flop_comparable_pairs",
+        "planner_time",
+        "sensitivity_inter_node_bandwidth",
+        "sensitivity_old_fraction",
+        "sensitivity_seq_len",
+        "systems_simulation",
+        "allocation_scaling",
+        "phases_testbed",
+    ):
         assert {f"{name}.png", f"{name}.pdf"} <= figs, name
     md = (out / "paper_comparison.md").read_text()
     for f in paper.FIGURES:
         assert f.what in md
     assert "QUICK grid" in md and "1.11x" in md and "scheduler time for 1024 GPUs: needs a cell with 1024 GPUs" in md
-    assert res.meta["last_run"]["computed"] == len({cache_mod.cell_key(c, res.meta["version"]) for s in load_scenarios(quick=True) for c in s.cells})
+    assert res.meta["last_run"]["computed"] == len(
+        {cache_mod.cell_key(c, res.meta["version"]) for s in load_scenarios(quick=True) for c in s.cells}
+    )
     # a rerun: everything from the cache, identical numbers
     again = reproduce(quick=True, out=out, progress=False, draw=False)
     assert again.meta["last_run"]["computed"] == 0

@@ -34,8 +34,24 @@ def test_save_target_is_checked_before_training_and_a_checkpoint_is_replaced_who
 
     target = tmp_path / "ckpt"
     shutil.copytree(files / "sharded", target)
-    assert main(["run", "--plan", str(files / "plan.json"), "--steps", "2", "--model", "tiny", "--save", str(target),
-                 "--out", str(tmp_path / "run")]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--plan",
+                str(files / "plan.json"),
+                "--steps",
+                "2",
+                "--model",
+                "tiny",
+                "--save",
+                str(target),
+                "--out",
+                str(tmp_path / "run"),
+            ]
+        )
+        == 0
+    )
     assert sorted(p.name for p in target.iterdir()) == ["config.json", "model.safetensors"]
     trained = load_file(str(target / "model.safetensors"))
     init = Llama(TINY).init_weights(0).state_dict()

@@ -102,12 +102,18 @@ def test_lengths_are_aligned_to_the_plan():
     assert fit_plan(plan, 256) == (plan, [])
 
 
-@pytest.mark.parametrize("make,words", [
-    (lambda p: p.write_bytes(b"\xff\xfe bad"), "not UTF-8 text"),
-    (lambda p: np.save(p.with_suffix(".npy"), np.array([1, -3])), "negative token id (-3)"),
-    (lambda p: np.save(p.with_suffix(".npy"), np.zeros((2, 2, 2), dtype=int)), "expected 1-D tokens (a stream) or 2-D"),
-    (lambda p: np.save(p.with_suffix(".npy"), np.array([0.5, 1.0])), "token ids must be integers"),
-])
+@pytest.mark.parametrize(
+    "make,words",
+    [
+        (lambda p: p.write_bytes(b"\xff\xfe bad"), "not UTF-8 text"),
+        (lambda p: np.save(p.with_suffix(".npy"), np.array([1, -3])), "negative token id (-3)"),
+        (
+            lambda p: np.save(p.with_suffix(".npy"), np.zeros((2, 2, 2), dtype=int)),
+            "expected 1-D tokens (a stream) or 2-D",
+        ),
+        (lambda p: np.save(p.with_suffix(".npy"), np.array([0.5, 1.0])), "token ids must be integers"),
+    ],
+)
 def test_bad_data_is_refused_with_the_file(tmp_path, make, words):
     src = tmp_path / "d.txt"
     make(src)
@@ -126,8 +132,17 @@ def test_masked_padded_sequences_give_transformers_loss(tmp_path, within):
     transformers = pytest.importorskip("transformers")
     from hexiseq.runs import launch
 
-    cfg = transformers.LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=8,
-                                   num_key_value_heads=4, rope_theta=1000.0, rms_norm_eps=1e-5, tie_word_embeddings=False)
+    cfg = transformers.LlamaConfig(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        rope_theta=1000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(0)
     hf = transformers.LlamaForCausalLM(cfg).eval()
     hf.save_pretrained(tmp_path / "hf")
@@ -137,8 +152,16 @@ def test_masked_padded_sequences_give_transformers_loss(tmp_path, within):
     labels[0, :50] = -100  # a prompt not to learn
     labels[1, 120:180] = -100
     plan = random_plan(3, 256, 8, 4, seed=3, block_size=8)
-    h = launch(plan, data=tokens, labels=labels, steps=1, global_batch=2, init_from=tmp_path / "hf", out=tmp_path / "run",
-               background=False)
+    h = launch(
+        plan,
+        data=tokens,
+        labels=labels,
+        steps=1,
+        global_batch=2,
+        init_from=tmp_path / "hf",
+        out=tmp_path / "run",
+        background=False,
+    )
     got = float(h.metrics["loss"].iloc[0])
     with torch.no_grad():
         ref = float(hf(tokens, labels=labels).loss)

@@ -33,7 +33,9 @@ def test_launch_watch_stop_and_resume(tmp_path, capsys):
     done = summary["steps_done"]
     assert done >= 3 and (tmp_path / "run" / "checkpoints" / f"step-{done:08d}").is_dir()
     m = load(tmp_path / "run")
-    assert set(METRIC_KEYS) - {"peak_mem_mb"} <= set(m.columns) and {"peak_mem_mb_r0", "peak_mem_mb_r1"} <= set(m.columns)
+    assert set(METRIC_KEYS) - {"peak_mem_mb"} <= set(m.columns) and {"peak_mem_mb_r0", "peak_mem_mb_r1"} <= set(
+        m.columns
+    )
     assert list(m["step"]) == list(range(1, done + 1)) and (m["peak_mem_mb_r0"] > 0).all()
     assert summary["predicted_step_time_s"] > 0 and summary["prediction"]["cluster"] == "mixed-4"
     assert summary["measured_step_time_s"] > 0 and summary["emulated"] is False

@@ -40,7 +40,10 @@ def work(tmp_path_factory):
 @pytest.fixture(scope="module")
 def reference(work):
     """The uninterrupted 4-rank run, fp32, checkpoints every 2 steps."""
-    assert main(["run", "--plan", str(work / "four.json"), *ARGS, "--checkpoint-every", "2", "--out", str(work / "ref")]) == 0
+    assert (
+        main(["run", "--plan", str(work / "four.json"), *ARGS, "--checkpoint-every", "2", "--out", str(work / "ref")])
+        == 0
+    )
     return work / "ref"
 
 
@@ -70,16 +73,38 @@ def test_resume_under_another_plan_continues_the_losses(work, within):
     """4 steps on the 4-rank plan, then 2 more on a 3-rank plan of another shape: DCP reshards the
     (replicated) model and optimizer state; float64, compared with the uninterrupted 4-rank run."""
     full = work / "ref64"
-    assert main(["run", "--plan", str(work / "four.json"), *ARGS, "--dtype", "float64", "--checkpoint-every", "4",
-                 "--out", str(full)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--plan",
+                str(work / "four.json"),
+                *ARGS,
+                "--dtype",
+                "float64",
+                "--checkpoint-every",
+                "4",
+                "--out",
+                str(full),
+            ]
+        )
+        == 0
+    )
     elastic = work / "elastic"
     shutil.copytree(full, elastic)
-    assert main(["run", "--resume", str(elastic), "--checkpoint", "step-00000004", "--plan", str(work / "three.json")]) == 0
+    assert (
+        main(["run", "--resume", str(elastic), "--checkpoint", "step-00000004", "--plan", str(work / "three.json")])
+        == 0
+    )
     cfg = json.loads((elastic / "config.json").read_text())
     assert sum(len(g["devices"]) for g in cfg["plan"]["groups"]) == 3 and (elastic / "plans").is_dir()
     got, ref = losses(elastic), losses(full)
     assert got[:4] == ref[:4] and len(got) == 6
-    within(max(abs(a - b) / abs(b) for a, b in zip(got[4:], ref[4:])), FP64, "elastic resume 4 -> 3 ranks: losses of steps 5-6")
+    within(
+        max(abs(a - b) / abs(b) for a, b in zip(got[4:], ref[4:])),
+        FP64,
+        "elastic resume 4 -> 3 ranks: losses of steps 5-6",
+    )
     assert got[5] < got[0]
 
 
@@ -118,7 +143,11 @@ def test_export_is_a_model_transformers_loads(work, reference, within):
     ours = load_hf_checkpoint(work / "hf")
     tokens = torch.randint(0, 512, (96,), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        within(rel_err(ours.logits(ours(tokens)), hf(tokens[None]).logits[0]), FP32, "exported run: transformers logits vs ours")
+        within(
+            rel_err(ours.logits(ours(tokens)), hf(tokens[None]).logits[0]),
+            FP32,
+            "exported run: transformers logits vs ours",
+        )
     # the exported weights are the trained ones: not the initial weights
     from hexiseq.runtime.model import Llama
 

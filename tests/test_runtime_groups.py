@@ -11,11 +11,18 @@ from hexiseq.runtime.groups import build_context, derive_context, needed_segment
 
 
 def _plans():
-    out = [ring_plan(range(4), 64, 4, 2, block_size=8), ulysses_plan(range(4), 64, 4, 2, block_size=8),
-           symmetric_plan(range(4), 64, 4, 4, cp=2, hp=2, block_size=8)]
+    out = [
+        ring_plan(range(4), 64, 4, 2, block_size=8),
+        ulysses_plan(range(4), 64, 4, 2, block_size=8),
+        symmetric_plan(range(4), 64, 4, 4, cp=2, hp=2, block_size=8),
+    ]
     for seed in range(40):
         world = 1 + seed % 5
-        out.append(random_plan(world, 2 * world * (3 + seed % 4), 6, 3 - 2 * (seed % 2), seed=seed, whole_kv_heads=seed % 3 == 0))
+        out.append(
+            random_plan(
+                world, 2 * world * (3 + seed % 4), 6, 3 - 2 * (seed % 2), seed=seed, whole_kv_heads=seed % 3 == 0
+            )
+        )
     return out
 
 
@@ -36,7 +43,9 @@ def test_every_causal_pair_computed_exactly_once(plan):
             continue
         qpos = np.array(plan.group_positions(ctx.group))
         seen = np.zeros((len(qpos), S), dtype=int)
-        sources = [(ctx.group, ctx.local_pairs, [(0, len(qpos))])] + [(r.src_group, r.pairs, r.recv[0].rows) for r in ctx.rounds]
+        sources = [(ctx.group, ctx.local_pairs, [(0, len(qpos))])] + [
+            (r.src_group, r.pairs, r.recv[0].rows) for r in ctx.rounds
+        ]
         for src, pairs, rows in sources:
             kpos = _key_positions(plan, src, rows)
             for p in pairs:
@@ -72,7 +81,9 @@ def test_sends_match_receives(plan):
 
 
 def test_zigzag_needs_front_of_earlier_and_both_of_later():
-    plan = Plan(40, 2, 1, (Group((0,), 4, (8,), (2,)), Group((1,), 10, (20,), (2,)), Group((2,), 6, (12,), (2,))), block_size=2)
+    plan = Plan(
+        40, 2, 1, (Group((0,), 4, (8,), (2,)), Group((1,), 10, (20,), (2,)), Group((2,), 6, (12,), (2,))), block_size=2
+    )
     assert [s.start for s in needed_segments(plan, 0, 2)] == [0]  # earlier group: its front chunk only
     assert [s.start for s in needed_segments(plan, 2, 0)] == [14, 20]  # later group: both chunks
     ctx = derive_context(plan, 0)

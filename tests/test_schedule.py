@@ -26,11 +26,17 @@ HEAD_SHAPES = [(8, 4), (6, 3), (6, 2), (12, 4), (32, 8), (4, 4), (6, 1)]
 
 
 def _plans() -> list[Plan]:
-    out = [edge_plan(), ring_plan(range(4), 64, 4, 2, block_size=8), ulysses_plan(range(3), 48, 6, 2, block_size=8),
-           symmetric_plan(range(6), 96, 6, 3, cp=3, hp=2, block_size=8)]
+    out = [
+        edge_plan(),
+        ring_plan(range(4), 64, 4, 2, block_size=8),
+        ulysses_plan(range(3), 48, 6, 2, block_size=8),
+        symmetric_plan(range(6), 96, 6, 3, cp=3, hp=2, block_size=8),
+    ]
     for i, (H, Hkv) in enumerate(HEAD_SHAPES):
         for world in (2, 3, 5, 8):
-            out += random_plans(2, world, H, Hkv, blocks=world + 3 + i, block_size=1 + (i + world) % 3, seed0=100 * i + 10 * world)
+            out += random_plans(
+                2, world, H, Hkv, blocks=world + 3 + i, block_size=1 + (i + world) % 3, seed0=100 * i + 10 * world
+            )
     return out
 
 
@@ -120,8 +126,12 @@ def test_rank_rounds_agree_with_the_table(plan):
         for rd in rounds:
             j = rd.index
             assert rd.src_group == (me.group - j) % k and rd.dst_group == (me.group + j) % k
-            assert sorted(Xfer(j, x.src, x.dst, *x.kv_heads, x.tokens) for x in rd.recv) == [x for x in table if x.round == j and x.dst == r]
-            assert sorted(Xfer(j, x.src, x.dst, *x.kv_heads, x.tokens) for x in rd.send) == [x for x in table if x.round == j and x.src == r]
+            assert sorted(Xfer(j, x.src, x.dst, *x.kv_heads, x.tokens) for x in rd.recv) == [
+                x for x in table if x.round == j and x.dst == r
+            ]
+            assert sorted(Xfer(j, x.src, x.dst, *x.kv_heads, x.tokens) for x in rd.send) == [
+                x for x in table if x.round == j and x.src == r
+            ]
             assert [x.kv_heads for x in rd.recv] == sorted(x.kv_heads for x in rd.recv)
             seen += [Xfer(j, x.src, x.dst, *x.kv_heads, x.tokens) for x in rd.recv]
             # the rows of each message are the needed segments of the source, in its group order
@@ -137,9 +147,11 @@ def test_rank_rounds_agree_with_the_table(plan):
             qpos = np.array(plan.group_positions(me.group))
             kpos = np.concatenate([np.array(plan.group_positions(rd.src_group))[a:b] for a, b in want_recv])
             for p in rd.pairs:
-                q, kk = qpos[p.q_rows[0]:p.q_rows[1]], kpos[p.k_rows[0]:p.k_rows[1]]
+                q, kk = qpos[p.q_rows[0] : p.q_rows[1]], kpos[p.k_rows[0] : p.k_rows[1]]
                 assert (p.kind, p.offset) == block_mask(int(q[0]), len(q), int(kk[0]), len(kk))
-                assert np.array_equal(q, np.arange(q[0], q[0] + len(q))) and np.array_equal(kk, np.arange(kk[0], kk[0] + len(kk)))
+                assert np.array_equal(q, np.arange(q[0], q[0] + len(q))) and np.array_equal(
+                    kk, np.arange(kk[0], kk[0] + len(kk))
+                )
     assert sorted(seen) == table  # every transfer is in exactly one receiver's view
 
 
@@ -176,7 +188,9 @@ def test_ring_of_whole_heads_closed_form():
 
 
 def test_zigzag_need_of_earlier_and_later_groups():
-    plan = Plan(40, 2, 1, (Group((0,), 4, (8,), (2,)), Group((1,), 10, (20,), (2,)), Group((2,), 6, (12,), (2,))), block_size=2)
+    plan = Plan(
+        40, 2, 1, (Group((0,), 4, (8,), (2,)), Group((1,), 10, (20,), (2,)), Group((2,), 6, (12,), (2,))), block_size=2
+    )
     for g in range(3):
         for h in range(3):
             if g == h:
@@ -207,4 +221,7 @@ def test_local_block_pairs_of_a_group():
         L = plan.groups[g].chunk_len
         pairs = block_pairs(group_segments(plan, g), group_segments(plan, g))
         assert [(p.q_rows, p.k_rows, p.kind, p.offset) for p in pairs] == [
-            ((0, L), (0, L), CAUSAL, 0), ((L, 2 * L), (0, L), FULL, 0), ((L, 2 * L), (L, 2 * L), CAUSAL, 0)]
+            ((0, L), (0, L), CAUSAL, 0),
+            ((L, 2 * L), (0, L), FULL, 0),
+            ((L, 2 * L), (L, 2 * L), CAUSAL, 0),
+        ]

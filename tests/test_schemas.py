@@ -23,8 +23,25 @@ def _validator(kind: str) -> jsonschema.Draft202012Validator:
 # The keywords that decide what a schema accepts (annotations such as title and description are
 # left out when the running pydantic is not the one that wrote the committed file: pydantic
 # versions word and place annotations differently, the rules must not differ).
-_RULES = {"type", "properties", "required", "items", "additionalProperties", "enum", "const", "minimum", "maximum",
-          "exclusiveMinimum", "exclusiveMaximum", "minItems", "minProperties", "anyOf", "$ref", "$defs", "propertyNames"}
+_RULES = {
+    "type",
+    "properties",
+    "required",
+    "items",
+    "additionalProperties",
+    "enum",
+    "const",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "minItems",
+    "minProperties",
+    "anyOf",
+    "$ref",
+    "$defs",
+    "propertyNames",
+}
 
 
 def _rules(node):
@@ -60,8 +77,11 @@ def test_bundled_files_validate_against_their_schemas():
     cluster = _validator("cluster")
     for name in bundled_clusters():
         cluster.validate(read_yaml(DATA_DIR / "clusters" / f"{name}.yaml"))
-        assert (DATA_DIR / "clusters" / f"{name}.yaml").read_text().startswith(
-            "# yaml-language-server: $schema=../schemas/cluster.schema.json\n"), name
+        assert (
+            (DATA_DIR / "clusters" / f"{name}.yaml")
+            .read_text()
+            .startswith("# yaml-language-server: $schema=../schemas/cluster.schema.json\n")
+        ), name
     _validator("gpus").validate(read_yaml(DATA_DIR / "gpus.yaml"))
     _validator("models").validate(read_yaml(DATA_DIR / "models.yaml"))
     plan = random_plan(4, 1024, 8, 4, seed=1, block_size=16).to_dict()
@@ -75,13 +95,46 @@ def test_bundled_files_validate_against_their_schemas():
         ("cluster", {"nodes": [{"gpu": "H100-SXM", "count": 2, "nic_gbsp": 25}]}),
         ("cluster", {"nodes": [{"gpu": "H100-SXM", "count": 200000, "nic_gbps": 25}]}),
         ("cluster", {"nodes": [{"gpu": "V100", "count": 2, "nic_gbps": 25}]}),
-        ("cluster", {"nodes": [{"gpu": "H100-SXM", "count": 2, "nic_gbps": 25}], "overrides": [{"a": 1.9, "b": 0, "bandwidth_gbps": 5}]}),
-        ("plan", {"schema_version": 1, "seq_len": 4096, "num_heads": 8, "num_kv_heads": 8,
-                  "groups": [{"devices": ["01"], "chunk_len": 2048, "shards": [4096], "heads": [8]}]}),
-        ("plan", {"schema_version": 1, "seq_len": 4096, "num_heads": 8, "num_kv_heads": 8,
-                  "groups": [{"devices": [0], "chunk_len": 2048.7, "shards": [4096], "heads": [8]}]}),
-        ("gpus", {"X": {"peak_bf16_tflops": 1, "memory_gib": 1, "hbm_bandwidth_gbps": 1, "link_kind": "pcie4",
-                        "link_bandwidth_gbps": 1, "sources": {"peak_tflops": "vendor"}}}),
+        (
+            "cluster",
+            {
+                "nodes": [{"gpu": "H100-SXM", "count": 2, "nic_gbps": 25}],
+                "overrides": [{"a": 1.9, "b": 0, "bandwidth_gbps": 5}],
+            },
+        ),
+        (
+            "plan",
+            {
+                "schema_version": 1,
+                "seq_len": 4096,
+                "num_heads": 8,
+                "num_kv_heads": 8,
+                "groups": [{"devices": ["01"], "chunk_len": 2048, "shards": [4096], "heads": [8]}],
+            },
+        ),
+        (
+            "plan",
+            {
+                "schema_version": 1,
+                "seq_len": 4096,
+                "num_heads": 8,
+                "num_kv_heads": 8,
+                "groups": [{"devices": [0], "chunk_len": 2048.7, "shards": [4096], "heads": [8]}],
+            },
+        ),
+        (
+            "gpus",
+            {
+                "X": {
+                    "peak_bf16_tflops": 1,
+                    "memory_gib": 1,
+                    "hbm_bandwidth_gbps": 1,
+                    "link_kind": "pcie4",
+                    "link_bandwidth_gbps": 1,
+                    "sources": {"peak_tflops": "vendor"},
+                }
+            },
+        ),
     ],
 )
 def test_schema_refuses_what_the_loader_refuses(kind, doc, tmp_path):
@@ -92,6 +145,8 @@ def test_schema_refuses_what_the_loader_refuses(kind, doc, tmp_path):
 
     path = tmp_path / "f.yaml"
     path.write_text(json.dumps(doc))  # JSON is YAML
-    load = {"cluster": load_cluster, "plan": lambda p: Plan.from_json(Path(p).read_text()), "gpus": load_gpu_catalog}[kind]
+    load = {"cluster": load_cluster, "plan": lambda p: Plan.from_json(Path(p).read_text()), "gpus": load_gpu_catalog}[
+        kind
+    ]
     with pytest.raises(HexiSeqError):
         load(path)

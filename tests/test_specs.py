@@ -91,11 +91,17 @@ def test_profile_overrides_efficiencies(tmp_path):
 @pytest.mark.parametrize(
     "body, msg",
     [
-        ("gpus:\n  H100-SXM: {bogus: 1}\n", "gpus.H100-SXM has unknown key 'bogus'; known keys: peak_bf16_tflops, hbm_bandwidth_gbps"),
+        (
+            "gpus:\n  H100-SXM: {bogus: 1}\n",
+            "gpus.H100-SXM has unknown key 'bogus'; known keys: peak_bf16_tflops, hbm_bandwidth_gbps",
+        ),
         ("gpus:\n  H100-SXM: 5\n", "gpus.H100-SXM must be a mapping (key: value), got 5"),
         ("gpus: [1]\n", "gpus must be a mapping"),
         ("gpus:\n  H100-SXM: {eff_matmul: abc}\n", "gpus.H100-SXM.eff_matmul must be a number > 0 and <= 1, got 'abc'"),
-        ("gpus:\n  H100-SMX: {eff_matmul: 0.5}\n", "gpus.H100-SMX is not a GPU type of the catalog (did you mean 'H100-SXM'?)"),
+        (
+            "gpus:\n  H100-SMX: {eff_matmul: 0.5}\n",
+            "gpus.H100-SMX is not a GPU type of the catalog (did you mean 'H100-SXM'?)",
+        ),
         ("gpus:\n  H100-SXM: {eff_matmul: 1.5}\n", "gpus.H100-SXM.eff_matmul must be at most 1, got 1.5"),
     ],
 )
@@ -125,8 +131,20 @@ def test_param_counts_within_1pct_of_published(name):
 
 
 def test_required_model_names():
-    for name in ["llama3.2-3b", "llama2-7b", "llama3-8b", "llama2-13b", "codellama-34b", "llama2-70b",
-                 "llama3-70b", "gpt-3b", "gpt-7b", "gpt-13b", "gpt-70b", "tiny"]:
+    for name in [
+        "llama3.2-3b",
+        "llama2-7b",
+        "llama3-8b",
+        "llama2-13b",
+        "codellama-34b",
+        "llama2-70b",
+        "llama3-70b",
+        "gpt-3b",
+        "gpt-7b",
+        "gpt-13b",
+        "gpt-70b",
+        "tiny",
+    ]:
         assert name in model_catalog()
 
 
@@ -137,7 +155,9 @@ def test_llama2_7b_exact_param_count_and_flops():
     norms = (2 * m.layers + 1) * m.hidden
     assert m.linear_flops_per_token == 2 * (m.param_count - m.embedding_params - norms)
     S = 4096
-    expected = 6 * (m.param_count - m.embedding_params - norms) * S + 3 * m.layers * m.heads * 4 * m.head_dim * S * (S + 1) / 2
+    expected = (
+        6 * (m.param_count - m.embedding_params - norms) * S + 3 * m.layers * m.heads * 4 * m.head_dim * S * (S + 1) / 2
+    )
     assert m.training_flops(S) == pytest.approx(expected)
 
 
@@ -148,8 +168,16 @@ def test_gqa_reduces_kv_params():
 
 
 def test_hf_config_to_modelspec(tmp_path):
-    cfg = {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
-           "intermediate_size": 14336, "vocab_size": 128256, "rope_theta": 500000.0, "tie_word_embeddings": False}
+    cfg = {
+        "num_hidden_layers": 32,
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "vocab_size": 128256,
+        "rope_theta": 500000.0,
+        "tie_word_embeddings": False,
+    }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     m = model_from_hf_config(tmp_path / "config.json", name="x")
     assert m.param_count == get_model("llama3-8b").param_count
@@ -163,8 +191,10 @@ def test_hf_config_to_modelspec(tmp_path):
     [
         ("{not json", "not valid JSON"),
         ("[1]", "a Hugging Face config is a JSON object, got list"),
-        ('{"num_hidden_layers": "x", "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 8, "vocab_size": 9}',
-         "num_hidden_layers must be an integer from 1 to 4096, got 'x' (a string)"),
+        (
+            '{"num_hidden_layers": "x", "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 8, "vocab_size": 9}',
+            "num_hidden_layers must be an integer from 1 to 4096, got 'x' (a string)",
+        ),
         ('{"num_hidden_layers": 2}', "num_attention_heads is missing (required)"),
     ],
 )
@@ -193,9 +223,15 @@ def test_unknown_gpu_in_cluster_file_names_the_node(tmp_path):
     "body, msg",
     [
         ("nodes: 5\n", "nodes must be a list, got 5"),
-        ("nodes:\n  - {gpu: H100-SXM, count: 2, nic_gbps: 25}\nlinks: []\n", "unknown key 'links'; known keys: nodes, name,"),
+        (
+            "nodes:\n  - {gpu: H100-SXM, count: 2, nic_gbps: 25}\nlinks: []\n",
+            "unknown key 'links'; known keys: nodes, name,",
+        ),
         ("nodes:\n  - {gpu: H100-SXM, count: 2, nic_gbps: 25}\noverrides: 3\n", "overrides must be a list, got 3"),
-        ("nodes:\n  - {gpu: H100-SXM, count: 2, nic_gbps: 25}\noverrides:\n  - {a: x, b: 1, bandwidth_gbps: 9}\n", "overrides[0].a must be an integer from 0 to 4095, got 'x' (a string)"),
+        (
+            "nodes:\n  - {gpu: H100-SXM, count: 2, nic_gbps: 25}\noverrides:\n  - {a: x, b: 1, bandwidth_gbps: 9}\n",
+            "overrides[0].a must be an integer from 0 to 4095, got 'x' (a string)",
+        ),
     ],
 )
 def test_malformed_cluster_files_are_spec_errors(tmp_path, body, msg):
@@ -214,7 +250,9 @@ def test_unknown_model():
 def test_non_positive_bandwidth_refused(tmp_path, bw):
     f = tmp_path / "c.yaml"
     f.write_text(f"nodes:\n  - {{gpu: H100-SXM, count: 2, nic_gbps: {bw}}}\n")
-    with pytest.raises(SpecError, match=r"nodes\[0\]\.nic_gbps must be a number > 0 and <= 10,000 GB/s, got " + str(bw)):
+    with pytest.raises(
+        SpecError, match=r"nodes\[0\]\.nic_gbps must be a number > 0 and <= 10,000 GB/s, got " + str(bw)
+    ):
         load_cluster(f)
 
 
@@ -235,7 +273,9 @@ def test_missing_cluster_file_lists_bundled():
 
 def test_bad_gpu_catalog_field(tmp_path):
     f = tmp_path / "g.yaml"
-    f.write_text("X:\n  peak_bf16_tflops: 1\n  memory_gib: 1\n  hbm_bandwidth_gbps: 1\n  link_kind: pcie4\n  link_bandwidth_gbps: 1\n  speed: 3\n")
+    f.write_text(
+        "X:\n  peak_bf16_tflops: 1\n  memory_gib: 1\n  hbm_bandwidth_gbps: 1\n  link_kind: pcie4\n  link_bandwidth_gbps: 1\n  speed: 3\n"
+    )
     with pytest.raises(SpecError, match=r"GPU type 'X': unknown key 'speed'"):
         load_gpu_catalog(f)
 

@@ -43,14 +43,20 @@ def ours(output: str) -> list[str]:
 
 def test_a_stopped_rank_is_named_and_ends_the_run_within_about_one_timeout(tmp_path):
     random_plan(2, 128, 8, 4, seed=4, block_size=8).save(tmp_path / "plan.json")
-    p = torchrun(["run", "--plan", "plan.json", "--steps", "100000", "--timeout", "6", "--time-limit", "120", "--out", "run"], 2, tmp_path)
+    p = torchrun(
+        ["run", "--plan", "plan.json", "--steps", "100000", "--timeout", "6", "--time-limit", "120", "--out", "run"],
+        2,
+        tmp_path,
+    )
     lines = []
     for line in p.stdout:  # wait until training runs
         lines.append(line)
         if "first step after" in line:
             break
     time.sleep(1.0)  # a few steps in
-    workers = [int(x) for x in subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()]
+    workers = [
+        int(x) for x in subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
+    ]
     assert len(workers) == 2, lines
     victim = max(workers)  # started second: local rank 1 = rank 1 of a one-node run
     os.kill(victim, signal.SIGSTOP)
@@ -61,7 +67,9 @@ def test_a_stopped_rank_is_named_and_ends_the_run_within_about_one_timeout(tmp_p
     assert p.returncode != 0
     mine = ours(out)
     assert len(mine) == 1, "\n".join(mine) or out[-3000:]
-    assert f"rank 0/2: a collective timed out after 6 s waiting for a peer (--timeout): rank 1 (pid {victim}" in mine[0], mine
+    assert (
+        f"rank 0/2: a collective timed out after 6 s waiting for a peer (--timeout): rank 1 (pid {victim}" in mine[0]
+    ), mine
     assert "stopped (SIGSTOP)" in mine[0], mine
     assert not re.search(r'File ".*/hexiseq/', out), out[-3000:]
     assert seconds < 6 + 20, seconds  # ~one timeout plus the heartbeat check; it was 6 + 30 s before
@@ -94,8 +102,15 @@ def _cross_node_plan(tmp_path):
     from hexiseq.plan import Group, Plan
 
     (tmp_path / "two-nodes.yaml").write_text(CLUSTER)
-    plan = Plan(256, 8, 4, (Group((0, 2), 48, (40, 56), (3, 5)), Group((1, 3), 80, (100, 60), (4, 4))), block_size=8,
-                name="cross", cluster=str(tmp_path / "two-nodes.yaml"))
+    plan = Plan(
+        256,
+        8,
+        4,
+        (Group((0, 2), 48, (40, 56), (3, 5)), Group((1, 3), 80, (100, 60), (4, 4))),
+        block_size=8,
+        name="cross",
+        cluster=str(tmp_path / "two-nodes.yaml"),
+    )
     plan.check().save(tmp_path / "plan.json")
     return plan
 
@@ -116,11 +131,23 @@ def test_two_torchrun_agents_run_a_two_node_plan(tmp_path, within):
     _cross_node_plan(tmp_path)
     port = free_port()
     args = ["run", "--plan", "plan.json", "--out", "run", "--steps", "3", "--model", "tiny"]
-    agents = [torchrun(args, 2, tmp_path, ["--nnodes", "2", "--node-rank", str(n), "--master-addr", "127.0.0.1",
-                                           "--master-port", str(port)]) for n in (0, 1)]
+    agents = [
+        torchrun(
+            args,
+            2,
+            tmp_path,
+            ["--nnodes", "2", "--node-rank", str(n), "--master-addr", "127.0.0.1", "--master-port", str(port)],
+        )
+        for n in (0, 1)
+    ]
     outs = [a.communicate(timeout=180)[0] for a in agents]
     assert [a.returncode for a in agents] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
-    for s in ("0=node 0/local 0 (device 0", "1=node 1/local 0 (device 2", "2=node 0/local 1 (device 1", "3=node 1/local 1 (device 3"):
+    for s in (
+        "0=node 0/local 0 (device 0",
+        "1=node 1/local 0 (device 2",
+        "2=node 0/local 1 (device 1",
+        "3=node 1/local 1 (device 3",
+    ):
         assert s in outs[0], outs[0][-3000:]
     summary = load_summary(tmp_path / "run")
     assert summary["status"] == "completed" and summary["world_size"] == 4 and summary["predicted_step_time_s"] > 0
@@ -128,7 +155,11 @@ def test_two_torchrun_agents_run_a_two_node_plan(tmp_path, within):
     ref = SingleDevice(Llama(cfg).init_weights(0))
     with torch.no_grad():
         ref_loss = ref.loss(make_tokens(cfg, 256, 0))[1]
-    within(abs(load(tmp_path / "run")["loss"].iloc[0] - ref_loss) / ref_loss, FP32, "two torchrun nodes vs one process: first loss")
+    within(
+        abs(load(tmp_path / "run")["loss"].iloc[0] - ref_loss) / ref_loss,
+        FP32,
+        "two torchrun nodes vs one process: first loss",
+    )
 
 
 def test_a_torchrun_world_that_is_not_the_plans_is_refused_on_every_process(tmp_path):

@@ -15,9 +15,29 @@ import yaml
 DATA = Path(__file__).resolve().parent.parent / "data"
 VAL = DATA / "validation"
 CITED_GPU_FIELDS = ("peak_bf16_tflops", "memory_gib", "hbm_bandwidth_gbps", "link_bandwidth_gbps", "link_latency_us")
-POINT_KEYS = ("id", "source", "locator", "published", "gpu", "num_gpus", "nodes", "gpus_per_node", "interconnect",
-              "model", "seq_len", "batch", "layout", "recompute", "precision", "measured", "tokens_per_s_per_gpu",
-              "conversion", "uncertainty", "quality", "split")
+POINT_KEYS = (
+    "id",
+    "source",
+    "locator",
+    "published",
+    "gpu",
+    "num_gpus",
+    "nodes",
+    "gpus_per_node",
+    "interconnect",
+    "model",
+    "seq_len",
+    "batch",
+    "layout",
+    "recompute",
+    "precision",
+    "measured",
+    "tokens_per_s_per_gpu",
+    "conversion",
+    "uncertainty",
+    "quality",
+    "split",
+)
 ARCH_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
 FAMILIES = ("cp", "hp", "hybrid", "none")
 
@@ -70,6 +90,7 @@ def _arch(point, models):
 # --------------------------------------------------------------------------- FLOP conventions
 # Independent copies of the formulas documented in data/validation/README.md.
 
+
 def _megatron_noncausal(a, s):
     L, h = a["layers"], a["hidden"]
     return 12 * L * h * h * (1 + a["kv_heads"] / a["heads"] + s / h) + 18 * L * h * a["ffn"] + 6 * h * a["vocab"]
@@ -104,6 +125,7 @@ def _measured_flops_per_s(point):
 
 
 # --------------------------------------------------------------------------- points
+
 
 def test_points_have_every_field(points):
     ids = [p["id"] for p in points]
@@ -192,8 +214,13 @@ def test_conversions_can_be_redone(points, models):
 def test_megatron_convention_reproduces_nemo_summary(models):
     """The convention used for the NeMo long-sequence tables, checked on rows that publish both
     tokens/s/GPU and TFLOP/s/GPU (NeMo 24.07 performance_summary.md, nemo_perf_summary)."""
-    rows = [("llama2-7b", 4096, 16847, 776), ("llama3-8b", 8192, 12036, 697),
-            ("llama2-13b", 4096, 8646, 754), ("llama2-70b", 4096, 1707, 759), ("llama3-70b", 8192, 1533, 738)]
+    rows = [
+        ("llama2-7b", 4096, 16847, 776),
+        ("llama3-8b", 8192, 12036, 697),
+        ("llama2-13b", 4096, 8646, 754),
+        ("llama2-70b", 4096, 1707, 759),
+        ("llama3-70b", 8192, 1533, 738),
+    ]
     for key, s, tokens, tflops in rows:
         assert tflops * 1e12 / _megatron_noncausal(models[key], s) == pytest.approx(tokens, rel=2e-3), key
 
@@ -221,8 +248,9 @@ def test_split_proportions_and_holdout_coverage(points):
     assert len(fit) <= 2 * len(points) / 3
     assert any(p["gpu"].startswith("H100") for p in hold) and any(p["gpu"].startswith("A100") for p in hold)
     assert {"cp", "hp"} <= {p["layout"]["family"] for p in hold}
-    multi = {p["source"] for p in points} - {s for s in {p["source"] for p in points}
-                                              if sum(q["source"] == s for q in points) == 1}
+    multi = {p["source"] for p in points} - {
+        s for s in {p["source"] for p in points} if sum(q["source"] == s for q in points) == 1
+    }
     for s in multi:  # every source with more than one case appears in both splits
         assert {p["split"] for p in points if p["source"] == s} == {"fit", "holdout"}, s
 
@@ -241,6 +269,7 @@ def test_matched_pairs_differ_only_in_the_gpu(points):
 
 
 # --------------------------------------------------------------------------- kernels
+
 
 def test_kernel_entries_and_priors(kernels):
     ids = [e["id"] for e in kernels["entries"]]

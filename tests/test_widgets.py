@@ -86,7 +86,11 @@ def test_explorer_while_planning_and_after(gated):
     assert not ex.busy and not ex.button.disabled and not any(w.disabled for w in ex.controls)
     assert ex.status.value.startswith("✔ planned testbed-8 · gpt-7b · 16K tokens in ")
     assert "testbed-8 · gpt-7b · 16K tokens: HexiSeq" in ex.result.value
-    assert [c._dom_classes for c in ex.figures.children] == [("hexiseq-allocation",), ("hexiseq-systems",), ("hexiseq-phases",)]
+    assert [c._dom_classes for c in ex.figures.children] == [
+        ("hexiseq-allocation",),
+        ("hexiseq-systems",),
+        ("hexiseq-phases",),
+    ]
     assert ex.figures.children[0].value[:4] == b"\x89PNG"
 
 

@@ -28,15 +28,17 @@ import json
 import math
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ..errors import HexiSeqError
 from ..specs import ClusterSpec, ModelSpec, Workload, get_model, write_text_atomic
 from .emulation import emulation_for
 from .plans import WORLD, CalPlan, calibration_plans
-from .profile import DEFAULT_MODEL, Profile, _load, profile as measure_profile, resolve_world
+from .profile import DEFAULT_MODEL, Profile, _load, resolve_world
+from .profile import profile as measure_profile
 
 # what the fit may change, with the search box of its multiplier (log2 of the factor on the profile's figure)
 FITTED = {"peak_bf16_tflops": (-1.0, 1.0), "eff_hbm": (-2.0, 2.0), "link_latency_us": (-3.0, 3.0)}
@@ -62,8 +64,11 @@ class Calibration:
     load_average: dict[str, list[float]] = field(default_factory=dict)
 
     def errors(self, key: str, split: str | None = None) -> list[float]:
-        return [abs(r[key] / r["measured_s"] - 1) for r in self.rows
-                if r.get(key) is not None and r["measured_s"] and (split is None or r["split"] == split)]
+        return [
+            abs(r[key] / r["measured_s"] - 1)
+            for r in self.rows
+            if r.get(key) is not None and r["measured_s"] and (split is None or r["split"] == split)
+        ]
 
     def stats(self) -> dict[str, Any]:
         """Median and worst |predicted / measured - 1|, before and after, for all plans, the fit and the held-out ones."""
@@ -72,7 +77,11 @@ class Calibration:
             name = split or "all"
             for key, label in (("predicted_before_s", "before"), ("predicted_after_s", "after")):
                 e = self.errors(key, split)
-                out[f"{name}_{label}"] = {"median": statistics.median(e) if e else None, "worst": max(e) if e else None, "plans": len(e)}
+                out[f"{name}_{label}"] = {
+                    "median": statistics.median(e) if e else None,
+                    "worst": max(e) if e else None,
+                    "plans": len(e),
+                }
         return out
 
     def summary(self) -> str:
@@ -80,30 +89,51 @@ class Calibration:
         s = self.stats()
 
         def f(d: dict[str, Any]) -> str:
-            return "n/a" if d["median"] is None else f"median {d['median']:.1%}, worst {d['worst']:.1%} ({d['plans']} plans)"
+            return (
+                "n/a"
+                if d["median"] is None
+                else f"median {d['median']:.1%}, worst {d['worst']:.1%} ({d['plans']} plans)"
+            )
 
-        lines = [f"calibration of {self.cluster} ({self.model}, S={self.seq_len:,}, {self.steps} steps per plan; emulated CPU ranks)",
-                 f"  before the fit: {f(s['all_before'])}",
-                 f"  after the fit:  {f(s['all_after'])}",
-                 f"  held out (not fitted): before {f(s['held-out_before'])}; after {f(s['held-out_after'])}",
-                 "  fitted: " + ", ".join(f"{k} x{v:.3g}" for k, v in self.factors.items())]
+        lines = [
+            f"calibration of {self.cluster} ({self.model}, S={self.seq_len:,}, {self.steps} steps per plan; emulated CPU ranks)",
+            f"  before the fit: {f(s['all_before'])}",
+            f"  after the fit:  {f(s['all_after'])}",
+            f"  held out (not fitted): before {f(s['held-out_before'])}; after {f(s['held-out_after'])}",
+            "  fitted: " + ", ".join(f"{k} x{v:.3g}" for k, v in self.factors.items()),
+        ]
         return "\n".join(lines)
 
     def table(self) -> str:
-        head = (f"{'plan':<16} {'shape':<46} {'recompute':<9} {'split':<8} {'measured s':>10} {'before s':>9} {'err':>7} "
-                f"{'after s':>9} {'err':>7} {'overrun':>7}")
+        head = (
+            f"{'plan':<16} {'shape':<46} {'recompute':<9} {'split':<8} {'measured s':>10} {'before s':>9} {'err':>7} "
+            f"{'after s':>9} {'err':>7} {'overrun':>7}"
+        )
         lines = [head, "-" * len(head)]
         for r in self.rows:
             o = r.get("pacing_overrun")
-            lines.append(f"{r['plan']:<16} {r['shape']:<46} {r['recompute']:<9} {r['split']:<8} {r['measured_s']:>10.3f} "
-                         f"{r['predicted_before_s']:>9.3f} {r['error_before']:>+7.1%} {r['predicted_after_s']:>9.3f} {r['error_after']:>+7.1%} "
-                         f"{'' if o is None else f'{o:.2f}':>7}")
+            lines.append(
+                f"{r['plan']:<16} {r['shape']:<46} {r['recompute']:<9} {r['split']:<8} {r['measured_s']:>10.3f} "
+                f"{r['predicted_before_s']:>9.3f} {r['error_before']:>+7.1%} {r['predicted_after_s']:>9.3f} {r['error_after']:>+7.1%} "
+                f"{'' if o is None else f'{o:.2f}':>7}"
+            )
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"cluster": self.cluster, "model": self.model, "seq_len": self.seq_len, "steps": self.steps, "out": self.out,
-                "rows": self.rows, "stats": self.stats(), "factors": self.factors, "fitted": self.fitted,
-                "load_average": self.load_average, "emulated": True, "profile": self.profile.to_dict()}
+        return {
+            "cluster": self.cluster,
+            "model": self.model,
+            "seq_len": self.seq_len,
+            "steps": self.steps,
+            "out": self.out,
+            "rows": self.rows,
+            "stats": self.stats(),
+            "factors": self.factors,
+            "fitted": self.fitted,
+            "load_average": self.load_average,
+            "emulated": True,
+            "profile": self.profile.to_dict(),
+        }
 
 
 # ---------------------------------------------------------------------- prediction and fit
@@ -129,7 +159,9 @@ def scaled_cluster(cluster: ClusterSpec, factors: dict[str, float]) -> ClusterSp
     return cluster.with_profile(changes)
 
 
-def fit(cluster: ClusterSpec, model: ModelSpec, plans: Sequence[CalPlan], measured: Sequence[float]) -> dict[str, float]:
+def fit(
+    cluster: ClusterSpec, model: ModelSpec, plans: Sequence[CalPlan], measured: Sequence[float]
+) -> dict[str, float]:
     """Multipliers on the FITTED fields minimising Σ log²(predicted / measured) over `plans`, plus
     RIDGE x Σ log2(multiplier)² (module doc)."""
     from ..costmodel.fidelity import grid_search
@@ -138,7 +170,10 @@ def fit(cluster: ClusterSpec, model: ModelSpec, plans: Sequence[CalPlan], measur
 
     def loss(*x: float) -> float:
         c = scaled_cluster(cluster, {k: 2.0**v for k, v in zip(keys, x)})
-        return float(sum(math.log(predict(c, model, p) / m) ** 2 for p, m in zip(plans, measured)) + RIDGE * sum(v * v for v in x))
+        return float(
+            sum(math.log(predict(c, model, p) / m) ** 2 for p, m in zip(plans, measured))
+            + RIDGE * sum(v * v for v in x)
+        )
 
     best, _ = grid_search(loss, [FITTED[k] for k in keys], GRID_STEPS)
     return {k: 2.0**v for k, v in zip(keys, best)}
@@ -154,10 +189,19 @@ def calibrate_worker(rank: int, world: int, jobs: list[Any]) -> list[dict[str, A
     return [run_worker(rank, world, job) for job in jobs]
 
 
-def calibrate(world: int | None = None, profile: Profile | str | Path | None = None, quick: bool = False, *,
-              cluster: str | ClusterSpec | None = None, model: str = DEFAULT_MODEL, seq_len: int | None = None,
-              steps: int | None = None, out: str | Path | None = None, timeout_s: float = 3600.0,
-              say: Callable[[str], None] | None = None) -> Calibration:
+def calibrate(
+    world: int | None = None,
+    profile: Profile | str | Path | None = None,
+    quick: bool = False,
+    *,
+    cluster: str | ClusterSpec | None = None,
+    model: str = DEFAULT_MODEL,
+    seq_len: int | None = None,
+    steps: int | None = None,
+    out: str | Path | None = None,
+    timeout_s: float = 3600.0,
+    say: Callable[[str], None] | None = None,
+) -> Calibration:
     """Run the calibration (module doc) and return its rows; runs and calibration.json go under `out`
     (default runs/calibrate-<time>). `quick`: a short sequence and 3 steps per plan (tests, notebooks)."""
     from ..runs.config import resolve
@@ -168,27 +212,39 @@ def calibrate(world: int | None = None, profile: Profile | str | Path | None = N
     say = say or print
     spec, named = resolve_world(world, cluster)
     if spec.size != WORLD:
-        raise HexiSeqError(f"calibrate runs its plans on {WORLD} ranks; {'cluster ' + repr(spec.name) if named else 'the world'} "
-                           f"has {spec.size}")
+        raise HexiSeqError(
+            f"calibrate runs its plans on {WORLD} ranks; {'cluster ' + repr(spec.name) if named else 'the world'} "
+            f"has {spec.size}"
+        )
     mspec = get_model(model)
     S = seq_len or (1024 if quick else 8192)
     n_steps = steps or (3 if quick else 6)
     from ..runs.config import WARMUP_EXCLUDED
 
     if n_steps <= WARMUP_EXCLUDED:
-        raise HexiSeqError(f"--steps must exceed the {WARMUP_EXCLUDED} warm-up steps left out of the measurement, got {n_steps}")
+        raise HexiSeqError(
+            f"--steps must exceed the {WARMUP_EXCLUDED} warm-up steps left out of the measurement, got {n_steps}"
+        )
     block = 32 if S < 4096 else 64
     plans = calibration_plans(S, mspec.heads, mspec.kv_heads, block, spec.name if named else "", mspec.name)
     # the profile: measured now, or given (file or object); it must describe this world's device types
     if profile is None:
-        prof = measure_profile(cluster=spec if named else None, world=None if named else spec.size, model=model,
-                               seq_len=min(S, 8192), quick=quick, say=say)
+        prof = measure_profile(
+            cluster=spec if named else None,
+            world=None if named else spec.size,
+            model=model,
+            seq_len=min(S, 8192),
+            quick=quick,
+            say=say,
+        )
     else:
         prof = profile if isinstance(profile, Profile) else Profile.load(profile)
     missing = [t for t in spec.gpu_types if t not in prof.gpus]
     if missing:
-        raise HexiSeqError(f"the profile has no figures for {', '.join(missing)} (the device types of {spec.name}); profile this "
-                           f"world first: hexiseq profile {'--cluster ' + spec.name if named else '--world ' + str(spec.size)}")
+        raise HexiSeqError(
+            f"the profile has no figures for {', '.join(missing)} (the device types of {spec.name}); profile this "
+            f"world first: hexiseq profile {'--cluster ' + spec.name if named else '--world ' + str(spec.size)}"
+        )
     cost_cluster = prof.apply(spec)
     before = [predict(cost_cluster, mspec, p) for p in plans]
     stamp = default_run_dir()
@@ -198,10 +254,28 @@ def calibrate(world: int | None = None, profile: Profile | str | Path | None = N
     jobs = []
     for p, pred in zip(plans, before):
         run = RunDir.create(root / p.name)
-        cfg = resolve(p.plan, run.data, model=model, seq_len=S, steps=n_steps, lr=1e-3, warmup_steps=0, schedule="constant",
-                      recompute=p.recompute, tensorboard=False, timeout_s=300.0)
-        cfg = dataclasses.replace(cfg, emulation=emulation_for(p.plan, spec).to_dict(), predicted={
-            "step_time_s": pred, "cluster": spec.name, "note": f"simulated iteration on {spec.name} with the profile ({prof.measured.get('when')})"})
+        cfg = resolve(
+            p.plan,
+            run.data,
+            model=model,
+            seq_len=S,
+            steps=n_steps,
+            lr=1e-3,
+            warmup_steps=0,
+            schedule="constant",
+            recompute=p.recompute,
+            tensorboard=False,
+            timeout_s=300.0,
+        )
+        cfg = dataclasses.replace(
+            cfg,
+            emulation=emulation_for(p.plan, spec).to_dict(),
+            predicted={
+                "step_time_s": pred,
+                "cluster": spec.name,
+                "note": f"simulated iteration on {spec.name} with the profile ({prof.measured.get('when')})",
+            },
+        )
         run.write_json(run.config, cfg.to_dict())
         run.write_json(run.plan, cfg.plan)
         jobs.append(RunJob(str(run.path), cfg))
@@ -214,7 +288,9 @@ def calibrate(world: int | None = None, profile: Profile | str | Path | None = N
     for job in jobs:
         summary = RunDir(job.run_dir).read_json(RunDir(job.run_dir).summary) or {}
         if summary.get("measured_step_time_s") is None:
-            raise HexiSeqError(f"run {job.run_dir} recorded no step time ({summary.get('status')}: {summary.get('error')})")
+            raise HexiSeqError(
+                f"run {job.run_dir} recorded no step time ({summary.get('status')}: {summary.get('error')})"
+            )
         measured.append(float(summary["measured_step_time_s"]))
         overrun.append(pacing_overrun(summary))
     fit_idx = [i for i, p in enumerate(plans) if p.fit]
@@ -223,13 +299,28 @@ def calibrate(world: int | None = None, profile: Profile | str | Path | None = N
     after = [predict(fitted_cluster, mspec, p) for p in plans]
     rows = []
     for p, m, b, a, o, job in zip(plans, measured, before, after, overrun, jobs):
-        rows.append({"plan": p.name, "shape": p.shape, "recompute": p.recompute, "split": "fit" if p.fit else "held-out",
-                     "measured_s": m, "predicted_before_s": b, "predicted_after_s": a, "error_before": b / m - 1,
-                     "error_after": a / m - 1, "pacing_overrun": o, "run_dir": job.run_dir})
-    fitted = {name: {k: getattr(next(d.gpu for d in fitted_cluster.devices if d.gpu.name == name), k) for k in FITTED}
-              for name in fitted_cluster.gpu_types}
-    cal = Calibration(rows, fitted, factors, prof, spec.name, mspec.name, S, n_steps, str(root),
-                      {"before": load0, "after": _load()})
+        rows.append(
+            {
+                "plan": p.name,
+                "shape": p.shape,
+                "recompute": p.recompute,
+                "split": "fit" if p.fit else "held-out",
+                "measured_s": m,
+                "predicted_before_s": b,
+                "predicted_after_s": a,
+                "error_before": b / m - 1,
+                "error_after": a / m - 1,
+                "pacing_overrun": o,
+                "run_dir": job.run_dir,
+            }
+        )
+    fitted = {
+        name: {k: getattr(next(d.gpu for d in fitted_cluster.devices if d.gpu.name == name), k) for k in FITTED}
+        for name in fitted_cluster.gpu_types
+    }
+    cal = Calibration(
+        rows, fitted, factors, prof, spec.name, mspec.name, S, n_steps, str(root), {"before": load0, "after": _load()}
+    )
     write_text_atomic(root / "calibration.json", json.dumps(cal.to_dict(), indent=2, default=float) + "\n")
     return cal
 
@@ -246,4 +337,3 @@ def pacing_overrun(summary: dict[str, Any]) -> float | None:
             r = (p["wall_s"] + p["compute_sleep_s"]) / (f * p["cpu_s"])
             worst = r if worst is None else max(worst, r)
     return worst
-

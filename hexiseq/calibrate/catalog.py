@@ -23,8 +23,21 @@ from .profile import Profile
 
 FACTORS = (1.0, 2.0, 4.0, 10.0)  # the CPU types the catalog holds (local worlds and cpu-4 use them)
 SOURCE_KEY = "hexiseq_cpu_profile"
-_ORDER = ("peak_bf16_tflops", "memory_gib", "hbm_bandwidth_gbps", "link_kind", "link_bandwidth_gbps", "link_latency_us", "eff_matmul",
-          "eff_attention", "eff_hbm", "attn_block_half_keys", "overlap_slowdown", "link_efficiency", "nic_efficiency")
+_ORDER = (
+    "peak_bf16_tflops",
+    "memory_gib",
+    "hbm_bandwidth_gbps",
+    "link_kind",
+    "link_bandwidth_gbps",
+    "link_latency_us",
+    "eff_matmul",
+    "eff_attention",
+    "eff_hbm",
+    "attn_block_half_keys",
+    "overlap_slowdown",
+    "link_efficiency",
+    "nic_efficiency",
+)
 
 
 def base_type(profile: Profile) -> GPUType:
@@ -39,24 +52,31 @@ def base_type(profile: Profile) -> GPUType:
         raise ValueError("the profile measured no CPU-x<f> type")
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
     mem = (profile.measured.get("machine") or {}).get("memory_gib") or 16.0
-    return GPUType(name="CPU-x1", memory_gib=float(max(1, int(mem // 4))), link_kind="loopback",
-                   sources={k: SOURCE_KEY for k in numeric_fields()}, **{k: float(v) for k, v in med.items()})
+    return GPUType(
+        name="CPU-x1",
+        memory_gib=float(max(1, int(mem // 4))),
+        link_kind="loopback",
+        sources={k: SOURCE_KEY for k in numeric_fields()},
+        **{k: float(v) for k, v in med.items()},
+    )
 
 
 def catalog_text(profile: Profile, where: str) -> str:
     """The text of data/gpus-cpu.yaml."""
     base = base_type(profile)
     m = profile.measured
-    lines = ["# yaml-language-server: $schema=schemas/gpus.schema.json",
-             "# Emulated CPU device types (hexiseq/runtime/emulation.py): CPU-x<f> is one CPU rank (one torch thread) slowed f",
-             "# times by pacing. Written by `python -m hexiseq.calibrate.catalog " + where + "` from that profile:",
-             f"#   `{m.get('command')}`, {m.get('when')}, {(m.get('machine') or {}).get('cpu')} ({(m.get('machine') or {}).get('cores')} cores),",
-             f"#   load average {((m.get('load_average') or {}).get('before') or ['?'])[0]} -> {((m.get('load_average') or {}).get('after') or ['?'])[0]}.",
-             "# CPU-x1 = the measured types' figures with the rates times their factor (median); CPU-x<f> = CPU-x1 with",
-             "# peak_bf16_tflops and hbm_bandwidth_gbps divided by f. Bytes are bf16-counted (2 per element) as the cost model",
-             "# counts them; 'peak' is the fastest rate a rank reached, so the efficiencies are fractions of it. memory_gib: the",
-             "# machine's memory shared by four ranks. These describe this project's machine: on another, profile it",
-             "# (`hexiseq profile --cluster cpu-4`) and pass --profile, or rewrite this file from the new profile."]
+    lines = [
+        "# yaml-language-server: $schema=schemas/gpus.schema.json",
+        "# Emulated CPU device types (hexiseq/runtime/emulation.py): CPU-x<f> is one CPU rank (one torch thread) slowed f",
+        "# times by pacing. Written by `python -m hexiseq.calibrate.catalog " + where + "` from that profile:",
+        f"#   `{m.get('command')}`, {m.get('when')}, {(m.get('machine') or {}).get('cpu')} ({(m.get('machine') or {}).get('cores')} cores),",
+        f"#   load average {((m.get('load_average') or {}).get('before') or ['?'])[0]} -> {((m.get('load_average') or {}).get('after') or ['?'])[0]}.",
+        "# CPU-x1 = the measured types' figures with the rates times their factor (median); CPU-x<f> = CPU-x1 with",
+        "# peak_bf16_tflops and hbm_bandwidth_gbps divided by f. Bytes are bf16-counted (2 per element) as the cost model",
+        "# counts them; 'peak' is the fastest rate a rank reached, so the efficiencies are fractions of it. memory_gib: the",
+        "# machine's memory shared by four ranks. These describe this project's machine: on another, profile it",
+        "# (`hexiseq profile --cluster cpu-4`) and pass --profile, or rewrite this file from the new profile.",
+    ]
     for f in FACTORS:
         g = derived_type(base, f, name=f"CPU-x{f:g}")
         lines.append(f"CPU-x{f:g}:")
@@ -71,7 +91,9 @@ def catalog_text(profile: Profile, where: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m hexiseq.calibrate.catalog PROFILE.yaml   (rewrites data/gpus-cpu.yaml)", file=sys.stderr)
+        print(
+            "usage: python -m hexiseq.calibrate.catalog PROFILE.yaml   (rewrites data/gpus-cpu.yaml)", file=sys.stderr
+        )
         return 2
     prof = Profile.load(argv[0])
     out = data_path("gpus-cpu.yaml")
@@ -82,4 +104,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
-

@@ -16,14 +16,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import HexiSeqError
 from ..specs import ClusterSpec, Workload, get_model, load_cluster, write_text_atomic
 from .emulation import check_emulated, emulation_for
-from .profile import DEFAULT_MODEL, Profile, profile as measure_profile
+from .profile import DEFAULT_MODEL, Profile
+from .profile import profile as measure_profile
 
 
 @dataclass
@@ -58,24 +60,51 @@ class Comparison:
         lines = [f"{self.cluster} (emulated CPU ranks), {self.model}, S={self.seq_len:,}, {self.steps} steps each:"]
         for r in self.rows:
             o = r.get("pacing_overrun")
-            lines.append(f"  {r['system']:<8} {r['config']:<52} measured {r['measured_s']:7.3f} s, predicted {r['predicted_s']:7.3f} s "
-                         f"({r['error']:+.1%}; profile alone {r['predicted_profile_s']:.3f} s, {r['error_profile']:+.1%})"
-                         + (f", pacing overrun {o:.2f}" if o else ""))
-        lines.append(f"  speedup of the uneven plan over the best even one: measured {self.measured_speedup:.3f}x, predicted "
-                     f"{self.predicted_speedup:.3f}x -> claim {'holds' if self.claim_holds else 'does NOT hold'} "
-                     f"(measured faster and both calibrated predictions within 15%)")
-        lines.append(f"  calibration: {self.calibration}; multipliers " + ", ".join(f"{k} x{v:.3g}" for k, v in self.factors.items()))
+            lines.append(
+                f"  {r['system']:<8} {r['config']:<52} measured {r['measured_s']:7.3f} s, predicted {r['predicted_s']:7.3f} s "
+                f"({r['error']:+.1%}; profile alone {r['predicted_profile_s']:.3f} s, {r['error_profile']:+.1%})"
+                + (f", pacing overrun {o:.2f}" if o else "")
+            )
+        lines.append(
+            f"  speedup of the uneven plan over the best even one: measured {self.measured_speedup:.3f}x, predicted "
+            f"{self.predicted_speedup:.3f}x -> claim {'holds' if self.claim_holds else 'does NOT hold'} "
+            f"(measured faster and both calibrated predictions within 15%)"
+        )
+        lines.append(
+            f"  calibration: {self.calibration}; multipliers "
+            + ", ".join(f"{k} x{v:.3g}" for k, v in self.factors.items())
+        )
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"cluster": self.cluster, "model": self.model, "seq_len": self.seq_len, "steps": self.steps, "rows": self.rows,
-                "measured_speedup": self.measured_speedup, "predicted_speedup": self.predicted_speedup,
-                "claim_holds": self.claim_holds, "out": self.out, "load_average": self.load_average, "emulated": True,
-                "factors": self.factors, "calibration": self.calibration, "profile": self.profile.to_dict()}
+        return {
+            "cluster": self.cluster,
+            "model": self.model,
+            "seq_len": self.seq_len,
+            "steps": self.steps,
+            "rows": self.rows,
+            "measured_speedup": self.measured_speedup,
+            "predicted_speedup": self.predicted_speedup,
+            "claim_holds": self.claim_holds,
+            "out": self.out,
+            "load_average": self.load_average,
+            "emulated": True,
+            "factors": self.factors,
+            "calibration": self.calibration,
+            "profile": self.profile.to_dict(),
+        }
 
 
-def run_plan(plan: Any, cluster: ClusterSpec, recompute: str, predicted: float, run_path: Path, model: str, steps: int,
-             timeout_s: float) -> dict[str, Any]:
+def run_plan(
+    plan: Any,
+    cluster: ClusterSpec,
+    recompute: str,
+    predicted: float,
+    run_path: Path,
+    model: str,
+    steps: int,
+    timeout_s: float,
+) -> dict[str, Any]:
     """One real emulated run of `plan` (its own spawned world); its summary."""
     from ..runs.config import resolve
     from ..runs.loop import RunJob, run_worker
@@ -83,10 +112,24 @@ def run_plan(plan: Any, cluster: ClusterSpec, recompute: str, predicted: float, 
     from ..runtime.launch import spawn_world
 
     run = RunDir.create(run_path)
-    cfg = resolve(plan, run.data, model=model, seq_len=plan.seq_len, steps=steps, lr=1e-3, warmup_steps=0, schedule="constant",
-                  recompute=recompute, tensorboard=False, timeout_s=300.0)
-    cfg = dataclasses.replace(cfg, emulation=emulation_for(plan, cluster).to_dict(),
-                              predicted={"step_time_s": predicted, "cluster": cluster.name, "note": "simulated with the profile"})
+    cfg = resolve(
+        plan,
+        run.data,
+        model=model,
+        seq_len=plan.seq_len,
+        steps=steps,
+        lr=1e-3,
+        warmup_steps=0,
+        schedule="constant",
+        recompute=recompute,
+        tensorboard=False,
+        timeout_s=300.0,
+    )
+    cfg = dataclasses.replace(
+        cfg,
+        emulation=emulation_for(plan, cluster).to_dict(),
+        predicted={"step_time_s": predicted, "cluster": cluster.name, "note": "simulated with the profile"},
+    )
     run.write_json(run.config, cfg.to_dict())
     run.write_json(run.plan, cfg.plan)
     spawn_world(run_worker, plan.world_size, RunJob(str(run.path), cfg), timeout_s=timeout_s, pg_timeout_s=300.0)
@@ -96,9 +139,19 @@ def run_plan(plan: Any, cluster: ClusterSpec, recompute: str, predicted: float, 
     return summary
 
 
-def compare(cluster: str | ClusterSpec = "cpu-4", profile: Profile | str | Path | None = None, calibration: str | Path | None = None,
-            *, model: str = DEFAULT_MODEL, seq_len: int | None = None, steps: int | None = None, quick: bool = False,
-            out: str | Path | None = None, timeout_s: float = 3600.0, say: Callable[[str], None] | None = None) -> Comparison:
+def compare(
+    cluster: str | ClusterSpec = "cpu-4",
+    profile: Profile | str | Path | None = None,
+    calibration: str | Path | None = None,
+    *,
+    model: str = DEFAULT_MODEL,
+    seq_len: int | None = None,
+    steps: int | None = None,
+    quick: bool = False,
+    out: str | Path | None = None,
+    timeout_s: float = 3600.0,
+    say: Callable[[str], None] | None = None,
+) -> Comparison:
     """Profile, calibrate, plan the emulated cluster, run the planner's plan and the best even plan,
     compare (module doc). `calibration`: a calibration.json of this cluster to reuse (its profile too)."""
     from ..planner import plan_cluster
@@ -114,7 +167,9 @@ def compare(cluster: str | ClusterSpec = "cpu-4", profile: Profile | str | Path 
     S = seq_len or (2048 if quick else 8192)
     n_steps = steps or (3 if quick else 8)
     if n_steps <= WARMUP_EXCLUDED:
-        raise HexiSeqError(f"--steps must exceed the {WARMUP_EXCLUDED} warm-up steps left out of the measurement, got {n_steps}")
+        raise HexiSeqError(
+            f"--steps must exceed the {WARMUP_EXCLUDED} warm-up steps left out of the measurement, got {n_steps}"
+        )
     stamp = default_run_dir()
     root = Path(out) if out is not None else stamp.with_name("compare-" + stamp.name)
     if root.exists() and any(root.iterdir()):
@@ -123,17 +178,30 @@ def compare(cluster: str | ClusterSpec = "cpu-4", profile: Profile | str | Path 
     if calibration is not None:
         record = _read_calibration(calibration, spec.name, mspec.name)
         if profile is None:
-            profile = Profile(record["profile"]["gpus"], record["profile"].get("measured") or {}, record["profile"].get("notes") or "")
+            profile = Profile(
+                record["profile"]["gpus"], record["profile"].get("measured") or {}, record["profile"].get("notes") or ""
+            )
     if profile is None:
         prof = measure_profile(cluster=spec, model=model, seq_len=min(S, 8192), quick=quick, say=say)
     else:
         prof = profile if isinstance(profile, Profile) else Profile.load(profile)
     missing = [t for t in spec.gpu_types if t not in prof.gpus]
     if missing:
-        raise HexiSeqError(f"the profile has no figures for {', '.join(missing)}; profile the cluster: hexiseq profile --cluster {spec.name}")
+        raise HexiSeqError(
+            f"the profile has no figures for {', '.join(missing)}; profile the cluster: hexiseq profile --cluster {spec.name}"
+        )
     base = prof.apply(spec)
     if record is None:
-        cal = calibrate(cluster=spec, profile=prof, quick=quick, model=model, seq_len=S, out=root / "calibration", timeout_s=timeout_s, say=say)
+        cal = calibrate(
+            cluster=spec,
+            profile=prof,
+            quick=quick,
+            model=model,
+            seq_len=S,
+            out=root / "calibration",
+            timeout_s=timeout_s,
+            say=say,
+        )
         factors, source = cal.factors, f"fitted now on {len(cal.rows)} plans ({cal.out})"
         say(cal.summary())
     else:
@@ -145,8 +213,16 @@ def compare(cluster: str | ClusterSpec = "cpu-4", profile: Profile | str | Path 
     even = result.best_symmetric_baseline
     if even is None:
         raise HexiSeqError(f"no even plan fits {spec.name} for {mspec.name} at S={S:,}")
-    picks = [("hexiseq", result.plan, result.recompute, result.iteration_time_s, _uneven_label(result.plan, result.recompute)),
-             ("even", even.plan, even.recompute, even.iteration_time_s, f"{even.name}: {even.config}")]
+    picks = [
+        (
+            "hexiseq",
+            result.plan,
+            result.recompute,
+            result.iteration_time_s,
+            _uneven_label(result.plan, result.recompute),
+        ),
+        ("even", even.plan, even.recompute, even.iteration_time_s, f"{even.name}: {even.config}"),
+    ]
     root.mkdir(parents=True, exist_ok=True)
     load0 = _load()
     rows = []
@@ -156,26 +232,48 @@ def compare(cluster: str | ClusterSpec = "cpu-4", profile: Profile | str | Path 
         summary = run_plan(plan, spec, policy, pred, root / system, model, n_steps, timeout_s)
         m = float(summary["measured_step_time_s"])
         alone = _simulate(base, mspec, plan, policy)
-        rows.append({"system": system, "plan": plan.name, "config": config, "recompute": policy, "ranks": plan.world_size,
-                     "devices": list(plan.rank_devices), "measured_s": m, "predicted_s": pred, "error": pred / m - 1,
-                     "predicted_profile_s": alone, "error_profile": alone / m - 1, "pacing_overrun": pacing_overrun(summary),
-                     "run_dir": str(root / system), "wall_s": time.perf_counter() - t0})
-    cmp = Comparison(spec.name, mspec.name, S, n_steps, rows, str(root), prof, factors, source, {"before": load0, "after": _load()})
+        rows.append(
+            {
+                "system": system,
+                "plan": plan.name,
+                "config": config,
+                "recompute": policy,
+                "ranks": plan.world_size,
+                "devices": list(plan.rank_devices),
+                "measured_s": m,
+                "predicted_s": pred,
+                "error": pred / m - 1,
+                "predicted_profile_s": alone,
+                "error_profile": alone / m - 1,
+                "pacing_overrun": pacing_overrun(summary),
+                "run_dir": str(root / system),
+                "wall_s": time.perf_counter() - t0,
+            }
+        )
+    cmp = Comparison(
+        spec.name, mspec.name, S, n_steps, rows, str(root), prof, factors, source, {"before": load0, "after": _load()}
+    )
     write_text_atomic(root / "comparison.json", json.dumps(cmp.to_dict(), indent=2, default=float) + "\n")
     return cmp
 
 
 def _uneven_label(plan: Any, policy: str) -> str:
     """What the planner's plan is, in one line: its groups, their tokens per rank and heads."""
-    groups = " | ".join(f"{'+'.join(map(str, g.devices))}: {'/'.join(map(str, g.shards))} tokens, heads {'/'.join(map(str, g.heads))}"
-                        for g in plan.groups)
+    groups = " | ".join(
+        f"{'+'.join(map(str, g.devices))}: {'/'.join(map(str, g.shards))} tokens, heads {'/'.join(map(str, g.heads))}"
+        for g in plan.groups
+    )
     return f"CP {plan.num_groups} x HP ({groups}), recompute {policy}"
 
 
 def _simulate(cluster: ClusterSpec, model: Any, plan: Any, policy: str) -> float:
     from ..costmodel import simulate
 
-    return float(simulate(plan, cluster, model, Workload(plan.seq_len, 1, policy, "replicated", plan.block_size)).iteration_time_s)
+    return float(
+        simulate(
+            plan, cluster, model, Workload(plan.seq_len, 1, policy, "replicated", plan.block_size)
+        ).iteration_time_s
+    )
 
 
 def _read_calibration(path: str | Path, cluster: str, model: str) -> dict[str, Any]:
@@ -190,5 +288,7 @@ def _read_calibration(path: str | Path, cluster: str, model: str) -> dict[str, A
     if not isinstance(record, dict) or "factors" not in record or "profile" not in record:
         raise HexiSeqError(f"--calibration {path}: not a calibration.json of hexiseq calibrate (no factors / profile)")
     if record.get("cluster") != cluster or record.get("model") != model:
-        raise HexiSeqError(f"--calibration {path} calibrated {record.get('cluster')} with {record.get('model')}, not {cluster} with {model}")
+        raise HexiSeqError(
+            f"--calibration {path} calibrated {record.get('cluster')} with {record.get('model')}, not {cluster} with {model}"
+        )
     return record

@@ -21,7 +21,10 @@ from ..runtime.emulation import Emulation
 from ..specs import ClusterSpec, GPUType, gpu_catalog
 
 CPU_TYPE = re.compile(r"^CPU-x(\d+(?:\.\d+)?)$")
-RATE_FIELDS = ("peak_bf16_tflops", "hbm_bandwidth_gbps")  # scaled by 1/f; efficiencies, links, latencies and memory stay
+RATE_FIELDS = (
+    "peak_bf16_tflops",
+    "hbm_bandwidth_gbps",
+)  # scaled by 1/f; efficiencies, links, latencies and memory stay
 
 
 def cpu_factor(gpu: GPUType | str) -> float | None:
@@ -56,8 +59,10 @@ def check_emulated(cluster: ClusterSpec) -> None:
     bad = sorted({d.gpu.name for d in cluster.devices if cpu_factor(d.gpu) is None})
     if bad:
         known = ", ".join(cpu_types().values())
-        raise SpecError(f"cluster {cluster.name!r} has devices of type {', '.join(bad)}: a CPU world can only emulate "
-                        f"the CPU types of data/gpus-cpu.yaml ({known}); use a cluster of those (e.g. cpu-4)")
+        raise SpecError(
+            f"cluster {cluster.name!r} has devices of type {', '.join(bad)}: a CPU world can only emulate "
+            f"the CPU types of data/gpus-cpu.yaml ({known}); use a cluster of those (e.g. cpu-4)"
+        )
 
 
 def emulation_for(plan: Plan, cluster: ClusterSpec) -> Emulation:
@@ -93,9 +98,11 @@ def local_factor(world: int, cores: int | None = None) -> float:
     for f in cpu_types():
         if f >= need - 1e-9:
             return f
-    raise HexiSeqError(f"{world} CPU ranks on {cores} cores would each need to be 1/{need:g} of a core, slower than the slowest "
-                       f"emulated CPU type ({', '.join(cpu_types().values())}); use at most "
-                       f"{int(max(cpu_types()) * cores / HEADROOM)} ranks")
+    raise HexiSeqError(
+        f"{world} CPU ranks on {cores} cores would each need to be 1/{need:g} of a core, slower than the slowest "
+        f"emulated CPU type ({', '.join(cpu_types().values())}); use at most "
+        f"{int(max(cpu_types()) * cores / HEADROOM)} ranks"
+    )
 
 
 def local_cluster(world: int, cores: int | None = None, nic_gbps: float | None = None) -> ClusterSpec:
@@ -105,15 +112,28 @@ def local_cluster(world: int, cores: int | None = None, nic_gbps: float | None =
     f = local_factor(world, cores)
     name = cpu_types()[f]
     gpu = gpu_catalog()[name]
-    return ClusterSpec.from_nodes(f"cpu-local-{world}", [(name, world, nic_gbps or gpu.link_bandwidth_gbps)],
-                                  description=f"{world} CPU ranks of this machine ({name}: one core slowed {f:g}x so that "
-                                              f"{world} ranks share {cores or os.cpu_count()} cores)")
+    return ClusterSpec.from_nodes(
+        f"cpu-local-{world}",
+        [(name, world, nic_gbps or gpu.link_bandwidth_gbps)],
+        description=f"{world} CPU ranks of this machine ({name}: one core slowed {f:g}x so that "
+        f"{world} ranks share {cores or os.cpu_count()} cores)",
+    )
 
 
 def describe(emu: Emulation) -> dict[str, object]:
     """What a run records about its emulation (summary.json `emulation`)."""
-    links = sorted({(round(emu.link_gbps[a][b], 6), round(emu.link_latency_us[a][b], 3))
-                    for a in range(emu.world_size) for b in range(emu.world_size) if emu.link_gbps and emu.link_gbps[a][b] > 0})
-    return {"method": "each CPU operator stretched to f x its CPU time by sleeping; transfers over emulated links held to "
-                      "alpha + bytes(bf16)/beta (hexiseq/runtime/emulation.py)",
-            "slowdown": list(emu.slowdown), "links": [{"gbps": g, "latency_us": l} for g, l in links], "source": emu.source}
+    links = sorted(
+        {
+            (round(emu.link_gbps[a][b], 6), round(emu.link_latency_us[a][b], 3))
+            for a in range(emu.world_size)
+            for b in range(emu.world_size)
+            if emu.link_gbps and emu.link_gbps[a][b] > 0
+        }
+    )
+    return {
+        "method": "each CPU operator stretched to f x its CPU time by sleeping; transfers over emulated links held to "
+        "alpha + bytes(bf16)/beta (hexiseq/runtime/emulation.py)",
+        "slowdown": list(emu.slowdown),
+        "links": [{"gbps": g, "latency_us": l} for g, l in links],
+        "source": emu.source,
+    }

@@ -25,15 +25,15 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
 from ..runtime.emulation import MODEL_BYTES_PER_ELEMENT  # bytes counted as the cost model counts them (bf16)
-
 
 
 @dataclass(frozen=True)
@@ -86,8 +86,15 @@ def _linear_fwd_bwd(rows: int, n_in: int, n_out: int, gen: torch.Generator) -> C
 def measure_matmul(cfg: Any, rows: int, repeats: int, gen: torch.Generator) -> dict[str, Any]:
     """Forward + backward of every linear of one layer at `rows` tokens, the LM head, a square GEMM."""
     h, d, H, Hkv, f = cfg.hidden, cfg.head_dim, cfg.heads, cfg.kv_heads, cfg.ffn
-    shapes = {"q_proj": (h, H * d), "k_proj": (h, Hkv * d), "v_proj": (h, Hkv * d), "o_proj": (H * d, h),
-              "gate_proj": (h, f), "up_proj": (h, f), "down_proj": (f, h)}
+    shapes = {
+        "q_proj": (h, H * d),
+        "k_proj": (h, Hkv * d),
+        "v_proj": (h, Hkv * d),
+        "o_proj": (H * d, h),
+        "gate_proj": (h, f),
+        "up_proj": (h, f),
+        "down_proj": (f, h),
+    }
     out: dict[str, Any] = {"rows": rows, "layer": []}
     flops = secs = 0.0
     for name, (a, b) in shapes.items():
@@ -136,7 +143,9 @@ def attention_blocks(seq_len: int, world: int) -> tuple[int, list[int]]:
     return lq, [max(32, lq // 4), lq]
 
 
-def measure_attention(cfg: Any, seq_len: int, world: int, repeats: int, bwd_factor: float, gen: torch.Generator) -> dict[str, Any]:
+def measure_attention(
+    cfg: Any, seq_len: int, world: int, repeats: int, bwd_factor: float, gen: torch.Generator
+) -> dict[str, Any]:
     """Full blocks at two key lengths (rate per pair and per-row cost) and a causal diagonal block."""
     lq, lks = attention_blocks(seq_len, world)
     per_pair = 4.0 * cfg.head_dim * cfg.heads  # forward FLOPs of one (query, key) pair, all heads
@@ -144,17 +153,34 @@ def measure_attention(cfg: Any, seq_len: int, world: int, repeats: int, bwd_fact
     for lk in lks:
         t = _timed(_attention_fwd_bwd(lq, lk, "full", cfg, gen), repeats)
         tf = _timed(_attention_fwd(lq, lk, "full", cfg, gen), repeats)
-        rows.append({"kind": "full", "lq": lq, "lk": lk, "seconds": t, "forward_s": tf,
-                     "tflops": (1 + bwd_factor) * per_pair * lq * lk / t / 1e12})
+        rows.append(
+            {
+                "kind": "full",
+                "lq": lq,
+                "lk": lk,
+                "seconds": t,
+                "forward_s": tf,
+                "tflops": (1 + bwd_factor) * per_pair * lq * lk / t / 1e12,
+            }
+        )
     t = _timed(_attention_fwd_bwd(lq, lq, "causal", cfg, gen), repeats)
     pairs = lq * (lq + 1) / 2
-    rows.append({"kind": "causal", "lq": lq, "lk": lq, "seconds": t, "tflops": (1 + bwd_factor) * per_pair * pairs / t / 1e12})
+    rows.append(
+        {"kind": "causal", "lq": lq, "lk": lq, "seconds": t, "tflops": (1 + bwd_factor) * per_pair * pairs / t / 1e12}
+    )
     (a, b) = rows[0], rows[1]
     slope = (b["seconds"] - a["seconds"]) / (b["lk"] - a["lk"])  # seconds per key (all lq rows, all heads)
     rate = (1 + bwd_factor) * per_pair * lq / slope if slope > 0 else b["tflops"] * 1e12
     half_keys = max(0.0, a["seconds"] / slope - a["lk"]) if slope > 0 else 0.0
-    return {"heads": cfg.heads, "kv_heads": cfg.kv_heads, "head_dim": cfg.head_dim, "blocks": rows,
-            "tflops": rate / 1e12, "half_keys": half_keys, "bwd_over_fwd": (b["seconds"] - b["forward_s"]) / b["forward_s"]}
+    return {
+        "heads": cfg.heads,
+        "kv_heads": cfg.kv_heads,
+        "head_dim": cfg.head_dim,
+        "blocks": rows,
+        "tflops": rate / 1e12,
+        "half_keys": half_keys,
+        "bwd_over_fwd": (b["seconds"] - b["forward_s"]) / b["forward_s"],
+    }
 
 
 def measure_memory(cfg: Any, spec: Any, rows: int, repeats: int, gen: torch.Generator) -> dict[str, Any]:
@@ -188,8 +214,13 @@ def measure_memory(cfg: Any, spec: Any, rows: int, repeats: int, gen: torch.Gene
     big = torch.randn(1 << 23, generator=gen)  # 32 MB of fp32: out of the caches
     dst = torch.empty_like(big)
     tc = _timed(lambda: dst.copy_(big), repeats)
-    return {"rows": rows, "seconds": t, "bytes": nbytes, "gbps": nbytes / t / 1e9,
-            "copy": {"elements": big.numel(), "seconds": tc, "gbps": 2 * big.numel() * MODEL_BYTES_PER_ELEMENT / tc / 1e9}}
+    return {
+        "rows": rows,
+        "seconds": t,
+        "bytes": nbytes,
+        "gbps": nbytes / t / 1e9,
+        "copy": {"elements": big.numel(), "seconds": tc, "gbps": 2 * big.numel() * MODEL_BYTES_PER_ELEMENT / tc / 1e9},
+    }
 
 
 def measure_step_parts(cfg: Any, rows: int, repeats: int, gen: torch.Generator) -> dict[str, Any]:
@@ -238,8 +269,15 @@ def measure_links(rank: int, world: int, elems: int, repeats: int) -> dict[str, 
                 large = _timed(lambda: exchange(peer, elems, first), repeats, statistics.median)
                 if rank == a:  # a large message that did not take longer than a small one (load noise): no bandwidth
                     extra = large - small
-                    pairs.append({"a": a, "b": b, "latency_us": small / 2 * 1e6, "elements": elems,
-                                  "gbps": elems * MODEL_BYTES_PER_ELEMENT / (extra / 2) / 1e9 if extra > 0 else None})
+                    pairs.append(
+                        {
+                            "a": a,
+                            "b": b,
+                            "latency_us": small / 2 * 1e6,
+                            "elements": elems,
+                            "gbps": elems * MODEL_BYTES_PER_ELEMENT / (extra / 2) / 1e9 if extra > 0 else None,
+                        }
+                    )
     dist.barrier()
     per_peer = max(1, elems // max(1, world - 1))
     x = torch.zeros(per_peer * world)

@@ -39,25 +39,41 @@ def _split(total: int, weights: list[int], unit: int) -> list[int]:
     return [x * unit for x in out]
 
 
-def _groups(seq_len: int, block: int, sizes: list[int], chunk_w: list[int], shard_w: list[list[int]], head_w: list[list[int]],
-            heads: int, gq: int) -> tuple[Group, ...]:
+def _groups(
+    seq_len: int,
+    block: int,
+    sizes: list[int],
+    chunk_w: list[int],
+    shard_w: list[list[int]],
+    head_w: list[list[int]],
+    heads: int,
+    gq: int,
+) -> tuple[Group, ...]:
     chunks = _split(seq_len // 2, chunk_w, block)
     out, dev = [], 0
     for size, L, sw, hw in zip(sizes, chunks, shard_w, head_w):
-        out.append(Group(tuple(range(dev, dev + size)), L, tuple(_split(2 * L, sw, block)), tuple(_split(heads, hw, gq))))
+        out.append(
+            Group(tuple(range(dev, dev + size)), L, tuple(_split(2 * L, sw, block)), tuple(_split(heads, hw, gq)))
+        )
         dev += size
     return tuple(out)
 
 
-def calibration_plans(seq_len: int, heads: int, kv_heads: int, block: int = 64, cluster: str = "", model: str = "") -> list[CalPlan]:
+def calibration_plans(
+    seq_len: int, heads: int, kv_heads: int, block: int = 64, cluster: str = "", model: str = ""
+) -> list[CalPlan]:
     """The calibration set for 4 ranks (module doc)."""
     gq = heads // kv_heads
     if heads % (4 * gq):
-        raise HexiSeqError(f"the calibration plans split {heads} heads over 4 ranks in whole KV heads ({gq} query heads each): "
-                           f"use a model whose heads are a multiple of {4 * gq}")
+        raise HexiSeqError(
+            f"the calibration plans split {heads} heads over 4 ranks in whole KV heads ({gq} query heads each): "
+            f"use a model whose heads are a multiple of {4 * gq}"
+        )
     if seq_len % (2 * WORLD * block) or seq_len < 24 * block:
-        raise HexiSeqError(f"the calibration plans need a sequence of at least {24 * block} tokens, a multiple of "
-                           f"{2 * WORLD * block} (blocks of {block}); got {seq_len}")
+        raise HexiSeqError(
+            f"the calibration plans need a sequence of at least {24 * block} tokens, a multiple of "
+            f"{2 * WORLD * block} (blocks of {block}); got {seq_len}"
+        )
     kw = dict(cluster=cluster, model=model)
 
     def plan(name: str, groups: tuple[Group, ...]) -> Plan:
@@ -71,14 +87,39 @@ def calibration_plans(seq_len: int, heads: int, kv_heads: int, block: int = 64, 
         CalPlan("ring-even", sym(4, 1, "ring-even"), "none", True, "CP 4, even"),
         CalPlan("ulysses-even", sym(1, 4, "ulysses-even"), "selective", True, "HP 4, even"),
         CalPlan("usp-2x2-even", sym(2, 2, "usp-2x2-even"), "full", False, "CP 2 x HP 2, even"),
-        CalPlan("ring-uneven", plan("ring-uneven", g([1, 1, 1, 1], [4, 3, 2, 1], [[1]] * 4, [[1]] * 4)), "full", True,
-                "CP 4, chunks 4:3:2:1"),
-        CalPlan("ulysses-uneven", plan("ulysses-uneven", g([4], [1], [[4, 3, 2, 1]], [[2, 1, 1, 0]])), "none", False,
-                "HP 4, shards 4:3:2:1, heads 2:1:1:0"),
-        CalPlan("usp-1+3", plan("usp-1+3", g([1, 3], [2, 3], [[1], [1, 1, 1]], [[1], [2, 1, 1]])), "selective", True,
-                "CP 2 (groups of 1 and 3) x HP, chunks 2:3"),
-        CalPlan("usp-2x2-uneven", plan("usp-2x2-uneven", g([2, 2], [3, 2], [[2, 1], [1, 1]], [[3, 1], [1, 1]])), "selective", False,
-                "CP 2 x HP 2, chunks 3:2, shards and heads uneven"),
-        CalPlan("ring-2+2-uneven", plan("ring-2+2-uneven", g([2, 2], [1, 1], [[3, 1], [1, 3]], [[1, 1], [1, 1]])), "none", True,
-                "CP 2 x HP 2, even chunks, shards 3:1 / 1:3"),
+        CalPlan(
+            "ring-uneven",
+            plan("ring-uneven", g([1, 1, 1, 1], [4, 3, 2, 1], [[1]] * 4, [[1]] * 4)),
+            "full",
+            True,
+            "CP 4, chunks 4:3:2:1",
+        ),
+        CalPlan(
+            "ulysses-uneven",
+            plan("ulysses-uneven", g([4], [1], [[4, 3, 2, 1]], [[2, 1, 1, 0]])),
+            "none",
+            False,
+            "HP 4, shards 4:3:2:1, heads 2:1:1:0",
+        ),
+        CalPlan(
+            "usp-1+3",
+            plan("usp-1+3", g([1, 3], [2, 3], [[1], [1, 1, 1]], [[1], [2, 1, 1]])),
+            "selective",
+            True,
+            "CP 2 (groups of 1 and 3) x HP, chunks 2:3",
+        ),
+        CalPlan(
+            "usp-2x2-uneven",
+            plan("usp-2x2-uneven", g([2, 2], [3, 2], [[2, 1], [1, 1]], [[3, 1], [1, 1]])),
+            "selective",
+            False,
+            "CP 2 x HP 2, chunks 3:2, shards and heads uneven",
+        ),
+        CalPlan(
+            "ring-2+2-uneven",
+            plan("ring-2+2-uneven", g([2, 2], [1, 1], [[3, 1], [1, 3]], [[1, 1], [1, 1]])),
+            "none",
+            True,
+            "CP 2 x HP 2, even chunks, shards 3:1 / 1:3",
+        ),
     ]

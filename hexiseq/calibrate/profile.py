@@ -29,9 +29,10 @@ import datetime as _dt
 import os
 import platform
 import statistics
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import yaml
 
@@ -72,7 +73,11 @@ class Profile:
         types = world.get("types") or []
         if not types or len(set(types)) != 1:
             raise HexiSeqError("this profile does not record the world it measured (measured.world); give a cluster")
-        return self.apply(ClusterSpec.from_nodes(f"cpu-local-{len(types)}", [(types[0], len(types), self.gpus[types[0]]["link_bandwidth_gbps"])]))
+        return self.apply(
+            ClusterSpec.from_nodes(
+                f"cpu-local-{len(types)}", [(types[0], len(types), self.gpus[types[0]]["link_bandwidth_gbps"])]
+            )
+        )
 
     @property
     def world_size(self) -> int:
@@ -94,7 +99,7 @@ class Profile:
         return path
 
     @classmethod
-    def load(cls, path: Path | str) -> "Profile":
+    def load(cls, path: Path | str) -> Profile:
         """A profile file, checked as `hexiseq plan --profile` checks it (SpecError naming each problem)."""
         from ..specs import load_profile
 
@@ -106,10 +111,12 @@ class Profile:
         """One line per device type: the figures the cost model will use."""
         lines = [self.notes] if self.notes else []
         for name, g in self.gpus.items():
-            lines.append(f"{name}: linear {g['peak_bf16_tflops'] * g['eff_matmul'] * 1e3:.2f} GFLOP/s, attention "
-                         f"{g['peak_bf16_tflops'] * g['eff_attention'] * 1e3:.2f} GFLOP/s (half rate at {g['attn_block_half_keys']:.0f} keys), "
-                         f"memory-bound {g['hbm_bandwidth_gbps'] * g['eff_hbm']:.2f} GB/s, link {g['link_bandwidth_gbps']:.3f} GB/s "
-                         f"+ {g['link_latency_us']:.0f} us")
+            lines.append(
+                f"{name}: linear {g['peak_bf16_tflops'] * g['eff_matmul'] * 1e3:.2f} GFLOP/s, attention "
+                f"{g['peak_bf16_tflops'] * g['eff_attention'] * 1e3:.2f} GFLOP/s (half rate at {g['attn_block_half_keys']:.0f} keys), "
+                f"memory-bound {g['hbm_bandwidth_gbps'] * g['eff_hbm']:.2f} GB/s, link {g['link_bandwidth_gbps']:.3f} GB/s "
+                f"+ {g['link_latency_us']:.0f} us"
+            )
         return "\n".join(lines)
 
 
@@ -144,8 +151,14 @@ def machine() -> dict[str, Any]:
         mem = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
     except (ValueError, OSError, AttributeError):
         pass
-    return {"cpu": cpu or platform.processor(), "cores": os.cpu_count(), "memory_gib": mem, "system": platform.platform(),
-            "python": platform.python_version(), "torch": torch.__version__}
+    return {
+        "cpu": cpu or platform.processor(),
+        "cores": os.cpu_count(),
+        "memory_gib": mem,
+        "system": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+    }
 
 
 def _load() -> list[float]:
@@ -163,8 +176,14 @@ def rank_figures(m: Mapping[str, Any], intra_pairs: list[dict[str, Any]]) -> dic
     mm, att, mem = m["matmul"], m["attention"], m["memory"]
     peak = max(mm["layer_tflops"], mm["square"]["tflops"], mm["lm_head"]["tflops"], att["tflops"])
     hbm = max(mem["gbps"], mem["copy"]["gbps"])
-    out = {"peak_bf16_tflops": peak, "eff_matmul": mm["layer_tflops"] / peak, "eff_attention": att["tflops"] / peak,
-           "attn_block_half_keys": att["half_keys"], "hbm_bandwidth_gbps": hbm, "eff_hbm": mem["gbps"] / hbm}
+    out = {
+        "peak_bf16_tflops": peak,
+        "eff_matmul": mm["layer_tflops"] / peak,
+        "eff_attention": att["tflops"] / peak,
+        "attn_block_half_keys": att["half_keys"],
+        "hbm_bandwidth_gbps": hbm,
+        "eff_hbm": mem["gbps"] / hbm,
+    }
     measured = [p["gbps"] for p in intra_pairs if p["gbps"]]
     if measured:
         out["link_bandwidth_gbps"] = statistics.median(measured)
@@ -172,7 +191,9 @@ def rank_figures(m: Mapping[str, Any], intra_pairs: list[dict[str, Any]]) -> dic
     return out
 
 
-def derive(ranks: list[dict[str, Any]], types: list[str], cluster: ClusterSpec, emulation: dict[str, Any] | None) -> dict[str, dict[str, float]]:
+def derive(
+    ranks: list[dict[str, Any]], types: list[str], cluster: ClusterSpec, emulation: dict[str, Any] | None
+) -> dict[str, dict[str, float]]:
     """{type: GPUType fields}: each rank's figures, then the median over the ranks of a type. Emulated
     CPU types (CPU-x<f>) are one core slowed by f by construction, so their figures pool every rank:
     rates times the rank's f, the median over all ranks, divided by each type's f (the types keep
@@ -180,8 +201,12 @@ def derive(ranks: list[dict[str, Any]], types: list[str], cluster: ClusterSpec, 
     from .emulation import RATE_FIELDS, cpu_factor
 
     pairs = [p for r in ranks for p in r["links"]["pairs"]]
-    emulated = {(a, b) for a in range(len(types)) for b in range(len(types))
-                if emulation and emulation["link_gbps"] and emulation["link_gbps"][a][b] > 0}
+    emulated = {
+        (a, b)
+        for a in range(len(types))
+        for b in range(len(types))
+        if emulation and emulation["link_gbps"] and emulation["link_gbps"][a][b] > 0
+    }
     real = [p for p in pairs if (p["a"], p["b"]) not in emulated]
     per_rank = []
     for r in ranks:
@@ -201,8 +226,14 @@ def derive(ranks: list[dict[str, Any]], types: list[str], cluster: ClusterSpec, 
         if "link_bandwidth_gbps" not in fields:  # a world of one rank: no link measured, the catalog's stays
             g = gpu_catalog()[name]
             fields.update(link_bandwidth_gbps=g.link_bandwidth_gbps, link_latency_us=g.link_latency_us)
-        fields.update(eff_matmul=min(1.0, fields["eff_matmul"]), eff_attention=min(1.0, fields["eff_attention"]),
-                      eff_hbm=min(1.0, fields["eff_hbm"]), link_efficiency=1.0, nic_efficiency=1.0, overlap_slowdown=0.0)
+        fields.update(
+            eff_matmul=min(1.0, fields["eff_matmul"]),
+            eff_attention=min(1.0, fields["eff_attention"]),
+            eff_hbm=min(1.0, fields["eff_hbm"]),
+            link_efficiency=1.0,
+            nic_efficiency=1.0,
+            overlap_slowdown=0.0,
+        )
         out[name] = {k: _sig(v) for k, v in fields.items()}
     return out
 
@@ -219,18 +250,29 @@ def resolve_world(world: int | None, cluster: str | ClusterSpec | None) -> tuple
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise HexiSeqError(f"world must be a positive number of ranks, got {n!r}")
         if n > spec.size:
-            raise HexiSeqError(f"world of {n} ranks, but cluster {spec.name!r} has {spec.size} devices: give --world {spec.size} "
-                               f"or less (ranks are its devices 0..{spec.size - 1})")
+            raise HexiSeqError(
+                f"world of {n} ranks, but cluster {spec.name!r} has {spec.size} devices: give --world {spec.size} "
+                f"or less (ranks are its devices 0..{spec.size - 1})"
+            )
         if n < spec.size:
-            raise HexiSeqError(f"world of {n} ranks leaves devices {n}..{spec.size - 1} of cluster {spec.name!r} unmeasured; "
-                               f"profile the whole cluster (--world {spec.size})")
+            raise HexiSeqError(
+                f"world of {n} ranks leaves devices {n}..{spec.size - 1} of cluster {spec.name!r} unmeasured; "
+                f"profile the whole cluster (--world {spec.size})"
+            )
         return spec, True
     return local_cluster(4 if world is None else world), False
 
 
-def profile(world: int | None = None, cluster: str | ClusterSpec | None = None, model: str = DEFAULT_MODEL,
-            seq_len: int | None = None, quick: bool = False, repeats: int | None = None, timeout_s: float = 900.0,
-            say: Callable[[str], None] | None = None) -> Profile:
+def profile(
+    world: int | None = None,
+    cluster: str | ClusterSpec | None = None,
+    model: str = DEFAULT_MODEL,
+    seq_len: int | None = None,
+    quick: bool = False,
+    repeats: int | None = None,
+    timeout_s: float = 900.0,
+    say: Callable[[str], None] | None = None,
+) -> Profile:
     """Measure a world of CPU ranks (module doc) and return its profile.
 
     `cluster`: an emulated cluster (e.g. "cpu-4"): its ranks emulate its devices and links; default:
@@ -248,34 +290,79 @@ def profile(world: int | None = None, cluster: str | ClusterSpec | None = None, 
     mspec = get_model(model)
     cfg = LlamaConfig.from_spec(mspec)
     S = seq_len or (2048 if quick else 8192)
-    ring = symmetric_plan(range(n), 2 * n * 64, mspec.heads, mspec.kv_heads, cp=n, hp=1, block_size=64, cluster=spec.name)
+    ring = symmetric_plan(
+        range(n), 2 * n * 64, mspec.heads, mspec.kv_heads, cp=n, hp=1, block_size=64, cluster=spec.name
+    )
     emu = emulation_for(ring, spec)  # rank r = device r
-    job = MeasureJob(asdict(cfg), mspec.name, S, emu.to_dict(), repeats=repeats or (2 if quick else 5),
-                     link_elems=(1 << 18) if quick else (1 << 20))
-    started, load0 = _dt.datetime.now(_dt.timezone.utc), _load()
-    say(f"profiling {n} CPU ranks ({', '.join(f'{t} x{c}' for t, c in spec.gpu_types.items())}) on {model} shapes at S={S:,} ...")
+    job = MeasureJob(
+        asdict(cfg),
+        mspec.name,
+        S,
+        emu.to_dict(),
+        repeats=repeats or (2 if quick else 5),
+        link_elems=(1 << 18) if quick else (1 << 20),
+    )
+    started, load0 = _dt.datetime.now(_dt.UTC), _load()
+    say(
+        f"profiling {n} CPU ranks ({', '.join(f'{t} x{c}' for t, c in spec.gpu_types.items())}) on {model} shapes at S={S:,} ..."
+    )
     ranks = spawn_world(measure_worker, n, job, timeout_s=timeout_s)
     load1 = _load()
     types = [d.gpu.name for d in spec.devices]
     gpus = derive(ranks, types, spec, emu.to_dict())
-    links = [{**p, "emulated": bool(emu.link(p["a"], p["b"])),
-              **({"declared_gbps": _sig(emu.link(p["a"], p["b"])[0] / 1e9), "declared_latency_us": _sig(emu.link(p["a"], p["b"])[1] * 1e6)}
-                 if emu.link(p["a"], p["b"]) else {})} for r in ranks for p in r["links"]["pairs"]]
-    command = " ".join(["hexiseq profile"] + ([f"--cluster {spec.name}"] if named else [f"--world {n}"]) + [f"--model {model}"]
-                       + [f"--seq-len {S}"] + (["--quick"] if quick else []))
+    links = [
+        {
+            **p,
+            "emulated": bool(emu.link(p["a"], p["b"])),
+            **(
+                {
+                    "declared_gbps": _sig(emu.link(p["a"], p["b"])[0] / 1e9),
+                    "declared_latency_us": _sig(emu.link(p["a"], p["b"])[1] * 1e6),
+                }
+                if emu.link(p["a"], p["b"])
+                else {}
+            ),
+        }
+        for r in ranks
+        for p in r["links"]["pairs"]
+    ]
+    command = " ".join(
+        ["hexiseq profile"]
+        + ([f"--cluster {spec.name}"] if named else [f"--world {n}"])
+        + [f"--model {model}"]
+        + [f"--seq-len {S}"]
+        + (["--quick"] if quick else [])
+    )
     mach = machine()
     record = {
-        "command": command, "when": started.isoformat(timespec="seconds"), "machine": mach,
-        "load_average": {"before": load0, "after": load1, "note": "1/5/15-minute load of the machine; a loaded machine measures slower"},
-        "world": {"ranks": n, "cluster": spec.name if named else None, "types": types, "backend": "gloo",
-                  "emulation": {"slowdown": list(emu.slowdown), "emulated_links": sum(1 for x in links if x["emulated"])}},
-        "model": mspec.name, "seq_len": S, "repeats": job.repeats, "bytes_per_element": 2,
+        "command": command,
+        "when": started.isoformat(timespec="seconds"),
+        "machine": mach,
+        "load_average": {
+            "before": load0,
+            "after": load1,
+            "note": "1/5/15-minute load of the machine; a loaded machine measures slower",
+        },
+        "world": {
+            "ranks": n,
+            "cluster": spec.name if named else None,
+            "types": types,
+            "backend": "gloo",
+            "emulation": {"slowdown": list(emu.slowdown), "emulated_links": sum(1 for x in links if x["emulated"])},
+        },
+        "model": mspec.name,
+        "seq_len": S,
+        "repeats": job.repeats,
+        "bytes_per_element": 2,
         "ranks": [{k: v for k, v in r.items() if k != "links"} for r in ranks],
-        "links": links, "all_to_all": [r["links"]["all_to_all"] for r in ranks],
+        "links": links,
+        "all_to_all": [r["links"]["all_to_all"] for r in ranks],
     }
-    notes = (f"Measured by `{command}` on {mach['cpu']} ({mach['cores']} cores), torch {mach['torch']}, "
-             f"{started:%Y-%m-%d %H:%M} UTC, load average {load0[:1]} -> {load1[:1]}. CPU ranks (gloo), every figure "
-             f"emulated where the type is CPU-x<f> > 1 (hexiseq/runtime/emulation.py).")
+    notes = (
+        f"Measured by `{command}` on {mach['cpu']} ({mach['cores']} cores), torch {mach['torch']}, "
+        f"{started:%Y-%m-%d %H:%M} UTC, load average {load0[:1]} -> {load1[:1]}. CPU ranks (gloo), every figure "
+        f"emulated where the type is CPU-x<f> > 1 (hexiseq/runtime/emulation.py)."
+    )
     prof = Profile(gpus, record, notes)
     say(prof.summary())
     return prof

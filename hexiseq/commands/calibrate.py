@@ -29,18 +29,36 @@ from .profile import add_world_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("calibrate", help="run plans on the local world; predicted vs measured step time, with a fit",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "calibrate",
+        help="run plans on the local world; predicted vs measured step time, with a fit",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_world_args(p)
     p.add_argument("--profile", help="a profile of this world (hexiseq profile); default: measure one first")
-    p.add_argument("--calibration", help="with --compare: a calibration.json (or its directory) of this cluster to reuse "
-                   "instead of calibrating first")
+    p.add_argument(
+        "--calibration",
+        help="with --compare: a calibration.json (or its directory) of this cluster to reuse "
+        "instead of calibrating first",
+    )
     p.add_argument("--model", default="tiny", help="the model to run, from data/models.yaml (default tiny)")
-    p.add_argument("--seq-len", type=tokens_arg, default=None, help="tokens per sequence (default 8K; --quick 1K, 2K with --compare)")
-    p.add_argument("--steps", type=steps_arg, default=None, help="steps per plan, the first 2 left out as warm-up (default 6, "
-                   "8 with --compare; --quick 3)")
+    p.add_argument(
+        "--seq-len",
+        type=tokens_arg,
+        default=None,
+        help="tokens per sequence (default 8K; --quick 1K, 2K with --compare)",
+    )
+    p.add_argument(
+        "--steps",
+        type=steps_arg,
+        default=None,
+        help="steps per plan, the first 2 left out as warm-up (default 6, 8 with --compare; --quick 3)",
+    )
     p.add_argument("--quick", action="store_true", help="short runs: for tests and a first look, not for the numbers")
-    p.add_argument("--compare", action="store_true", help="with an emulated --cluster: the planner's plan vs the best even plan")
+    p.add_argument(
+        "--compare", action="store_true", help="with an emulated --cluster: the planner's plan vs the best even plan"
+    )
     p.add_argument("--out", help="directory of the runs (default runs/calibrate-<time> or runs/compare-<time>)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
@@ -59,16 +77,34 @@ def run(args: argparse.Namespace) -> int:
     if args.compare:
         if not named:
             raise HexiSeqError("--compare needs an emulated heterogeneous --cluster (e.g. cpu-4)")
-        cmp = compare(spec, args.profile, args.calibration, model=args.model, seq_len=args.seq_len, steps=args.steps, quick=args.quick,
-                      out=args.out, say=say)
+        cmp = compare(
+            spec,
+            args.profile,
+            args.calibration,
+            model=args.model,
+            seq_len=args.seq_len,
+            steps=args.steps,
+            quick=args.quick,
+            out=args.out,
+            say=say,
+        )
         if args.json:
             print(json.dumps(cmp.to_dict(), indent=2, default=float))
         else:
             print(cmp.summary())
             print(f"runs and comparison.json in {cmp.out}")
         return 0
-    cal = calibrate(world=None if named else spec.size, cluster=spec if named else None, profile=args.profile, quick=args.quick,
-                    model=args.model, seq_len=args.seq_len, steps=args.steps, out=args.out, say=say)
+    cal = calibrate(
+        world=None if named else spec.size,
+        cluster=spec if named else None,
+        profile=args.profile,
+        quick=args.quick,
+        model=args.model,
+        seq_len=args.seq_len,
+        steps=args.steps,
+        out=args.out,
+        say=say,
+    )
     if args.json:
         print(json.dumps(cal.to_dict(), indent=2, default=float))
     else:

@@ -14,7 +14,9 @@ from .common import number_arg
 
 Steps = count("optimizer steps of the run", le=10_000_000)
 WarmupSteps = count("linear warmup steps", ge=0, le=10_000_000)
-LearningRate = number("peak AdamW learning rate", gt=0, le=1.0, limit_why="an update of more than 1 per weight is not training")
+LearningRate = number(
+    "peak AdamW learning rate", gt=0, le=1.0, limit_why="an update of more than 1 per weight is not training"
+)
 MinLrRatio = number("final learning rate of the cosine schedule, a fraction of --lr", ge=0, le=1.0)
 WeightDecay = number("AdamW weight decay", ge=0, le=10.0)
 GradClip = number("max global gradient norm (0: no clipping)", ge=0, le=1e6)
@@ -28,7 +30,10 @@ TimeLimit = number("seconds the whole run may take", unit="s", gt=0, le=365 * 86
 Tolerance = number("largest accepted relative error", gt=0, le=1.0)
 Node = count("this node's index among the plan's nodes", ge=0, le=MAX_DEVICES)
 
-steps_arg, warmup_arg, lr_arg, min_lr_arg, wd_arg, clip_arg = map(number_arg, (Steps, WarmupSteps, LearningRate, MinLrRatio,
-                                                                                WeightDecay, GradClip))
-seed_arg, ranks_arg, loss_chunk_arg, every_arg, keep_arg = map(number_arg, (Seed, Ranks, LossChunk, CheckpointEvery, KeepCheckpoints))
+steps_arg, warmup_arg, lr_arg, min_lr_arg, wd_arg, clip_arg = map(
+    number_arg, (Steps, WarmupSteps, LearningRate, MinLrRatio, WeightDecay, GradClip)
+)
+seed_arg, ranks_arg, loss_chunk_arg, every_arg, keep_arg = map(
+    number_arg, (Seed, Ranks, LossChunk, CheckpointEvery, KeepCheckpoints)
+)
 timeout_arg, time_limit_arg, tolerance_arg, node_arg = map(number_arg, (Timeout, TimeLimit, Tolerance, Node))

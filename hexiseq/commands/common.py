@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
 from ..errors import SpecError
-from ..specs import RECOMPUTE_POLICIES, ClusterSpec, ModelSpec, RecomputePolicy, Workload, get_model, load_cluster, load_profile, parse_tokens
+from ..specs import (
+    RECOMPUTE_POLICIES,
+    ClusterSpec,
+    ModelSpec,
+    RecomputePolicy,
+    Workload,
+    get_model,
+    load_cluster,
+    load_profile,
+    parse_tokens,
+)
 from ..specs.schema import problems
 from ..specs.workload import BlockSize, GlobalBatch
 
@@ -44,38 +55,76 @@ def tokens_arg(text: str) -> int:
 
 
 def add_cluster_args(p: argparse.ArgumentParser, required: bool = True) -> None:
-    p.add_argument("--cluster", required=required, help="cluster YAML file, or the name of a bundled one (e.g. testbed-8)")
+    p.add_argument(
+        "--cluster", required=required, help="cluster YAML file, or the name of a bundled one (e.g. testbed-8)"
+    )
     p.add_argument("--profile", help="YAML of measured efficiencies overriding the GPU catalog (data/profiles/)")
 
 
-RECOMPUTE_HELP = ("activation checkpointing policy: none, selective (recompute the linear parts; a bare --recompute "
-                  "means this), full (recompute the whole block, attention and its communication included)")
+RECOMPUTE_HELP = (
+    "activation checkpointing policy: none, selective (recompute the linear parts; a bare --recompute "
+    "means this), full (recompute the whole block, attention and its communication included)"
+)
 
 
 def add_workload_args(p: argparse.ArgumentParser, seq_required: bool = True, recompute_help: str | None = None) -> None:
-    p.add_argument("--model", default="llama2-7b", help="model name from data/models.yaml or a HF config.json (default llama2-7b)")
-    p.add_argument("--seq-len", required=seq_required, type=tokens_arg, help="tokens per sequence, e.g. 131072, 128K, 1M")
-    p.add_argument("--global-batch", type=number_arg(GlobalBatch), default=1, help="sequences per iteration (gradient accumulation)")
-    add_recompute_arg(p, recompute_help or RECOMPUTE_HELP + ", auto (the planner picks the fastest that fits; the default)",
-                      allow_auto=True)
-    p.add_argument("--sharding", choices=["zero3", "replicated"], default="zero3", help="parameter/optimizer state sharding")
-    p.add_argument("--block-size", type=number_arg(BlockSize), default=128, help="chunk alignment in tokens (default 128)")
+    p.add_argument(
+        "--model", default="llama2-7b", help="model name from data/models.yaml or a HF config.json (default llama2-7b)"
+    )
+    p.add_argument(
+        "--seq-len", required=seq_required, type=tokens_arg, help="tokens per sequence, e.g. 131072, 128K, 1M"
+    )
+    p.add_argument(
+        "--global-batch",
+        type=number_arg(GlobalBatch),
+        default=1,
+        help="sequences per iteration (gradient accumulation)",
+    )
+    add_recompute_arg(
+        p,
+        recompute_help or RECOMPUTE_HELP + ", auto (the planner picks the fastest that fits; the default)",
+        allow_auto=True,
+    )
+    p.add_argument(
+        "--sharding", choices=["zero3", "replicated"], default="zero3", help="parameter/optimizer state sharding"
+    )
+    p.add_argument(
+        "--block-size", type=number_arg(BlockSize), default=128, help="chunk alignment in tokens (default 128)"
+    )
 
 
 def add_recompute_arg(p: argparse.ArgumentParser, help: str, allow_auto: bool) -> None:
     """`--recompute [POLICY]`; a bare `--recompute` keeps its old meaning, selective. The default
     (None) lets each command choose (plan: auto; estimate / run: the plan file's policy, else none)."""
     choices = [str(p) for p in RECOMPUTE_POLICIES] + ([str(RecomputePolicy.AUTO)] if allow_auto else [])
-    p.add_argument("--recompute", nargs="?", const=str(RecomputePolicy.SELECTIVE), default=None, choices=choices, metavar="{" + ",".join(choices) + "}", help=help)
+    p.add_argument(
+        "--recompute",
+        nargs="?",
+        const=str(RecomputePolicy.SELECTIVE),
+        default=None,
+        choices=choices,
+        metavar="{" + ",".join(choices) + "}",
+        help=help,
+    )
 
 
 def add_world_args(p: argparse.ArgumentParser, timeout: float = 300.0) -> None:
     """--timeout (every collective), --time-limit (the whole run), --debug: the spawned/torchrun world's bounds."""
     from .checks import time_limit_arg, timeout_arg
 
-    p.add_argument("--timeout", type=timeout_arg, default=timeout, help=f"seconds any one collective may wait for a peer before the run "
-                   f"fails: the process-group timeout, spawned or under torchrun (default {timeout:g})")
-    p.add_argument("--time-limit", type=time_limit_arg, default=None, help="seconds the whole run may take; it is stopped after that (default: none)")
+    p.add_argument(
+        "--timeout",
+        type=timeout_arg,
+        default=timeout,
+        help=f"seconds any one collective may wait for a peer before the run "
+        f"fails: the process-group timeout, spawned or under torchrun (default {timeout:g})",
+    )
+    p.add_argument(
+        "--time-limit",
+        type=time_limit_arg,
+        default=None,
+        help="seconds the whole run may take; it is stopped after that (default: none)",
+    )
     p.add_argument("--debug", action="store_true", help="show every rank's Python traceback when something fails")
 
 
@@ -131,4 +180,3 @@ def _numeric(s: str) -> bool:
 
 def dump_json(obj: Any) -> None:
     print(json.dumps(obj, indent=2, default=float))
-

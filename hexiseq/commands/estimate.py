@@ -19,20 +19,47 @@ import re
 
 from ..errors import PlanError, SpecError
 from ..plan import Plan, symmetric_plan
+from .common import (
+    RECOMPUTE_HELP,
+    add_cluster_args,
+    add_workload_args,
+    dump_json,
+    load_cluster_arg,
+    load_workload_args,
+    plan_recompute,
+    print_table,
+)
 
-from .common import RECOMPUTE_HELP, add_cluster_args, add_workload_args, dump_json, load_cluster_arg, load_workload_args, plan_recompute, print_table
-
-_SHORT = {"linear": "linear", "memory_bound": "mem", "lm_head": "head", "attention": "attn", "alltoall": "a2a", "kv_exchange": "kv",
-          "recompute": "recomp", "param_comm": "params", "optimizer": "optim", "wait": "wait"}
+_SHORT = {
+    "linear": "linear",
+    "memory_bound": "mem",
+    "lm_head": "head",
+    "attention": "attn",
+    "alltoall": "a2a",
+    "kv_exchange": "kv",
+    "recompute": "recomp",
+    "param_comm": "params",
+    "optimizer": "optim",
+    "wait": "wait",
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("estimate", help="estimate time, memory and throughput of a plan", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "estimate",
+        help="estimate time, memory and throughput of a plan",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--plan", help="plan JSON file (from `hexiseq plan`)")
     p.add_argument("--layout", help="instead of --plan, a symmetric layout on all devices: ring | ulysses | usp:CPxHP")
     add_cluster_args(p, required=False)
-    add_workload_args(p, seq_required=False, recompute_help=RECOMPUTE_HELP + "; default: the plan file's policy "
-                      "(meta['recompute']), else none (auto is the planner's choice, not a policy to estimate)")
+    add_workload_args(
+        p,
+        seq_required=False,
+        recompute_help=RECOMPUTE_HELP + "; default: the plan file's policy "
+        "(meta['recompute']), else none (auto is the planner's choice, not a policy to estimate)",
+    )
     p.set_defaults(model=None)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
@@ -72,16 +99,30 @@ def _inputs(args: argparse.Namespace):
             raise SpecError("--layout needs --cluster and --seq-len")
         args.model = args.model or "llama2-7b"
     if args.recompute == "auto":
-        raise SpecError("hexiseq estimate needs a concrete --recompute (none, selective or full): "
-                        "auto is the planner's choice (hexiseq plan records it in the plan file)")
+        raise SpecError(
+            "hexiseq estimate needs a concrete --recompute (none, selective or full): "
+            "auto is the planner's choice (hexiseq plan records it in the plan file)"
+        )
     cluster = load_cluster_arg(args)
     if args.plan and plan.cluster and cluster.name != plan.cluster:
-        raise PlanError(f"plan {args.plan} was made for cluster {plan.cluster!r}, not {cluster.name!r}: its device "
-                        f"numbers mean other GPUs there (plan that cluster, or drop --cluster)")
+        raise PlanError(
+            f"plan {args.plan} was made for cluster {plan.cluster!r}, not {cluster.name!r}: its device "
+            f"numbers mean other GPUs there (plan that cluster, or drop --cluster)"
+        )
     model, wl = load_workload_args(args, default_recompute=(plan_recompute(plan) if args.plan else None) or "none")
     if not args.plan:
         cp, hp = parse_layout(args.layout, cluster.size)
-        plan = symmetric_plan(range(cluster.size), wl.seq_len, model.heads, model.kv_heads, cp, hp, wl.block_size, cluster=cluster.name, model=model.name)
+        plan = symmetric_plan(
+            range(cluster.size),
+            wl.seq_len,
+            model.heads,
+            model.kv_heads,
+            cp,
+            hp,
+            wl.block_size,
+            cluster=cluster.name,
+            model=model.name,
+        )
     return plan, cluster, model, wl
 
 
@@ -93,17 +134,28 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         dump_json(e.to_dict())
         return 0
-    print(f"plan {plan.name!r} on {cluster.name} ({plan.world_size} of {cluster.size} GPUs), {model.name}, "
-          f"S={wl.seq_len}, batch {wl.global_batch}, {wl.param_sharding}, recompute {wl.recompute}")
+    print(
+        f"plan {plan.name!r} on {cluster.name} ({plan.world_size} of {cluster.size} GPUs), {model.name}, "
+        f"S={wl.seq_len}, batch {wl.global_batch}, {wl.param_sharding}, recompute {wl.recompute}"
+    )
     rows = []
     for r in e.ranks:
-        rows.append([r.rank, r.device, r.gpu, r.group, r.tokens, r.heads] + [r.time_s[p] for p in PHASES]
-                    + [r.busy_s, r.idle_s, f"{r.memory_gib:.1f}/{r.capacity_gib:.1f}", "" if r.fits else "OOM"])
-    print_table(["rank", "dev", "gpu", "grp", "tokens", "heads"] + [_SHORT[p] for p in PHASES] + ["busy s", "wait s", "mem/cap GiB", ""], rows, indent="  ")
+        rows.append(
+            [r.rank, r.device, r.gpu, r.group, r.tokens, r.heads]
+            + [r.time_s[p] for p in PHASES]
+            + [r.busy_s, r.idle_s, f"{r.memory_gib:.1f}/{r.capacity_gib:.1f}", "" if r.fits else "OOM"]
+        )
+    print_table(
+        ["rank", "dev", "gpu", "grp", "tokens", "heads"]
+        + [_SHORT[p] for p in PHASES]
+        + ["busy s", "wait s", "mem/cap GiB", ""],
+        rows,
+        indent="  ",
+    )
     crit = e.ranks[e.critical_rank]
-    print("  memory of the critical rank (GiB): " + ", ".join(f"{k} {v:.2f}" for k, v in crit.memory_breakdown_gib.items() if v))
+    print(
+        "  memory of the critical rank (GiB): "
+        + ", ".join(f"{k} {v:.2f}" for k, v in crit.memory_breakdown_gib.items() if v)
+    )
     print(e.summary())
     return 0
-
-
-

@@ -11,7 +11,9 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("export", help="a run's checkpoint in Hugging Face layout (transformers loads it)", description=__doc__)
+    p = sub.add_parser(
+        "export", help="a run's checkpoint in Hugging Face layout (transformers loads it)", description=__doc__
+    )
     p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory")
     p.add_argument("--to", required=True, metavar="DIR", help="output directory (new, empty, or an earlier export)")
     p.add_argument("--checkpoint", metavar="NAME", help="which checkpoint (default: the newest, e.g. step-00000020)")
@@ -22,5 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..runs.export import export
 
-    print(f"exported {args.run_dir} to {export(args.run_dir, args.to, args.checkpoint, args.dtype)} (Hugging Face layout)")
+    print(
+        f"exported {args.run_dir} to {export(args.run_dir, args.to, args.checkpoint, args.dtype)} (Hugging Face layout)"
+    )
     return 0

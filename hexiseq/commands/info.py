@@ -38,10 +38,7 @@ def run(args: argparse.Namespace) -> int:
         dump_json({**s, "model_states": fit} if fit else s)
         return 0
     print(f"cluster {s['name']}: {s['devices']} GPUs in {s['nodes']} nodes — {cluster.description}")
-    rows = [
-        [name, t["count"], t["peak_bf16_tflops"], t["memory_gib"], t["link"]]
-        for name, t in s["types"].items()
-    ]
+    rows = [[name, t["count"], t["peak_bf16_tflops"], t["memory_gib"], t["link"]] for name, t in s["types"].items()]
     print_table(["GPU", "count", "BF16 TFLOP/s", "memory GiB", "intra-node link"], rows, indent="  ")
     print(f"  total: {s['peak_pflops']:.2f} PFLOP/s peak BF16, {s['memory_gib']:.0f} GiB")
     intra = ", ".join(f"{x:g}" for x in s["intra_node_gbps"]) or "-"

@@ -22,21 +22,38 @@ from .common import add_cluster_args, add_workload_args, dump_json, load_cluster
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("plan", help="plan asymmetric CP x HP for a cluster, model and sequence length", description=__doc__)
+    p = sub.add_parser(
+        "plan", help="plan asymmetric CP x HP for a cluster, model and sequence length", description=__doc__
+    )
     add_cluster_args(p)
     add_workload_args(p)
-    p.add_argument("--work", type=int, default=None,
-                   help="cutting-plane rounds the search may spend in all (a deterministic work limit; default 1500)")
-    p.add_argument("--gap", type=float, default=None, help="stop when the plan is provably within this fraction of the best (default 0.002)")
-    p.add_argument("--write-model", metavar="FILE.lp|FILE.mps",
-                   help="write the optimization model of the chosen layout (with its cutting planes) for reading or another solver")
+    p.add_argument(
+        "--work",
+        type=int,
+        default=None,
+        help="cutting-plane rounds the search may spend in all (a deterministic work limit; default 1500)",
+    )
+    p.add_argument(
+        "--gap",
+        type=float,
+        default=None,
+        help="stop when the plan is provably within this fraction of the best (default 0.002)",
+    )
+    p.add_argument(
+        "--write-model",
+        metavar="FILE.lp|FILE.mps",
+        help="write the optimization model of the chosen layout (with its cutting planes) for reading or another solver",
+    )
     p.add_argument("--out", help="write the plan JSON to this file")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--ranks", type=int, default=64, help="print at most this many rank rows (default 64; 0 = all)")
-    p.add_argument("--strict", action="store_true",
-                   help="never turn on activation checkpointing by itself: without --recompute, plan with none "
-                        "(default without --recompute: auto)")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="never turn on activation checkpointing by itself: without --recompute, plan with none "
+        "(default without --recompute: auto)",
+    )
     p.set_defaults(func=run)
 
 
@@ -53,7 +70,9 @@ def run(args: argparse.Namespace) -> int:
     if args.write_model:
         check_output_path(args.write_model, "--write-model")
         if not args.write_model.endswith((".lp", ".mps")):
-            raise HexiSeqError(f"--write-model {args.write_model!r}: the file name must end in .lp or .mps (the format)")
+            raise HexiSeqError(
+                f"--write-model {args.write_model!r}: the file name must end in .lp or .mps (the format)"
+            )
     kw = {k: v for k, v in (("work", args.work), ("gap", args.gap)) if v is not None}
     progress = not args.no_progress and not args.json and sys.stderr.isatty()
     result = plan_cluster(cluster, model, workload, progress=progress, **kw)
@@ -98,13 +117,24 @@ def print_result(result, cluster, max_ranks: int = 64) -> None:
         + (f" ({cluster.size - plan.world_size} devices left out)" if plan.world_size < cluster.size else "")
     )
     print(f"  grouping: {result.grouping_label}  [{result.source}]")
-    print(f"  recompute: {result.recompute}" + (f" (searched: {', '.join(result.policies_searched)})" if len(result.policies_searched) > 1 else ""))
+    print(
+        f"  recompute: {result.recompute}"
+        + (f" (searched: {', '.join(result.policies_searched)})" if len(result.policies_searched) > 1 else "")
+    )
     rows = []
     for gi, g in enumerate(plan.groups):
         types = sorted({cluster.devices[d].gpu.name for d in g.devices})
-        rows.append([gi, ",".join(map(str, g.devices)) if g.size <= 8 else f"{g.devices[0]}..{g.devices[-1]} ({g.size})", "+".join(types), g.tokens, g.chunk_len])
+        rows.append(
+            [
+                gi,
+                ",".join(map(str, g.devices)) if g.size <= 8 else f"{g.devices[0]}..{g.devices[-1]} ({g.size})",
+                "+".join(types),
+                g.tokens,
+                g.chunk_len,
+            ]
+        )
     print()
-    print_table(["group", "devices", "GPU", "tokens", "chunk_len"], rows[:max_ranks or None], indent="  ")
+    print_table(["group", "devices", "GPU", "tokens", "chunk_len"], rows[: max_ranks or None], indent="  ")
     if max_ranks and len(rows) > max_ranks:
         print(f"  ... {len(rows) - max_ranks} more groups (use --ranks 0 or --json)")
     est = result.estimate
@@ -113,34 +143,65 @@ def print_result(result, cluster, max_ranks: int = 64) -> None:
     for r, (dev, gi, s, h) in enumerate(zip(plan.rank_devices, plan.group_of_rank, plan.shards, plan.heads)):
         d = cluster.devices[dev]
         used = mem[r] if r < len(mem) else None
-        rows.append([r, f"{dev} {d.name}", d.gpu.name, gi, s, h, f"{used / GIB:.1f}/{d.gpu.memory_gib:.1f}" if used is not None else "-"])
+        rows.append(
+            [
+                r,
+                f"{dev} {d.name}",
+                d.gpu.name,
+                gi,
+                s,
+                h,
+                f"{used / GIB:.1f}/{d.gpu.memory_gib:.1f}" if used is not None else "-",
+            ]
+        )
     print()
-    print_table(["rank", "device", "GPU", "group", "tokens", "heads", "memory GiB"], rows[:max_ranks or None], indent="  ")
+    print_table(
+        ["rank", "device", "GPU", "group", "tokens", "heads", "memory GiB"], rows[: max_ranks or None], indent="  "
+    )
     if max_ranks and len(rows) > max_ranks:
         print(f"  ... {len(rows) - max_ranks} more ranks (use --ranks 0 or --json)")
     print()
     rows = [["hexiseq", result.iteration_time_s, _tok(result.tokens_per_s), "1.000x", result.grouping_label[:48]]]
     for name, b in sorted(result.baselines.items(), key=lambda kv: kv[1].iteration_time_s):
         if b.feasible:
-            rows.append([name, b.iteration_time_s, _tok(b.tokens_per_s), f"{result.iteration_time_s / b.iteration_time_s:.3f}x", b.config])
+            rows.append(
+                [
+                    name,
+                    b.iteration_time_s,
+                    _tok(b.tokens_per_s),
+                    f"{result.iteration_time_s / b.iteration_time_s:.3f}x",
+                    b.config,
+                ]
+            )
         else:
             rows.append([name, "-", "-", "-", "; ".join(b.notes) or "infeasible"])
     print_table(["plan", "step s (sim)", "tokens/s", "vs hexiseq", "configuration"], rows, indent="  ")
     print()
     sp = result.speedup_vs_best_baseline
     if sp is not None:
-        print(f"  speedup over the best baseline ({result.best_baseline.name}): {sp:.3f}x"
-              + (f"; over the best symmetric CP/HP baseline ({result.best_symmetric_baseline.name}): {result.speedup_vs_best_symmetric:.3f}x"
-                 if result.best_symmetric_baseline and result.best_symmetric_baseline is not result.best_baseline else ""))
+        print(
+            f"  speedup over the best baseline ({result.best_baseline.name}): {sp:.3f}x"
+            + (
+                f"; over the best symmetric CP/HP baseline ({result.best_symmetric_baseline.name}): {result.speedup_vs_best_symmetric:.3f}x"
+                if result.best_symmetric_baseline and result.best_symmetric_baseline is not result.best_baseline
+                else ""
+            )
+        )
     else:
         print("  no baseline fits in memory on this cluster")
-    print(f"  efficiency vs the compute-bound limit ({_tok(result.bound_tokens_per_s)} tokens/s): {result.efficiency_vs_bound:.3f}")
-    print(f"  step time (replayed) {result.iteration_time_s:.4f} s; lower bound {result.lower_bound_s:.4f} s over the whole "
-          f"search space: this plan is within {_pct(result.gap)} of the best plan there")
+    print(
+        f"  efficiency vs the compute-bound limit ({_tok(result.bound_tokens_per_s)} tokens/s): {result.efficiency_vs_bound:.3f}"
+    )
+    print(
+        f"  step time (replayed) {result.iteration_time_s:.4f} s; lower bound {result.lower_bound_s:.4f} s over the whole "
+        f"search space: this plan is within {_pct(result.gap)} of the best plan there"
+    )
     stages = ", ".join(f"{k} {v:.2f} s" for k, v in result.stage_times_s.items())
-    print(f"  planning took {result.plan_time_s:.2f} s ({stages}); {result.candidates} (layout, policy) candidates: "
-          f"{result.solved} searched with their model, {result.pruned} bounded by their devices' subset bound alone (balanced compute, parameter collectives); "
-          f"{result.work_rounds} cutting-plane rounds")
+    print(
+        f"  planning took {result.plan_time_s:.2f} s ({stages}); {result.candidates} (layout, policy) candidates: "
+        f"{result.solved} searched with their model, {result.pruned} bounded by their devices' subset bound alone (balanced compute, parameter collectives); "
+        f"{result.work_rounds} cutting-plane rounds"
+    )
     for n in result.left_out:
         print(f"  left out: {n}")
     for n in result.notes:

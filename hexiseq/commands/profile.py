@@ -25,11 +25,20 @@ from .common import tokens_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("profile", help="measure the local devices and links; write a profile for --profile", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "profile",
+        help="measure the local devices and links; write a profile for --profile",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_world_args(p)
     p.add_argument("--model", default="tiny", help="whose shapes are timed: a model of data/models.yaml (default tiny)")
-    p.add_argument("--seq-len", type=tokens_arg, default=None, help="tokens per sequence of the timed shapes (default 8K; --quick 2K)")
+    p.add_argument(
+        "--seq-len",
+        type=tokens_arg,
+        default=None,
+        help="tokens per sequence of the timed shapes (default 8K; --quick 2K)",
+    )
     p.add_argument("--quick", action="store_true", help="short: 2K tokens, 2 repeats (tests, a first look)")
     p.add_argument("--out", help="the profile file to write (default profiles/<world>.yaml)")
     p.add_argument("--force", action="store_true", help="overwrite --out when it exists")
@@ -40,7 +49,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def add_world_args(p: argparse.ArgumentParser) -> None:
     """--world / --cluster: the CPU world to measure (shared with `hexiseq calibrate`)."""
     p.add_argument("--world", type=ranks_arg, default=None, help="CPU ranks of this machine, one node (default 4)")
-    p.add_argument("--cluster", help="an emulated cluster (its devices are CPU-x<f> types), e.g. cpu-4: ranks emulate its devices and links")
+    p.add_argument(
+        "--cluster",
+        help="an emulated cluster (its devices are CPU-x<f> types), e.g. cpu-4: ranks emulate its devices and links",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,11 +65,19 @@ def run(args: argparse.Namespace) -> int:
     if out.suffix not in (".yaml", ".yml"):
         raise HexiSeqError(f"--out {out}: a profile is a YAML file (.yaml)")
     say = (lambda s: None) if args.json else print
-    prof = profile(world=None if named else spec.size, cluster=spec if named else None, model=args.model, seq_len=args.seq_len,
-                   quick=args.quick, say=say)
+    prof = profile(
+        world=None if named else spec.size,
+        cluster=spec if named else None,
+        model=args.model,
+        seq_len=args.seq_len,
+        quick=args.quick,
+        say=say,
+    )
     prof.save(out)
     if args.json:
         print(json.dumps({**prof.to_dict(), "file": str(out)}, indent=2, default=float))
     else:
-        print(f"profile written to {out} (use it with: hexiseq plan/estimate --cluster {spec.name if named else '...'} --profile {out})")
+        print(
+            f"profile written to {out} (use it with: hexiseq plan/estimate --cluster {spec.name if named else '...'} --profile {out})"
+        )
     return 0

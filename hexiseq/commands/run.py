@@ -39,55 +39,135 @@ from .checks import (
 from .common import add_recompute_arg, add_world_args, number_arg, tokens_arg
 
 # Defaults of the options a resumed run takes from its config (given on --resume they are refused).
-DEFAULTS = {"steps": 5, "lr": 1e-3, "grad_clip": 1.0, "global_batch": 1, "seed": 0, "dtype": "float32", "schedule": "cosine",
-            "min_lr_ratio": 0.1, "weight_decay": 0.1, "loss_chunk": 4096, "checkpoint_every": 0, "keep_checkpoints": 2}
-FIXED_ON_RESUME = ("data", "tokenizer", "labels", "token_dtype", "model", "init_from", "seq_len", "lr", "grad_clip",
-                   "global_batch", "seed", "dtype", "schedule", "min_lr_ratio", "weight_decay", "warmup_steps", "recompute",
-                   "loss_chunk", "out")
+DEFAULTS = {
+    "steps": 5,
+    "lr": 1e-3,
+    "grad_clip": 1.0,
+    "global_batch": 1,
+    "seed": 0,
+    "dtype": "float32",
+    "schedule": "cosine",
+    "min_lr_ratio": 0.1,
+    "weight_decay": 0.1,
+    "loss_chunk": 4096,
+    "checkpoint_every": 0,
+    "keep_checkpoints": 2,
+}
+FIXED_ON_RESUME = (
+    "data",
+    "tokenizer",
+    "labels",
+    "token_dtype",
+    "model",
+    "init_from",
+    "seq_len",
+    "lr",
+    "grad_clip",
+    "global_batch",
+    "seed",
+    "dtype",
+    "schedule",
+    "min_lr_ratio",
+    "weight_decay",
+    "warmup_steps",
+    "recompute",
+    "loss_chunk",
+    "out",
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="a real training run of a plan (spawned ranks or torchrun), recorded in a run directory",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                       usage="hexiseq run --plan FILE [--data PATH] [--steps K] [--out RUN_DIR] [options]\n"
-                             "       hexiseq run --resume RUN_DIR [--plan NEW] [--steps K] [options]   (--help: all options)")
-    p.add_argument("--plan", help="plan JSON file (with --resume: a new plan for the run, e.g. for a cluster that lost a node)")
-    p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its newest checkpoint (config from RUN_DIR)")
-    p.add_argument("--checkpoint", metavar="NAME", help="with --resume: the checkpoint to continue from (e.g. step-00000020)")
-    p.add_argument("--out", metavar="RUN_DIR", help="the run directory (default runs/<timestamp>; required under torchrun)")
+    p = sub.add_parser(
+        "run",
+        help="a real training run of a plan (spawned ranks or torchrun), recorded in a run directory",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="hexiseq run --plan FILE [--data PATH] [--steps K] [--out RUN_DIR] [options]\n"
+        "       hexiseq run --resume RUN_DIR [--plan NEW] [--steps K] [options]   (--help: all options)",
+    )
+    p.add_argument(
+        "--plan", help="plan JSON file (with --resume: a new plan for the run, e.g. for a cluster that lost a node)"
+    )
+    p.add_argument(
+        "--resume", metavar="RUN_DIR", help="continue a run from its newest checkpoint (config from RUN_DIR)"
+    )
+    p.add_argument(
+        "--checkpoint", metavar="NAME", help="with --resume: the checkpoint to continue from (e.g. step-00000020)"
+    )
+    p.add_argument(
+        "--out", metavar="RUN_DIR", help="the run directory (default runs/<timestamp>; required under torchrun)"
+    )
     d = p.add_argument_group("data")
-    d.add_argument("--data", help="text file or folder (*.txt, *.md), or token file (.bin uint16, .npy 1-D stream or 2-D [N, S])")
+    d.add_argument(
+        "--data", help="text file or folder (*.txt, *.md), or token file (.bin uint16, .npy 1-D stream or 2-D [N, S])"
+    )
     d.add_argument("--tokenizer", help="a Hugging Face tokenizer.json (or its folder) for text; default: byte-level")
     d.add_argument("--labels", help="labels .npy of 2-D token data, Hugging Face convention (-100 = ignored)")
     d.add_argument("--token-dtype", help="dtype of a raw .bin token file (default uint16)")
     m = p.add_argument_group("model and plan")
-    m.add_argument("--nproc", type=ranks_arg, help="ranks to spawn (default and only valid value: the plan's world size)")
-    m.add_argument("--model", help="Llama-family model of data/models.yaml or a HF config.json (default: a small proxy "
-                   "Llama with the plan's head counts)")
+    m.add_argument(
+        "--nproc", type=ranks_arg, help="ranks to spawn (default and only valid value: the plan's world size)"
+    )
+    m.add_argument(
+        "--model",
+        help="Llama-family model of data/models.yaml or a HF config.json (default: a small proxy "
+        "Llama with the plan's head counts)",
+    )
     m.add_argument("--init-from", help="Hugging Face checkpoint directory to start from (overrides --model)")
-    m.add_argument("--seq-len", type=tokens_arg, help="scale the plan to this many tokens, same groups, heads and shard proportions "
-                   "(default: plans over 8192 tokens are scaled to 2048 unless --full-length; 2-D token data: its length)")
+    m.add_argument(
+        "--seq-len",
+        type=tokens_arg,
+        help="scale the plan to this many tokens, same groups, heads and shard proportions "
+        "(default: plans over 8192 tokens are scaled to 2048 unless --full-length; 2-D token data: its length)",
+    )
     m.add_argument("--full-length", action="store_true", help="run the plan at its own length (for a real GPU run)")
-    add_recompute_arg(m, "activation checkpointing policy: none, selective (a bare --recompute), full "
-                         "(default: the plan file's policy, meta['recompute'], else none)", allow_auto=False)
+    add_recompute_arg(
+        m,
+        "activation checkpointing policy: none, selective (a bare --recompute), full "
+        "(default: the plan file's policy, meta['recompute'], else none)",
+        allow_auto=False,
+    )
     m.add_argument("--fsdp", action="store_true", help="shard parameters with FSDP2 (for large models on GPUs)")
     m.add_argument("--loss-chunk", type=loss_chunk_arg, help="tokens per chunk of the LM head + loss (default 4096)")
-    m.add_argument("--dtype", choices=["float32", "float64"], help="CPU parameters and activations (default float32; float64 "
-                   "for exact comparisons); CUDA runs bf16 autocast")
-    m.add_argument("--strict-gpus", action="store_true", help="refuse (not just warn) when a rank's GPU model differs from the plan's device")
-    m.add_argument("--node", type=node_arg, help="torchrun: this node's index among the plan's nodes (default: torchrun's node rank)")
+    m.add_argument(
+        "--dtype",
+        choices=["float32", "float64"],
+        help="CPU parameters and activations (default float32; float64 for exact comparisons); CUDA runs bf16 autocast",
+    )
+    m.add_argument(
+        "--strict-gpus",
+        action="store_true",
+        help="refuse (not just warn) when a rank's GPU model differs from the plan's device",
+    )
+    m.add_argument(
+        "--node",
+        type=node_arg,
+        help="torchrun: this node's index among the plan's nodes (default: torchrun's node rank)",
+    )
     t = p.add_argument_group("training")
     t.add_argument("--steps", type=steps_arg, help="optimizer steps (default 5; with --resume: the run's, or more)")
-    t.add_argument("--global-batch", type=number_arg(GlobalBatch), help="sequences per step, gradients accumulated (default 1)")
+    t.add_argument(
+        "--global-batch", type=number_arg(GlobalBatch), help="sequences per step, gradients accumulated (default 1)"
+    )
     t.add_argument("--lr", type=lr_arg, help="peak AdamW learning rate (default 1e-3)")
-    t.add_argument("--warmup-steps", type=warmup_arg, help="linear warmup steps (default: a tenth of the steps, at most 100)")
-    t.add_argument("--schedule", choices=["cosine", "constant"], help="after warmup (default cosine, to --min-lr-ratio x lr)")
-    t.add_argument("--min-lr-ratio", type=min_lr_arg, help="final learning rate of the cosine, as a fraction of --lr (default 0.1)")
+    t.add_argument(
+        "--warmup-steps", type=warmup_arg, help="linear warmup steps (default: a tenth of the steps, at most 100)"
+    )
+    t.add_argument(
+        "--schedule", choices=["cosine", "constant"], help="after warmup (default cosine, to --min-lr-ratio x lr)"
+    )
+    t.add_argument(
+        "--min-lr-ratio", type=min_lr_arg, help="final learning rate of the cosine, as a fraction of --lr (default 0.1)"
+    )
     t.add_argument("--weight-decay", type=wd_arg, help="AdamW weight decay on matrices (default 0.1)")
     t.add_argument("--grad-clip", type=clip_arg, help="max gradient norm (default 1.0; 0 disables)")
     t.add_argument("--seed", type=seed_arg, help="weights and data order (default 0)")
     o = p.add_argument_group("record")
-    o.add_argument("--checkpoint-every", type=every_arg, help="DCP checkpoint every K steps (default 0: at the end, and when stopped)")
+    o.add_argument(
+        "--checkpoint-every",
+        type=every_arg,
+        help="DCP checkpoint every K steps (default 0: at the end, and when stopped)",
+    )
     o.add_argument("--keep-checkpoints", type=keep_arg, help="newest checkpoints kept (default 2)")
     o.add_argument("--save", help="also write the final weights here in Hugging Face layout (as hexiseq export)")
     o.add_argument("--plot", action="store_true", help="save the loss curve as RUN_DIR/loss.png")
@@ -114,8 +194,10 @@ def run(args: argparse.Namespace) -> int:
     if args.resume:
         given = [k for k in FIXED_ON_RESUME if _given(args, k)]
         if given:
-            raise HexiSeqError(f"--resume continues the run as configured; {', '.join('--' + k.replace('_', '-') for k in given)} "
-                               "cannot change (start a new run with --init-from to change them)")
+            raise HexiSeqError(
+                f"--resume continues the run as configured; {', '.join('--' + k.replace('_', '-') for k in given)} "
+                "cannot change (start a new run with --init-from to change them)"
+            )
         run_dir, cfg, resume, session, notes = _prepare_resume(args)
         if not torchrun:
             check_nproc(cfg.plan_obj(), args.nproc)
@@ -123,7 +205,9 @@ def run(args: argparse.Namespace) -> int:
         if not args.plan:
             raise HexiSeqError("give --plan FILE (or --resume RUN_DIR)")
         if torchrun and not args.out:
-            raise HexiSeqError("under torchrun give --out RUN_DIR (on a filesystem every node sees): the processes must agree on it")
+            raise HexiSeqError(
+                "under torchrun give --out RUN_DIR (on a filesystem every node sees): the processes must agree on it"
+            )
         # the world against the plan first: nothing is written for a run that cannot start
         if torchrun:
             _placement(Plan.load(args.plan), args)
@@ -146,19 +230,44 @@ def _prepare_new(args: argparse.Namespace, torchrun: bool):
     else:  # every process checks, none writes before the process group exists (all have passed this check)
         run = RunDir(out)
         if run.config.exists():
-            raise HexiSeqError(f"--out {out}: already holds a run; continue it with --resume {out}, or give another --out")
+            raise HexiSeqError(
+                f"--out {out}: already holds a run; continue it with --resume {out}, or give another --out"
+            )
         run.path.mkdir(parents=True, exist_ok=True)
     steps = args.steps or DEFAULTS["steps"]
     opt = {k: getattr(args, k) if getattr(args, k) is not None else DEFAULTS[k] for k in DEFAULTS}
     warmup = args.warmup_steps if args.warmup_steps is not None else min(100, steps // 10)
     try:
-        cfg = resolve(plan, run.data, model=args.model, init_from=args.init_from, seq_len=args.seq_len, full_length=args.full_length,
-                      data=args.data, tokenizer=args.tokenizer, labels=args.labels, token_dtype=args.token_dtype, steps=steps,
-                      global_batch=opt["global_batch"], seed=opt["seed"], dtype=opt["dtype"], lr=opt["lr"], warmup_steps=warmup,
-                      schedule=opt["schedule"], min_lr_ratio=opt["min_lr_ratio"], weight_decay=opt["weight_decay"],
-                      grad_clip=opt["grad_clip"], recompute=args.recompute, fsdp=args.fsdp, loss_chunk=opt["loss_chunk"],
-                      checkpoint_every=opt["checkpoint_every"], keep_checkpoints=opt["keep_checkpoints"],
-                      strict_gpus=args.strict_gpus, tensorboard=not args.no_tensorboard, timeout_s=args.timeout)
+        cfg = resolve(
+            plan,
+            run.data,
+            model=args.model,
+            init_from=args.init_from,
+            seq_len=args.seq_len,
+            full_length=args.full_length,
+            data=args.data,
+            tokenizer=args.tokenizer,
+            labels=args.labels,
+            token_dtype=args.token_dtype,
+            steps=steps,
+            global_batch=opt["global_batch"],
+            seed=opt["seed"],
+            dtype=opt["dtype"],
+            lr=opt["lr"],
+            warmup_steps=warmup,
+            schedule=opt["schedule"],
+            min_lr_ratio=opt["min_lr_ratio"],
+            weight_decay=opt["weight_decay"],
+            grad_clip=opt["grad_clip"],
+            recompute=args.recompute,
+            fsdp=args.fsdp,
+            loss_chunk=opt["loss_chunk"],
+            checkpoint_every=opt["checkpoint_every"],
+            keep_checkpoints=opt["keep_checkpoints"],
+            strict_gpus=args.strict_gpus,
+            tensorboard=not args.no_tensorboard,
+            timeout_s=args.timeout,
+        )
     except BaseException:
         if not existed:  # nothing half-made is left behind
             import shutil
@@ -186,14 +295,18 @@ def _prepare_resume(args: argparse.Namespace):
         raise HexiSeqError(f"--resume {run.path}: config.json is unreadable")
     cfg = RunConfig.from_dict(data)
     cfg, notes = for_resume(cfg, Plan.load(args.plan) if args.plan else None, args.steps, args.timeout)
-    found = ckpt.find(run.checkpoints, args.checkpoint)  # verified against its manifest: corrupt ones are refused, named
+    found = ckpt.find(
+        run.checkpoints, args.checkpoint
+    )  # verified against its manifest: corrupt ones are refused, named
     if found is None:
         notes.append("no checkpoint yet: the run starts from step 0")
         return run, cfg, None, 0, notes
     path, trainer = found
     if trainer["step"] >= cfg.steps:
-        raise HexiSeqError(f"--resume {run.path}: checkpoint {path.name} is at step {trainer['step']} of {cfg.steps}: the run is "
-                           "complete; give --steps N (more) to train further")
+        raise HexiSeqError(
+            f"--resume {run.path}: checkpoint {path.name} is at step {trainer['step']} of {cfg.steps}: the run is "
+            "complete; give --steps N (more) to train further"
+        )
     session = int(trainer.get("session", 0)) + 1
     notes.append(f"resuming from {path.name} (step {trainer['step']}, written by {trainer['world_size']} ranks)")
     return run, cfg, path, session, notes
@@ -208,9 +321,11 @@ def _execute(args, run, cfg, resume, session, notes, torchrun: bool) -> int:
     if resume is not None:
         start = int(json.loads((resume / "trainer.json").read_text())["step"])
     console = Console(stream=sys.stderr if args.json else sys.stdout)
-    header = [f"hexiseq run: plan {plan.name!r}, {plan.world_size} ranks, {plan.seq_len} tokens x {cfg.global_batch}, model "
-              f"{cfg.model_name}, steps {start + 1}-{cfg.steps}, recompute {cfg.options['activation_checkpointing']}, lr "
-              f"{cfg.train['lr']:g} ({cfg.train['schedule']}, warmup {cfg.train['warmup_steps']})"]
+    header = [
+        f"hexiseq run: plan {plan.name!r}, {plan.world_size} ranks, {plan.seq_len} tokens x {cfg.global_batch}, model "
+        f"{cfg.model_name}, steps {start + 1}-{cfg.steps}, recompute {cfg.options['activation_checkpointing']}, lr "
+        f"{cfg.train['lr']:g} ({cfg.train['schedule']}, warmup {cfg.train['warmup_steps']})"
+    ]
     header += [f"  note: {n}" for n in notes]
     header.append(f"  run directory: {run.path}")
     if not torchrun:
@@ -225,9 +340,20 @@ def _execute(args, run, cfg, resume, session, notes, torchrun: bool) -> int:
             console.attach(run.console)
             for line in header:
                 console.print(line)
-        summary = execute_torchrun(run, cfg, resume, session, console, start, placement, cluster, args.timeout, args.time_limit,
-                                   on_time_limit=lambda: time_limit_exit(args.time_limit, run, cfg, placement.rank == 0),
-                                   before_training=lambda rank: _write_run_files(run, cfg, resume, start, session) if rank == 0 else None)
+        summary = execute_torchrun(
+            run,
+            cfg,
+            resume,
+            session,
+            console,
+            start,
+            placement,
+            cluster,
+            args.timeout,
+            args.time_limit,
+            on_time_limit=lambda: time_limit_exit(args.time_limit, run, cfg, placement.rank == 0),
+            before_training=lambda rank: _write_run_files(run, cfg, resume, start, session) if rank == 0 else None,
+        )
         if summary is None:
             return 0
     if args.plot:

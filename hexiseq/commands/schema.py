@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -77,8 +78,12 @@ def schema_text(name: str) -> str:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("schema", help="print the JSON Schema of an input file (cluster, plan, ...)", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "schema",
+        help="print the JSON Schema of an input file (cluster, plan, ...)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("kind", nargs="?", choices=sorted(SCHEMAS), help="which file")
     p.add_argument("--out", help="write it to this file instead of printing it")
     p.add_argument("--all", action="store_true", help="every schema, written as KIND.schema.json into --out-dir")

@@ -50,8 +50,13 @@ class PlanArrays:
         return self.eta > 0
 
 
-def plan_arrays(plan: Plan, cluster: ClusterSpec, model: ModelSpec, workload: Workload | None = None,
-                options: CostOptions = CostOptions()) -> PlanArrays:
+def plan_arrays(
+    plan: Plan,
+    cluster: ClusterSpec,
+    model: ModelSpec,
+    workload: Workload | None = None,
+    options: CostOptions = CostOptions(),
+) -> PlanArrays:
     """Validate the plan against the cluster/model/workload and lay it out as arrays."""
     plan.check(cluster, model, workload)
     R, k = plan.world_size, plan.num_groups
@@ -104,7 +109,9 @@ def link_matrices(cluster: ClusterSpec) -> tuple[np.ndarray, np.ndarray]:
     link_eff = np.array([d.gpu.link_efficiency for d in cluster.devices])
     nic_eff = np.array([d.gpu.nic_efficiency for d in cluster.devices])
     same = node[:, None] == node[None, :]
-    eff = np.where(same, np.minimum(link_eff[:, None], link_eff[None, :]), np.minimum(nic_eff[:, None], nic_eff[None, :]))
+    eff = np.where(
+        same, np.minimum(link_eff[:, None], link_eff[None, :]), np.minimum(nic_eff[:, None], nic_eff[None, :])
+    )
     bw = bw * eff
     bw.setflags(write=False)
     lat = cluster.latency_matrix_s

@@ -25,7 +25,7 @@ rank pays at least that on top of its share of the work. Bound = B·S / (t* + op
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -58,11 +58,15 @@ def min_compute_time(m: np.ndarray, a: np.ndarray, f_lin: float, f_att: float) -
     # along the device order the balance moves monotonically: the split device is the first with θ <= 1
     i = int(np.argmax(theta <= 1.0)) if (theta <= 1.0).any() else len(m) - 1
     th = min(max(float(theta[i]), 0.0), 1.0)
-    return max(f_lin / (M_after[i] + (1 - th) * m[i]) if M_after[i] + (1 - th) * m[i] > 0 else 0.0,
-               f_att / (A_before[i] + th * a[i]) if A_before[i] + th * a[i] > 0 else 0.0)
+    return max(
+        f_lin / (M_after[i] + (1 - th) * m[i]) if M_after[i] + (1 - th) * m[i] > 0 else 0.0,
+        f_att / (A_before[i] + th * a[i]) if A_before[i] + th * a[i] > 0 else 0.0,
+    )
 
 
-def kernel_rates(cluster: ClusterSpec, model: ModelSpec, options: CostOptions = CostOptions()) -> tuple[np.ndarray, np.ndarray]:
+def kernel_rates(
+    cluster: ClusterSpec, model: ModelSpec, options: CostOptions = CostOptions()
+) -> tuple[np.ndarray, np.ndarray]:
     """Per device (tokens/s, pair-heads/s) of training work under the kernel-time model: 1/τ_i, 1/ρ_i."""
     w = work_times([d.gpu for d in cluster.devices], model, options)
     tau = model.layers * w.token_fwd_bwd + w.head
@@ -70,18 +74,27 @@ def kernel_rates(cluster: ClusterSpec, model: ModelSpec, options: CostOptions = 
     return 1.0 / tau, 1.0 / rho
 
 
-def min_iteration_time(cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()) -> float:
+def min_iteration_time(
+    cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()
+) -> float:
     """Seconds of the perfectly balanced, communication- and recompute-free iteration (module doc)."""
     tok_rate, att_rate = kernel_rates(cluster, model, options)
     S, B = workload.seq_len, workload.global_batch
-    work = min_compute_time(tok_rate, att_rate, float(B * S), float(B * model.layers * model.heads * model.causal_pairs(S)))
+    work = min_compute_time(
+        tok_rate, att_rate, float(B * S), float(B * model.layers * model.heads * model.causal_pairs(S))
+    )
     w = work_times([d.gpu for d in cluster.devices], model, options)
     local_params = model.param_count / (cluster.size if workload.param_sharding == "zero3" else 1)
     return work + float((local_params * w.optimizer).min())
 
 
-def subset_time_bound(cluster: ClusterSpec, devices: "Sequence[int]", model: ModelSpec, workload: Workload,
-                      options: CostOptions = CostOptions()) -> float:
+def subset_time_bound(
+    cluster: ClusterSpec,
+    devices: Sequence[int],
+    model: ModelSpec,
+    workload: Workload,
+    options: CostOptions = CostOptions(),
+) -> float:
     """Seconds no plan on exactly these devices can beat under the workload's (concrete) recompute
     policy: the larger of two bounds. (1) The balanced, communication-free iteration of
     `min_compute_time` with the policy's recompute counted (selective: the linear forward again;
@@ -113,8 +126,12 @@ def subset_time_bound(cluster: ClusterSpec, devices: "Sequence[int]", model: Mod
     # (2) pass by pass
     per_pass = {
         "f": min_compute_time(1.0 / fwd_tok, 1.0 / w.pair, float(S), pairs),
-        "b": min_compute_time(1.0 / (w.pre_bwd + w.post_bwd + (rerun + rep) * fwd_tok), 1.0 / ((w.attn_bwd_factor + rep) * w.pair),
-                              float(S), pairs),
+        "b": min_compute_time(
+            1.0 / (w.pre_bwd + w.post_bwd + (rerun + rep) * fwd_tok),
+            1.0 / ((w.attn_bwd_factor + rep) * w.pair),
+            float(S),
+            pairs,
+        ),
         "h": min_compute_time(1.0 / w.head, np.full(len(devices), np.inf), float(S), 0.0),
     }
     comm = not options.ignore_comm
@@ -138,6 +155,8 @@ def subset_time_bound(cluster: ClusterSpec, devices: "Sequence[int]", model: Mod
     return max(work + optimizer, passes)
 
 
-def compute_bound(cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()) -> float:
+def compute_bound(
+    cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()
+) -> float:
     """Upper bound on tokens/s: the balanced, communication- and recompute-free iteration (module doc)."""
     return workload.tokens / min_iteration_time(cluster, model, workload, options)

@@ -95,8 +95,11 @@ def param_collectives(bw: np.ndarray, lat: np.ndarray, model: ModelSpec, workloa
     if workload.param_sharding == "zero3":
         ag, ag_root = ring_allgather_s(layer, R, link_bw, link_lat), ring_allgather_s(root, R, link_bw, link_lat)
         return ParamComm("zero3", ag_layer=ag, rs_layer=ag, ag_root=ag_root, rs_root=ag_root)
-    return ParamComm("replicated", ar_layer=ring_allreduce_s(layer, R, link_bw, link_lat),
-                     ar_root=ring_allreduce_s(root, R, link_bw, link_lat))
+    return ParamComm(
+        "replicated",
+        ar_layer=ring_allreduce_s(layer, R, link_bw, link_lat),
+        ar_root=ring_allreduce_s(root, R, link_bw, link_lat),
+    )
 
 
 def intra_group_pairs(a: PlanArrays) -> tuple[np.ndarray, np.ndarray]:

@@ -141,7 +141,9 @@ class Durations:
         return self.c.comm
 
 
-def coefficients(a: PlanArrays, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()) -> Coefficients:
+def coefficients(
+    a: PlanArrays, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()
+) -> Coefficients:
     """The linear forms of every duration for the structure in `a` (groups, ring order, heads, devices)."""
     rule = rule_of(workload)
     w, R, k, d = a.work, a.R, a.k, model.head_dim
@@ -188,26 +190,46 @@ def coefficients(a: PlanArrays, model: ModelSpec, workload: Workload, options: C
         np.maximum.at(lat, outof, a.lat[t.src, t.dst])
         x_lat = lat.reshape(R, k)
     elif k > 1 and len(t.src):
-        x_rb = np.bincount(t.dst * k + t.round, kv_bytes(t.num_kv_heads * mult, model.head_dim),
-                           minlength=R * k).reshape(R, k)
+        x_rb = np.bincount(
+            t.dst * k + t.round, kv_bytes(t.num_kv_heads * mult, model.head_dim), minlength=R * k
+        ).reshape(R, k)
     local_params = model.param_count / (R if workload.param_sharding == "zero3" else 1)
     return Coefficients(
-        a=a, rule=rule,
-        pre_f=w.pre_fwd, post_f=w.post_fwd,
-        pre_b=w.pre_bwd + rerun * w.pre_fwd, post_b=w.post_bwd + rerun * w.post_fwd,
-        matmul_f=w.pre_matmul + w.post_matmul, matmul_b=(2.0 + rerun) * (w.pre_matmul + w.post_matmul),
+        a=a,
+        rule=rule,
+        pre_f=w.pre_fwd,
+        post_f=w.post_fwd,
+        pre_b=w.pre_bwd + rerun * w.pre_fwd,
+        post_b=w.post_bwd + rerun * w.post_fwd,
+        matmul_f=w.pre_matmul + w.post_matmul,
+        matmul_b=(2.0 + rerun) * (w.pre_matmul + w.post_matmul),
         head=w.head,
-        a2a_lat=lat_a2a, in_send=in_send, out_recv=out_recv, peer_r=peer_r, peer_q=peer_q, in_recv=in_recv, out_send=out_send,
-        att_prod=att_prod, att_lin=att_lin,
-        x_lat=x_lat, x_recv=x_recv, x_send=x_send, x_recv_bytes=x_rb,
-        slowdown=w.overlap_slowdown, optimizer=local_params * w.optimizer,
+        a2a_lat=lat_a2a,
+        in_send=in_send,
+        out_recv=out_recv,
+        peer_r=peer_r,
+        peer_q=peer_q,
+        in_recv=in_recv,
+        out_send=out_send,
+        att_prod=att_prod,
+        att_lin=att_lin,
+        x_lat=x_lat,
+        x_recv=x_recv,
+        x_send=x_send,
+        x_recv_bytes=x_rb,
+        slowdown=w.overlap_slowdown,
+        optimizer=local_params * w.optimizer,
         params=param_collectives(a.bw, a.lat, model, workload) if off else ParamComm(workload.param_sharding),
-        attn_bwd_factor=w.attn_bwd_factor, layers=model.layers, batch=workload.global_batch, comm=off,
+        attn_bwd_factor=w.attn_bwd_factor,
+        layers=model.layers,
+        batch=workload.global_batch,
+        comm=off,
     )
 
 
-def evaluate(c: Coefficients, s: np.ndarray, L: np.ndarray, prod: np.ndarray | None = None,
-             prod_window: np.ndarray | None = None) -> Durations:
+def evaluate(
+    c: Coefficients, s: np.ndarray, L: np.ndarray, prod: np.ndarray | None = None, prod_window: np.ndarray | None = None
+) -> Durations:
     """The durations at tokens s [R] and chunk lengths L [k]; `prod` [k, k] gives the products the
     attention uses (default: the exact L_g² on the diagonal and L_g·L_h elsewhere; the planner's model
     passes under-estimates of them, and over-estimates as `prod_window` for the windows a collective
@@ -218,10 +240,12 @@ def evaluate(c: Coefficients, s: np.ndarray, L: np.ndarray, prod: np.ndarray | N
     Lg = L[a.grp]
     att = c.att_prod * prod[a.grp[:, None], src] + c.att_lin * Lg[:, None]
     att_w = att if prod_window is None else c.att_prod * prod_window[a.grp[:, None], src] + c.att_lin * Lg[:, None]
-    a2a_in = np.stack([c.a2a_lat + c.in_send * s,
-                       c.a2a_lat + np.bincount(c.peer_r, c.in_recv * s[c.peer_q], minlength=a.R)], axis=1)
-    a2a_out = np.stack([c.a2a_lat + np.bincount(c.peer_r, c.out_send * s[c.peer_q], minlength=a.R),
-                        c.a2a_lat + c.out_recv * s], axis=1)
+    a2a_in = np.stack(
+        [c.a2a_lat + c.in_send * s, c.a2a_lat + np.bincount(c.peer_r, c.in_recv * s[c.peer_q], minlength=a.R)], axis=1
+    )
+    a2a_out = np.stack(
+        [c.a2a_lat + np.bincount(c.peer_r, c.out_send * s[c.peer_q], minlength=a.R), c.a2a_lat + c.out_recv * s], axis=1
+    )
     recv, send = c.x_recv * L[src], c.x_send * Lg[:, None]
     xc_f = np.stack([c.x_lat + recv, c.x_lat + send], axis=2)
     xc_f[:, 0, :] = 0.0
@@ -233,10 +257,26 @@ def evaluate(c: Coefficients, s: np.ndarray, L: np.ndarray, prod: np.ndarray | N
     window_b = pre_b + post_b + c.attn_bwd_factor * att_w.sum(axis=1) + (window_f if c.rule.replay_layer else 0.0)
     head = c.head * s
     return Durations(
-        c=c, lin_pre_f=pre_f, lin_post_f=post_f, lin_pre_b=pre_b, lin_post_b=post_b,
-        matmul_f=c.matmul_f * s, matmul_b=c.matmul_b * s, a2a_in=a2a_in, a2a_out=a2a_out,
-        att_f=att, att_b=att_b, xc_f=xc_f, xc_b=xc_b, link=recv + send, head=head, optimizer=c.optimizer,
-        window_f=window_f, window_b=window_b, window_h=head * (2.0 / 3.0), recv_bytes=c.x_recv_bytes * L[src],
+        c=c,
+        lin_pre_f=pre_f,
+        lin_post_f=post_f,
+        lin_pre_b=pre_b,
+        lin_post_b=post_b,
+        matmul_f=c.matmul_f * s,
+        matmul_b=c.matmul_b * s,
+        a2a_in=a2a_in,
+        a2a_out=a2a_out,
+        att_f=att,
+        att_b=att_b,
+        xc_f=xc_f,
+        xc_b=xc_b,
+        link=recv + send,
+        head=head,
+        optimizer=c.optimizer,
+        window_f=window_f,
+        window_b=window_b,
+        window_h=head * (2.0 / 3.0),
+        recv_bytes=c.x_recv_bytes * L[src],
     )
 
 
@@ -245,7 +285,9 @@ def exact_products(L: np.ndarray) -> np.ndarray:
     return np.outer(L, L)
 
 
-def durations(plan: Plan, cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()) -> Durations:
+def durations(
+    plan: Plan, cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()
+) -> Durations:
     """Validate the plan and compute every duration of the iteration (module doc)."""
     rule_of(workload)  # refuses "auto" before any work
     a = plan_arrays(plan, cluster, model, workload, options)

@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-
 from ..plan import Plan
 from ..specs import GIB, ClusterSpec, ModelSpec, Workload
 from .bound import compute_bound
@@ -102,7 +101,9 @@ class Estimate:
         return "\n".join(lines)
 
 
-def estimate(plan: Plan, cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()) -> Estimate:
+def estimate(
+    plan: Plan, cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()
+) -> Estimate:
     """Time, memory and throughput of one training iteration of `plan` (module doc)."""
     d = durations(plan, cluster, model, workload, options)
     a = d.a
@@ -118,20 +119,49 @@ def estimate(plan: Plan, cluster: ClusterSpec, model: ModelSpec, workload: Workl
     for r in range(a.R):
         dev = cluster.devices[int(a.dev[r])]
         fits = bool(total_mem[r] <= a.capacity[r])
-        ranks.append(RankEstimate(
-            rank=r, device=dev.index, gpu=dev.gpu.name, group=int(a.grp[r]), tokens=int(a.s[r]), heads=int(a.eta[r]),
-            time_s={p: float(phases[p][r]) for p in PHASES}, busy_s=float(it - phases["wait"][r]), idle_s=float(phases["wait"][r]),
-            memory_gib=float(total_mem[r] / GIB), capacity_gib=float(a.capacity[r] / GIB),
-            memory_breakdown_gib={k: float(mem[k][r] / GIB) for k in MEMORY_KEYS}, fits=fits,
-        ))
+        ranks.append(
+            RankEstimate(
+                rank=r,
+                device=dev.index,
+                gpu=dev.gpu.name,
+                group=int(a.grp[r]),
+                tokens=int(a.s[r]),
+                heads=int(a.eta[r]),
+                time_s={p: float(phases[p][r]) for p in PHASES},
+                busy_s=float(it - phases["wait"][r]),
+                idle_s=float(phases["wait"][r]),
+                memory_gib=float(total_mem[r] / GIB),
+                capacity_gib=float(a.capacity[r] / GIB),
+                memory_breakdown_gib={k: float(mem[k][r] / GIB) for k in MEMORY_KEYS},
+                fits=fits,
+            )
+        )
         if not fits:
-            oom.append(OOM(r, dev.index, dev.gpu.name, float(total_mem[r] / GIB), float(a.capacity[r] / GIB),
-                           float((total_mem[r] - a.capacity[r]) / GIB)))
+            oom.append(
+                OOM(
+                    r,
+                    dev.index,
+                    dev.gpu.name,
+                    float(total_mem[r] / GIB),
+                    float(a.capacity[r] / GIB),
+                    float((total_mem[r] - a.capacity[r]) / GIB),
+                )
+            )
     busy_phases = [p for p in PHASES if p != "wait"]
     crit_phase = max(busy_phases, key=lambda p: phases[p][crit])
     tps = workload.tokens / it
     return Estimate(
-        plan=plan.name, iteration_time_s=it, tokens_per_s=tps, model_flops=flops,
-        mfu=flops / (it * cluster.peak_pflops * 1e15), bound_tokens_per_s=bound, efficiency_vs_bound=tps / bound,
-        fits=not oom, critical_rank=crit, critical_phase=crit_phase, ranks=ranks, oom=oom, passes=dict(sim.passes),
+        plan=plan.name,
+        iteration_time_s=it,
+        tokens_per_s=tps,
+        model_flops=flops,
+        mfu=flops / (it * cluster.peak_pflops * 1e15),
+        bound_tokens_per_s=bound,
+        efficiency_vs_bound=tps / bound,
+        fits=not oom,
+        critical_rank=crit,
+        critical_phase=crit_phase,
+        ranks=ranks,
+        oom=oom,
+        passes=dict(sim.passes),
     )

@@ -52,9 +52,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -76,31 +77,57 @@ REFERENCE_IMPL = "flash"
 # Configuration the sources do not publish, by source (or point id): {field: value, "why": reason}.
 ASSUMED: dict[str, dict[str, Any]] = {
     "deepspeed_ulysses_blog": {
-        "hp": 8, "dp": 4, "global_sequences": 4, "recompute": "full", "nic_gbps": 25.0, "sharding": "zero3",
+        "hp": 8,
+        "dp": 4,
+        "global_sequences": 4,
+        "recompute": "full",
+        "nic_gbps": 25.0,
+        "sharding": "zero3",
         "why": "Ulysses degree 8 (one NVLink node, so the all-to-all never crosses a NIC; 32 heads divide), ZeRO-3 "
-               "data parallelism over the 4 nodes, one sequence per replica, activation checkpointing (the primary "
-               "conversion assumes it), DGX-A100 NICs (8 x HDR 200 Gb/s: 25 GB/s per GPU)"},
+        "data parallelism over the 4 nodes, one sequence per replica, activation checkpointing (the primary "
+        "conversion assumes it), DGX-A100 NICs (8 x HDR 200 Gb/s: 25 GB/s per GPU)",
+    },
     "usp": {
-        "cp": 2, "hp": 8, "tp": 1, "dp": 1, "pp": 1, "global_sequences": 1, "recompute": "full", "nic_gbps": 25.0,
+        "cp": 2,
+        "hp": 8,
+        "tp": 1,
+        "dp": 1,
+        "pp": 1,
+        "global_sequences": 1,
+        "recompute": "full",
+        "nic_gbps": 25.0,
         "sharding": "zero3",
         "why": "Ulysses 8 inside each node x ring 2 across the two nodes (keeps the all-to-all on NVLink; llama3-8b's "
-               "8 KV heads allow at most 8), one sequence per step, full recompute (13K tokens per GPU of an 8B "
-               "model do not fit 80 GB without it), ZeRO-3, HDR NICs (25 GB/s per GPU)"},
+        "8 KV heads allow at most 8), one sequence per step, full recompute (13K tokens per GPU of an 8B "
+        "model do not fit 80 GB without it), ZeRO-3, HDR NICs (25 GB/s per GPU)",
+    },
     "nemo_longseq": {
-        "recompute": "none", "sharding": "replicated",
+        "recompute": "none",
+        "sharding": "replicated",
         "why": "no activation recompute (the tables state none; NeMo's Llama recipes leave it off); Megatron's "
-               "distributed optimizer reduces gradients once per iteration (the 'replicated' schedule) and shards "
-               "the optimizer state over dp x cp"},
-    "llmfoundry_bench": {"nic_gbps": 50.0, "sharding": "zero3", "why": "one 8-GPU node (the NIC value is never used); FSDP FULL_SHARD"},
+        "distributed optimizer reduces gradients once per iteration (the 'replicated' schedule) and shards "
+        "the optimizer state over dp x cp",
+    },
+    "llmfoundry_bench": {
+        "nic_gbps": 50.0,
+        "sharding": "zero3",
+        "why": "one 8-GPU node (the NIC value is never used); FSDP FULL_SHARD",
+    },
     "torchtitan_bench_2412": {"sharding": "zero3", "why": "FSDP over dp x cp (torchtitan shards over both)"},
-    "llama3_herd": {"recompute": "none", "sharding": "zero3",
-                    "why": "recompute not stated (none taken), FSDP; excluded anyway: pipeline parallelism 16"},
+    "llama3_herd": {
+        "recompute": "none",
+        "sharding": "zero3",
+        "why": "recompute not stated (none taken), FSDP; excluded anyway: pipeline parallelism 16",
+    },
 }
 
 # Attention kernels other than the flash-attention class the catalog describes: source -> (name, why).
 ATTENTION_IMPL: dict[str, tuple[str, str]] = {
-    "llmfoundry_bench": ("triton", "attn_impl triton (submit_benchmarks.py default), the 2023 Triton flash attention of "
-                                   "llm-foundry on torch 2.1 / Triton 2.1"),
+    "llmfoundry_bench": (
+        "triton",
+        "attn_impl triton (submit_benchmarks.py default), the 2023 Triton flash attention of "
+        "llm-foundry on torch 2.1 / Triton 2.1",
+    ),
 }
 
 # GPU types without fitted points: the fitted type whose efficiencies they take, and why.
@@ -109,7 +136,10 @@ NEAREST: dict[str, tuple[str, str]] = {
     "A100-40GB": ("A100-80GB", "same GA100 silicon (its only points, DeepSpeed-Ulysses, are grade C)"),
     "A800": ("A100-80GB", "same GA100 silicon, NVLink capped (its only point, USP, is grade C)"),
     "L40S": ("A100-80GB", "no published point; Ada runs the Ampere code path of flash-attn 2 (no Hopper instructions)"),
-    "RTX-4090": ("A100-80GB", "no published point; Ada runs the Ampere code path of flash-attn 2 (no Hopper instructions)"),
+    "RTX-4090": (
+        "A100-80GB",
+        "no published point; Ada runs the Ampere code path of flash-attn 2 (no Hopper instructions)",
+    ),
     "RTX-A6000": ("A100-80GB", "no published point; same Ampere generation"),
 }
 # Kernel-level stand-ins for GPUs without their own kernel measurement (see kernel_priors).
@@ -178,9 +208,18 @@ def _model_of(entry: Any, models: Mapping[str, ModelSpec]) -> ModelSpec:
     if "same_as" in entry:
         return models[entry["same_as"]]
     norm = "layernorm" if str(entry.get("norm", "rmsnorm")).startswith("layernorm") else "rmsnorm"
-    return ModelSpec(name=entry["name"], layers=entry["layers"], hidden=entry["hidden"], heads=entry["heads"],
-                     kv_heads=entry["kv_heads"], ffn=entry["ffn"], vocab=entry["vocab"], mlp=entry.get("mlp", "swiglu"),
-                     norm=norm, tie_embeddings=bool(entry.get("tie_embeddings", False)))
+    return ModelSpec(
+        name=entry["name"],
+        layers=entry["layers"],
+        hidden=entry["hidden"],
+        heads=entry["heads"],
+        kv_heads=entry["kv_heads"],
+        ffn=entry["ffn"],
+        vocab=entry["vocab"],
+        mlp=entry.get("mlp", "swiglu"),
+        norm=norm,
+        tie_embeddings=bool(entry.get("tie_embeddings", False)),
+    )
 
 
 def point_from_entry(p: Mapping[str, Any], models: Mapping[str, ModelSpec] | None = None) -> Point:
@@ -203,13 +242,28 @@ def point_from_entry(p: Mapping[str, Any], models: Mapping[str, ModelSpec] | Non
     recompute = pick("recompute", stated if stated in ("none", "selective", "full") else None)
     precision = str(p["precision"]).lower()
     return Point(
-        id=p["id"], source=p["source"], gpu=p["gpu"], num_gpus=p["num_gpus"], nodes=p["nodes"], gpus_per_node=p["gpus_per_node"],
-        nic_gbps=float(pick("nic_gbps", p["interconnect"].get("inter_nic_gbps"))), model=_model_of(p["model"], models),
-        seq_len=p["seq_len"], global_sequences=int(pick("global_sequences", batch.get("global_sequences"))),
-        micro_batch=int(batch.get("micro_batch") or 1), family=lay["family"], recompute=recompute,
-        sharding=assumed.get("sharding", "zero3"), fp8="fp8" in precision or "float8" in precision,
-        published=float(p["tokens_per_s_per_gpu"]), alt=p.get("tokens_per_s_per_gpu_alt"), quality=p["quality"],
-        split=p["split"], pair=p.get("pair"), assumed=tuple(used), **degrees,
+        id=p["id"],
+        source=p["source"],
+        gpu=p["gpu"],
+        num_gpus=p["num_gpus"],
+        nodes=p["nodes"],
+        gpus_per_node=p["gpus_per_node"],
+        nic_gbps=float(pick("nic_gbps", p["interconnect"].get("inter_nic_gbps"))),
+        model=_model_of(p["model"], models),
+        seq_len=p["seq_len"],
+        global_sequences=int(pick("global_sequences", batch.get("global_sequences"))),
+        micro_batch=int(batch.get("micro_batch") or 1),
+        family=lay["family"],
+        recompute=recompute,
+        sharding=assumed.get("sharding", "zero3"),
+        fp8="fp8" in precision or "float8" in precision,
+        published=float(p["tokens_per_s_per_gpu"]),
+        alt=p.get("tokens_per_s_per_gpu_alt"),
+        quality=p["quality"],
+        split=p["split"],
+        pair=p.get("pair"),
+        assumed=tuple(used),
+        **degrees,
     )
 
 
@@ -226,8 +280,10 @@ def load_points(published: Mapping | None = None) -> list[Point]:
 def excluded_reason(p: Point) -> str | None:
     """Why a point is left out of the fit and the statistics (None: it is modelled)."""
     if p.pp > 1:
-        return (f"pipeline parallelism (pp={p.pp}) is not modelled: the bubble depends on the schedule and on a "
-                f"micro-batch count the source does not publish")
+        return (
+            f"pipeline parallelism (pp={p.pp}) is not modelled: the bubble depends on the schedule and on a "
+            f"micro-batch count the source does not publish"
+        )
     return None
 
 
@@ -283,6 +339,7 @@ class Prior:
 def kernel_priors(kernels: Mapping, catalog: Mapping[str, GPUType], tile: int = 128) -> dict[str, dict[str, Prior]]:
     """The five kernel-level fields (PRIOR_FIELDS) of every catalog GPU, each with its evidence.
     Measured GPUs read their kernels.yaml entry; the others take KERNEL_PROXY's (the rule in `how`)."""
+
     def frac(eid: str, *path: str) -> float:
         v = kernel_entry(kernels, eid)["fraction_of_peak"]
         for key in path:
@@ -291,9 +348,11 @@ def kernel_priors(kernels: Mapping, catalog: Mapping[str, GPUType], tile: int = 
 
     hbm = {"A100-80GB": "hbm-a100", "H100-SXM": "hbm-h100", "H200": "hbm-h200"}
     curves = {"A100-80GB": "fa2-a100-fwdbwd-causal-hd128", "H100-SXM": "fa2-h100-fwdbwd-causal-hd128"}
-    nccl = {"H100-SXM": ("nccl-h100-effective-nvlink", ("effective_nvlink_busbw_non_allreduce",), "nccl_tests_212"),
-            "A100-80GB": ("allreduce-a100-ring", (), "mlengineering_network"),
-            "H200": ("allreduce-h200-ring", ("ring",), "mlengineering_network")}
+    nccl = {
+        "H100-SXM": ("nccl-h100-effective-nvlink", ("effective_nvlink_busbw_non_allreduce",), "nccl_tests_212"),
+        "A100-80GB": ("allreduce-a100-ring", (), "mlengineering_network"),
+        "H200": ("allreduce-h200-ring", ("ring",), "mlengineering_network"),
+    }
     slow = float(kernel_entry(kernels, "overlap-slowdown-2025")["value"]["mean_compute_slowdown"])
     nic = frac("nic-ndr-nccl")
     pcie = frac("pcie-h200-host", "h2d") / 2 + frac("pcie-h200-host", "d2h") / 2
@@ -303,33 +362,59 @@ def kernel_priors(kernels: Mapping, catalog: Mapping[str, GPUType], tile: int = 
         carried = f"; {proxy}'s: {why}" if proxy != name else ""
         d: dict[str, Prior] = {}
         if name in hbm:
-            d["eff_hbm"] = Prior(round(frac(hbm[name], "triad"), 3), "azure_ai_benchmarking", f"STREAM triad / datasheet ({hbm[name]})")
+            d["eff_hbm"] = Prior(
+                round(frac(hbm[name], "triad"), 3), "azure_ai_benchmarking", f"STREAM triad / datasheet ({hbm[name]})"
+            )
         elif name == "B200":
-            d["eff_hbm"] = Prior(round(frac(hbm["H200"], "triad"), 3), PRIOR_KEY,
-                                 "H200's triad fraction (hbm-h200), the nearest HBM3e part; no B200 bandwidth measurement")
+            d["eff_hbm"] = Prior(
+                round(frac(hbm["H200"], "triad"), 3),
+                PRIOR_KEY,
+                "H200's triad fraction (hbm-h200), the nearest HBM3e part; no B200 bandwidth measurement",
+            )
         elif gpu.link_kind.startswith("pcie"):
-            d["eff_hbm"] = Prior(round(min(frac(e, "triad") for e in hbm.values()), 3), PRIOR_KEY,
-                                 "the lowest measured triad fraction (hbm-a100): no GDDR measurement")
+            d["eff_hbm"] = Prior(
+                round(min(frac(e, "triad") for e in hbm.values()), 3),
+                PRIOR_KEY,
+                "the lowest measured triad fraction (hbm-a100): no GDDR measurement",
+            )
         else:
-            d["eff_hbm"] = Prior(round(frac(hbm[proxy], "triad"), 3), PRIOR_KEY, f"STREAM triad / datasheet ({hbm[proxy]}){carried}")
+            d["eff_hbm"] = Prior(
+                round(frac(hbm[proxy], "triad"), 3), PRIOR_KEY, f"STREAM triad / datasheet ({hbm[proxy]}){carried}"
+            )
         curve = curves[proxy if proxy in curves else "A100-80GB"]
         e = kernel_entry(kernels, curve)
-        d["attn_block_half_keys"] = Prior(round(block_curve_fit(e["seq_len"], e["value"], tile)[1]), PRIOR_KEY,
-                                          f"the FA2 causal hd128 fwd+bwd length curve ({curve}) fitted to the block model "
-                                          f"r(n) = R n / (n + 1 + tile + 2 hk){carried}")
+        d["attn_block_half_keys"] = Prior(
+            round(block_curve_fit(e["seq_len"], e["value"], tile)[1]),
+            PRIOR_KEY,
+            f"the FA2 causal hd128 fwd+bwd length curve ({curve}) fitted to the block model "
+            f"r(n) = R n / (n + 1 + tile + 2 hk){carried}",
+        )
         measured = name in ("A100-80GB", "H100-SXM")
-        d["overlap_slowdown"] = Prior(round(slow, 3), "overlap_characterization_2025" if measured else PRIOR_KEY,
-                                      "mean compute slowdown under concurrent NCCL communication (overlap-slowdown-2025, "
-                                      "A100/H100/MI250/MI210)" + ("" if measured else "; measured on other GPUs"))
+        d["overlap_slowdown"] = Prior(
+            round(slow, 3),
+            "overlap_characterization_2025" if measured else PRIOR_KEY,
+            "mean compute slowdown under concurrent NCCL communication (overlap-slowdown-2025, "
+            "A100/H100/MI250/MI210)" + ("" if measured else "; measured on other GPUs"),
+        )
         if gpu.link_kind.startswith("pcie"):
-            d["link_efficiency"] = Prior(round(pcie, 3), PRIOR_KEY, "PCIe 5 host-device copy fraction (pcie-h200-host): the only PCIe measurement")
+            d["link_efficiency"] = Prior(
+                round(pcie, 3),
+                PRIOR_KEY,
+                "PCIe 5 host-device copy fraction (pcie-h200-host): the only PCIe measurement",
+            )
         else:
             eid, path, src = nccl[name if name in nccl else proxy]
-            d["link_efficiency"] = Prior(round(frac(eid, *path), 3), src if name in nccl else PRIOR_KEY,
-                                         f"NCCL bus bandwidth over NVLink / line rate ({eid})" + ("" if name in nccl else carried))
-        d["nic_efficiency"] = Prior(round(nic, 3), "nccl_tests_290" if name == "H100-SXM" else PRIOR_KEY,
-                                    "NCCL ring over one 400 Gb/s NDR NIC per GPU, two nodes (nic-ndr-nccl, mean of 0.92-0.96)"
-                                    + ("" if name == "H100-SXM" else "; the only InfiniBand measurement, used for every NIC"))
+            d["link_efficiency"] = Prior(
+                round(frac(eid, *path), 3),
+                src if name in nccl else PRIOR_KEY,
+                f"NCCL bus bandwidth over NVLink / line rate ({eid})" + ("" if name in nccl else carried),
+            )
+        d["nic_efficiency"] = Prior(
+            round(nic, 3),
+            "nccl_tests_290" if name == "H100-SXM" else PRIOR_KEY,
+            "NCCL ring over one 400 Gb/s NDR NIC per GPU, two nodes (nic-ndr-nccl, mean of 0.92-0.96)"
+            + ("" if name == "H100-SXM" else "; the only InfiniBand measurement, used for every NIC"),
+        )
         out[name] = d
     return out
 
@@ -350,7 +435,7 @@ class Calibration:
     def attention_factor(self, p: Point) -> float:
         return self.impl_factor.get(p.attention_impl, 1.0)
 
-    def with_gpu(self, name: str, **fields: float) -> "Calibration":
+    def with_gpu(self, name: str, **fields: float) -> Calibration:
         return dataclasses.replace(self, gpus={**self.gpus, name: dataclasses.replace(self.gpus[name], **fields)})
 
 
@@ -362,8 +447,14 @@ def extra_gpus(published: Mapping, catalog: Mapping[str, GPUType]) -> dict[str, 
     for name, e in published.get("extra_gpus", {}).items():
         base = catalog[e["closest_catalog_key"]]
         peak = e.get("peak_bf16_tflops") or max(e["peak_bf16_tflops_range"])
-        out[name] = dataclasses.replace(base, name=name, peak_bf16_tflops=float(peak), memory_gib=float(e["memory_gib"]),
-                                        hbm_bandwidth_gbps=float(e["hbm_bandwidth_gbps"]), sources={})
+        out[name] = dataclasses.replace(
+            base,
+            name=name,
+            peak_bf16_tflops=float(peak),
+            memory_gib=float(e["memory_gib"]),
+            hbm_bandwidth_gbps=float(e["hbm_bandwidth_gbps"]),
+            sources={},
+        )
     return out
 
 
@@ -392,14 +483,18 @@ def clusters_of(p: Point, gpu: GPUType) -> tuple[ClusterSpec, ClusterSpec]:
     its tp GPUs' bandwidth), gpus_per_node / tp ranks per node, consecutive ranks fill a node first."""
     per_node = max(1, p.gpus_per_node // p.tp)
     replica = p.cp * p.hp
-    return (ClusterSpec.from_nodes(f"{p.id}-replica", _nodes(gpu, replica, per_node, p.nic_gbps)),
-            ClusterSpec.from_nodes(f"{p.id}-job", _nodes(gpu, replica * p.dp, per_node, p.nic_gbps)))
+    return (
+        ClusterSpec.from_nodes(f"{p.id}-replica", _nodes(gpu, replica, per_node, p.nic_gbps)),
+        ClusterSpec.from_nodes(f"{p.id}-job", _nodes(gpu, replica * p.dp, per_node, p.nic_gbps)),
+    )
 
 
 def workload_of(p: Point) -> Workload:
     """One replica's iteration: its micro-steps (global_sequences / dp / micro_batch)."""
     steps = max(1, p.global_sequences // p.dp // p.micro_batch)
-    return Workload(seq_len=p.seq_len, global_batch=steps, activation_checkpointing=p.recompute, param_sharding=p.sharding)
+    return Workload(
+        seq_len=p.seq_len, global_batch=steps, activation_checkpointing=p.recompute, param_sharding=p.sharding
+    )
 
 
 @dataclass(frozen=True)
@@ -420,7 +515,9 @@ def setup(p: Point, gpu: GPUType, options: CostOptions = CostOptions()) -> Setup
     a = plan_arrays(plan, replica, p.model, work, options)
     a = dataclasses.replace(a, bw=a.bw * p.tp, capacity=a.capacity * p.tp)  # tp GPUs' links and memory per rank
     bw, lat = link_matrices(job)
-    params = param_collectives(bw * p.tp, lat, p.model, work) if not options.ignore_comm else ParamComm(work.param_sharding)
+    params = (
+        param_collectives(bw * p.tp, lat, p.model, work) if not options.ignore_comm else ParamComm(work.param_sharding)
+    )
     return Setup(p, plan, work, a, params, job.size)
 
 
@@ -444,25 +541,64 @@ def predict(p: Point | Setup, cal: Calibration) -> Prediction:
     gpu = cal.gpus[p.gpu]
     w = work_times([gpu] * a.R, model, cal.options)
     # a TP group: tp x the rates, plus its exposed collectives (module doc); FP8 layer GEMMs; the attention kernel
-    tp_tok = 0.0 if tp == 1 or cal.options.ignore_comm else (tp - 1) / tp * model.hidden * BF16 / (gpu.link_bandwidth_gbps * 1e9 * gpu.link_efficiency)
+    tp_tok = (
+        0.0
+        if tp == 1 or cal.options.ignore_comm
+        else (tp - 1) / tp * model.hidden * BF16 / (gpu.link_bandwidth_gbps * 1e9 * gpu.link_efficiency)
+    )
     mm = 1.0 / tp / (cal.fp8_gain if p.fp8 else 1.0)
     att = 1.0 / tp / cal.attention_factor(p)
     w = dataclasses.replace(
-        w, pre_matmul=w.pre_matmul * mm, post_matmul=w.post_matmul * mm,
-        pre_memory=w.pre_memory / tp + tp_tok, post_memory=w.post_memory / tp + 3 * tp_tok,
-        pre_memory_bwd=w.pre_memory_bwd / tp + tp_tok, post_memory_bwd=w.post_memory_bwd / tp + 3 * tp_tok,
-        pair=w.pair * att, row=w.row * att, head=w.head / tp, optimizer=w.optimizer / tp)
+        w,
+        pre_matmul=w.pre_matmul * mm,
+        post_matmul=w.post_matmul * mm,
+        pre_memory=w.pre_memory / tp + tp_tok,
+        post_memory=w.post_memory / tp + 3 * tp_tok,
+        pre_memory_bwd=w.pre_memory_bwd / tp + tp_tok,
+        post_memory_bwd=w.post_memory_bwd / tp + 3 * tp_tok,
+        pair=w.pair * att,
+        row=w.row * att,
+        head=w.head / tp,
+        optimizer=w.optimizer / tp,
+    )
     c = coefficients(dataclasses.replace(a, work=w), model, s.workload, cal.options)
-    c = dataclasses.replace(c, params=s.params, optimizer=np.full(a.R, model.param_count / s.job_ranks * w.optimizer[0]))
+    c = dataclasses.replace(
+        c, params=s.params, optimizer=np.full(a.R, model.param_count / s.job_ranks * w.optimizer[0])
+    )
     m = p.micro_batch
     if m > 1:  # m sequences per micro-step: every per-sequence work and transfer m times
-        c = dataclasses.replace(c, **{k: getattr(c, k) * m for k in (
-            "pre_f", "post_f", "pre_b", "post_b", "matmul_f", "matmul_b", "head", "in_send", "out_recv", "in_recv",
-            "out_send", "att_prod", "att_lin", "x_recv", "x_send", "x_recv_bytes")})
+        c = dataclasses.replace(
+            c,
+            **{
+                k: getattr(c, k) * m
+                for k in (
+                    "pre_f",
+                    "post_f",
+                    "pre_b",
+                    "post_b",
+                    "matmul_f",
+                    "matmul_b",
+                    "head",
+                    "in_send",
+                    "out_recv",
+                    "in_recv",
+                    "out_send",
+                    "att_prod",
+                    "att_lin",
+                    "x_recv",
+                    "x_send",
+                    "x_recv_bytes",
+                )
+            },
+        )
     sim = simulate_durations(evaluate(c, a.s, a.L))
     tokens = s.workload.global_batch * m * p.seq_len
-    return Prediction(p, tokens / (sim.iteration_time_s * p.replica_gpus), sim.iteration_time_s,
-                      {k: float(v[0]) for k, v in sim.phases.items()})
+    return Prediction(
+        p,
+        tokens / (sim.iteration_time_s * p.replica_gpus),
+        sim.iteration_time_s,
+        {k: float(v[0]) for k, v in sim.phases.items()},
+    )
 
 
 # ------------------------------------------------------------------------------ statistics
@@ -478,7 +614,9 @@ class Stats:
     def line(self) -> str:
         if not self.n:
             return "no points"
-        return f"{self.n:2d} points: median |pred/pub - 1| {self.median:6.1%}, worst {self.worst:6.1%} ({self.worst_id})"
+        return (
+            f"{self.n:2d} points: median |pred/pub - 1| {self.median:6.1%}, worst {self.worst:6.1%} ({self.worst_id})"
+        )
 
 
 def statistics(pairs: Iterable[tuple[str, float]]) -> Stats:
@@ -510,8 +648,14 @@ def pair_ratios(preds: Sequence[Prediction], fast: str = "H100-SXM", slow: str =
     for pair in sorted({q.point.pair for q in preds if q.point.pair}):
         if (pair, fast) in by and (pair, slow) in by:
             f, s = by[pair, fast], by[pair, slow]
-            out.append(PairRatio(pair, f.point.split, f.point.published / s.point.published,
-                                 f.tokens_per_s_per_gpu / s.tokens_per_s_per_gpu))
+            out.append(
+                PairRatio(
+                    pair,
+                    f.point.split,
+                    f.point.published / s.point.published,
+                    f.tokens_per_s_per_gpu / s.tokens_per_s_per_gpu,
+                )
+            )
     return out
 
 
@@ -530,9 +674,13 @@ class Verdict:
         if not self.holdout.median <= t["median"]:
             out.append(f"held-out median |pred/pub - 1| {self.holdout.median:.1%} > {t['median']:.0%}")
         if not self.holdout.worst <= t["worst"]:
-            out.append(f"held-out worst |pred/pub - 1| {self.holdout.worst:.1%} > {t['worst']:.0%} ({self.holdout.worst_id})")
+            out.append(
+                f"held-out worst |pred/pub - 1| {self.holdout.worst:.1%} > {t['worst']:.0%} ({self.holdout.worst_id})"
+            )
         if not abs(self.ratio_median_error) <= t["ratio"]:
-            out.append(f"H100/A100 ratio off by {self.ratio_median_error:+.1%} (held-out pairs; target within {t['ratio']:.0%})")
+            out.append(
+                f"H100/A100 ratio off by {self.ratio_median_error:+.1%} (held-out pairs; target within {t['ratio']:.0%})"
+            )
         return out
 
 
@@ -541,13 +689,24 @@ TARGETS = {"median": 0.10, "worst": 0.35, "ratio": 0.10}
 
 def verdict(preds: Sequence[Prediction], targets: Mapping[str, float] = TARGETS) -> Verdict:
     """The issue's statistics: fit and held-out (judged points), held-out with grade C, the pair ratio."""
+
     def sel(split: str, judged_only: bool = True):
-        return [(q.point.id, q.ratio) for q in preds if q.point.split == split and excluded_reason(q.point) is None
-                and (q.point.judged or not judged_only)]
+        return [
+            (q.point.id, q.ratio)
+            for q in preds
+            if q.point.split == split and excluded_reason(q.point) is None and (q.point.judged or not judged_only)
+        ]
+
     pairs = pair_ratios(preds)
     held = [r.predicted / r.published for r in pairs if r.split == "holdout"]
-    return Verdict(statistics(sel("fit")), statistics(sel("holdout")), statistics(sel("holdout", False)),
-                   float(median(held)) - 1.0 if held else float("nan"), tuple(pairs), dict(targets))
+    return Verdict(
+        statistics(sel("fit")),
+        statistics(sel("holdout")),
+        statistics(sel("holdout", False)),
+        float(median(held)) - 1.0 if held else float("nan"),
+        tuple(pairs),
+        dict(targets),
+    )
 
 
 # ------------------------------------------------------------------------------ the fit
@@ -562,14 +721,18 @@ def _grid(lo: float, hi: float, step: float) -> list[float]:
     return [round(lo + step * i, 6) for i in range(n + 1)]
 
 
-def grid_search(loss, bounds: Sequence[tuple[float, float]], steps: Sequence[float] = (0.05, 0.01, 0.002)) -> tuple[tuple[float, ...], float]:
+def grid_search(
+    loss, bounds: Sequence[tuple[float, float]], steps: Sequence[float] = (0.05, 0.01, 0.002)
+) -> tuple[tuple[float, ...], float]:
     """Minimise loss(*x) over a box: a full grid at steps[0], then grids at each next step over
     ± the previous step around the best node. Deterministic; ties go to the first node."""
     best: tuple[float, ...] | None = None
     span = 0.0
     for i, step in enumerate(steps):
-        axes = [_grid(lo, hi, step) if i == 0 else _grid(max(lo, b - span), min(hi, b + span), step)
-                for (lo, hi), b in zip(bounds, best or [0.0] * len(bounds))]
+        axes = [
+            _grid(lo, hi, step) if i == 0 else _grid(max(lo, b - span), min(hi, b + span), step)
+            for (lo, hi), b in zip(bounds, best or [0.0] * len(bounds))
+        ]
         if i > 0:  # keep the previous best node on the refined grid
             axes = [sorted(set(ax) | {b}) for ax, b in zip(axes, best)]
         best = min(itertools.product(*axes), key=lambda x: (loss(*x), x))
@@ -597,8 +760,13 @@ class GPUFit:
     at_bound: list[str] = field(default_factory=list)  # fitted values on the edge of their box
 
 
-def fit_gpu(points: Sequence[Point], cal: Calibration, kernels: Mapping, free: Iterable[str] = (),
-            steps: Sequence[float] = (0.05, 0.01, 0.002)) -> GPUFit:
+def fit_gpu(
+    points: Sequence[Point],
+    cal: Calibration,
+    kernels: Mapping,
+    free: Iterable[str] = (),
+    steps: Sequence[float] = (0.05, 0.01, 0.002),
+) -> GPUFit:
     """(eff_matmul, eff_attention) of one GPU type, and the factors of the implementations in
     `free`, minimising Σ log²(pred/pub) over `points` (all of that GPU).
 
@@ -615,8 +783,10 @@ def fit_gpu(points: Sequence[Point], cal: Calibration, kernels: Mapping, free: I
     known = [s for s in setups if s.point.attention_impl not in free]
     groups = {i: [s for s in setups if s.point.attention_impl == i] for i in free}
     if not known and free:
-        raise ValueError(f"{g}: every fit point runs a non-reference attention kernel ({', '.join(free)}) whose factor "
-                         "no other GPU identifies; the GPU's eff_attention cannot be separated from it")
+        raise ValueError(
+            f"{g}: every fit point runs a non-reference attention kernel ({', '.join(free)}) whose factor "
+            "no other GPU identifies; the GPU's eff_attention cannot be separated from it"
+        )
 
     def group_loss(ss, em, a_eff):  # a_eff: the effective fraction; known-factor points scale it by their factor
         c0 = cal.with_gpu(g, eff_matmul=em, eff_attention=1.0)
@@ -642,14 +812,25 @@ def fit_gpu(points: Sequence[Point], cal: Calibration, kernels: Mapping, free: I
     (em,), value = grid_search(outer, [(mlo, mhi)], steps)
     _, ea, eff = memo[em]
     factors = {i: round(a / ea, 4) for i, a in eff.items()}
-    edge = [n for n, v, (lo, hi) in (("eff_matmul", em, (mlo, mhi)), ("eff_attention", ea, (alo, ahi)),
-                                      *((f"{i} attention", a, (alo, ahi)) for i, a in eff.items()))
-            if abs(v - lo) < 1e-9 or abs(v - hi) < 1e-9]
+    edge = [
+        n
+        for n, v, (lo, hi) in (
+            ("eff_matmul", em, (mlo, mhi)),
+            ("eff_attention", ea, (alo, ahi)),
+            *((f"{i} attention", a, (alo, ahi)) for i, a in eff.items()),
+        )
+        if abs(v - lo) < 1e-9 or abs(v - hi) < 1e-9
+    ]
     return GPUFit(g, em, ea, [p.id for p in points], value, factors, edge)
 
 
-def fit_catalog(points: Sequence[Point], cal: Calibration, kernels: Mapping, impl: bool = True,
-                steps: Sequence[float] = (0.05, 0.01, 0.002)) -> tuple[Calibration, list[GPUFit]]:
+def fit_catalog(
+    points: Sequence[Point],
+    cal: Calibration,
+    kernels: Mapping,
+    impl: bool = True,
+    steps: Sequence[float] = (0.05, 0.01, 0.002),
+) -> tuple[Calibration, list[GPUFit]]:
     """Fit every GPU type with judged fit-split points (module doc); `cal` carries the priors.
     With `impl`, the ATTENTION_IMPL factors are fitted on the GPUs that also have reference-kernel
     points (fitted first) and shared by the others; without, every factor is 1 (one efficiency per
@@ -666,8 +847,10 @@ def fit_catalog(points: Sequence[Point], cal: Calibration, kernels: Mapping, imp
     for g in identify + [g for g in sorted(by_gpu) if g not in identify]:
         free = (impls(g) - {REFERENCE_IMPL} - set(cal.impl_factor)) if g in identify else set()
         f = fit_gpu(by_gpu[g], cal, kernels, free, steps)
-        cal = dataclasses.replace(cal.with_gpu(g, eff_matmul=f.eff_matmul, eff_attention=f.eff_attention),
-                                  impl_factor={**cal.impl_factor, **f.impl_factor})
+        cal = dataclasses.replace(
+            cal.with_gpu(g, eff_matmul=f.eff_matmul, eff_attention=f.eff_attention),
+            impl_factor={**cal.impl_factor, **f.impl_factor},
+        )
         fits.append(f)
     for name, (near, _) in NEAREST.items():
         if name in cal.gpus and name not in by_gpu and near in by_gpu:
@@ -678,8 +861,14 @@ def fit_catalog(points: Sequence[Point], cal: Calibration, kernels: Mapping, imp
 # ------------------------------------------------------------------------------ a kernel-level cross-check
 
 
-def ring_attention_efficiency(gpu: GPUType, link_gbps: float, ranks: int = 8, tokens_per_rank: int = 8192,
-                              model: ModelSpec | None = None, options: CostOptions = CostOptions()) -> float:
+def ring_attention_efficiency(
+    gpu: GPUType,
+    link_gbps: float,
+    ranks: int = 8,
+    tokens_per_rank: int = 8192,
+    model: ModelSpec | None = None,
+    options: CostOptions = CostOptions(),
+) -> float:
     """What the cost model predicts for ring-flash-attention's benchmark (kernels.yaml ringfa-*-zigzag):
     zigzag ring attention fwd+bwd over `ranks` NVLink GPUs against `ranks` x one GPU's causal
     flash attention over `tokens_per_rank` (the benchmark's 'theoretic' baseline, timed by the same
@@ -703,8 +892,9 @@ def load_fit(path=None) -> dict:
     return read_yaml(path or data_path("validation") / "fit.yaml")
 
 
-def calibration(catalog: Mapping[str, GPUType], record: Mapping, kernels: Mapping, published: Mapping,
-                which: str = "after") -> Calibration:
+def calibration(
+    catalog: Mapping[str, GPUType], record: Mapping, kernels: Mapping, published: Mapping, which: str = "after"
+) -> Calibration:
     """A Calibration from the catalog and fit.yaml: "after" (the catalog as it is, the extra GPUs and
     implementation factors of the fit), "before" (the baseline catalog recorded in fit.yaml: its
     efficiencies, every newer field at its default, no implementation factor) or "per_gpu_only"

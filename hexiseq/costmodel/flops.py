@@ -40,6 +40,7 @@ import numpy as np
 from ..plan import Plan
 from ..specs import ModelSpec
 
+
 def causal_pairs_between(q_start, q_len, k_start, k_len) -> np.ndarray:
     """Visible (query, key) pairs of query block [q_start, q_start+q_len) vs key block
     [k_start, k_start+k_len) under the causal mask (key <= query). Broadcasts; int64; exact."""

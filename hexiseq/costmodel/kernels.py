@@ -78,7 +78,7 @@ class Rates:
     overlap_slowdown: np.ndarray  # seconds of compute lost per second of overlapped link time
 
 
-def rates(gpus: "list[GPUType] | tuple[GPUType, ...]") -> Rates:
+def rates(gpus: list[GPUType] | tuple[GPUType, ...]) -> Rates:
     """Effective rates of a list of GPUs (one entry each)."""
     peak = np.array([g.peak_bf16_tflops * 1e12 for g in gpus])
     return Rates(
@@ -179,7 +179,9 @@ class WorkTimes:
         return self.pre_fwd + self.post_fwd + self.pre_bwd + self.post_bwd
 
 
-def work_times(gpus: "list[GPUType] | tuple[GPUType, ...]", model: ModelSpec, options: CostOptions = CostOptions()) -> WorkTimes:
+def work_times(
+    gpus: list[GPUType] | tuple[GPUType, ...], model: ModelSpec, options: CostOptions = CostOptions()
+) -> WorkTimes:
     """The per-unit seconds of every kind of work on each of `gpus` (module doc)."""
     r = rates(gpus)
     w = layer_work(model)

@@ -47,7 +47,17 @@ from .arrays import PlanArrays
 from .kernels import BF16, FP32, CostOptions
 from .policy import RecomputeRule, rule_of
 
-MEMORY_KEYS = ("weights", "grads", "optimizer", "param_buffers", "activations", "attention", "kv_buffers", "logits", "reserved")
+MEMORY_KEYS = (
+    "weights",
+    "grads",
+    "optimizer",
+    "param_buffers",
+    "activations",
+    "attention",
+    "kv_buffers",
+    "logits",
+    "reserved",
+)
 
 
 @dataclass(frozen=True)
@@ -91,8 +101,13 @@ def state_bytes(model: ModelSpec, workload: Workload, ranks: int) -> dict[str, f
     return out
 
 
-def memory_terms(model: ModelSpec, workload: Workload, ranks: int, rule: RecomputeRule | None = None,
-                 options: CostOptions = CostOptions()) -> dict[str, MemoryTerms]:
+def memory_terms(
+    model: ModelSpec,
+    workload: Workload,
+    ranks: int,
+    rule: RecomputeRule | None = None,
+    options: CostOptions = CostOptions(),
+) -> dict[str, MemoryTerms]:
     """The affine categories of memory.py's model (all but kv_buffers and reserved)."""
     rule = rule or rule_of(workload)
     d, Lyr = model.head_dim, model.layers
@@ -112,8 +127,11 @@ def memory_terms(model: ModelSpec, workload: Workload, ranks: int, rule: Recompu
         out["activations"] = MemoryTerms(c_s=Lyr * tok, c_w=Lyr * att_w, c_u=Lyr * att_u)
         out["attention"] = MemoryTerms(c_s=send_s, c_w=grad_w, c_u=grad_u)
     chunked = model.vocab >= options.large_vocab
-    out["logits"] = (MemoryTerms(const=options.loss_chunk_tokens * logits_bytes_per_token(model)) if chunked
-                     else MemoryTerms(c_s=logits_bytes_per_token(model)))
+    out["logits"] = (
+        MemoryTerms(const=options.loss_chunk_tokens * logits_bytes_per_token(model))
+        if chunked
+        else MemoryTerms(c_s=logits_bytes_per_token(model))
+    )
     return out
 
 
@@ -131,8 +149,9 @@ def kv_buffer_bytes(recv_bytes: np.ndarray) -> np.ndarray:
     return 2.0 * (B + nxt).max(axis=1)
 
 
-def memory_bytes(a: PlanArrays, model: ModelSpec, workload: Workload, recv_bytes: np.ndarray,
-                 options: CostOptions = CostOptions()) -> dict[str, np.ndarray]:
+def memory_bytes(
+    a: PlanArrays, model: ModelSpec, workload: Workload, recv_bytes: np.ndarray, options: CostOptions = CostOptions()
+) -> dict[str, np.ndarray]:
     """Per-rank bytes by category (MEMORY_KEYS), each an [R] array. `recv_bytes` from comm.exchange_times."""
     L = a.L[a.grp]
     w, u = a.eta * L, a.kvc * L

@@ -49,6 +49,8 @@ def rule_of(workload: Workload) -> RecomputeRule:
     """The workload's concrete recompute rule; "auto" is refused (only the planner chooses a policy)."""
     policy = getattr(workload.recompute, "value", workload.recompute)  # a plain string or a str-valued enum
     if policy == "auto":
-        raise SpecError('the cost model needs a concrete recompute policy ("none", "selective" or "full"), got "auto": '
-                        "only the planner chooses one (plan_cluster); pass the plan's policy (plan.meta['recompute'])")
+        raise SpecError(
+            'the cost model needs a concrete recompute policy ("none", "selective" or "full"), got "auto": '
+            "only the planner chooses one (plan_cluster); pass the plan's policy (plan.meta['recompute'])"
+        )
     return RULES[policy]

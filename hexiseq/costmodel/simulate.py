@@ -55,7 +55,18 @@ from ..specs import ClusterSpec, ModelSpec, Workload
 from .durations import Durations, durations
 from .kernels import CostOptions
 
-PHASES = ("linear", "memory_bound", "attention", "alltoall", "kv_exchange", "lm_head", "recompute", "param_comm", "optimizer", "wait")
+PHASES = (
+    "linear",
+    "memory_bound",
+    "attention",
+    "alltoall",
+    "kv_exchange",
+    "lm_head",
+    "recompute",
+    "param_comm",
+    "optimizer",
+    "wait",
+)
 
 # A critical path is a list of items, each one duration of durations.py (the planner's model turns
 # them into linear constraints): ("pre_f" | "post_f" | "pre_b" | "post_b" | "head", r),
@@ -69,7 +80,9 @@ Item = tuple
 class SimResult:
     iteration_time_s: float
     phases: dict[str, np.ndarray]  # per rank seconds per phase (PHASES); each rank's sum = iteration_time_s
-    passes: dict[str, tuple[float, float]] = field(default_factory=dict)  # pass kind -> (count per iteration, seconds each)
+    passes: dict[str, tuple[float, float]] = field(
+        default_factory=dict
+    )  # pass kind -> (count per iteration, seconds each)
     paths: dict[str, list[Item]] = field(default_factory=dict)  # with trace=True: each pass kind's critical path
 
     @property
@@ -87,9 +100,12 @@ class SimResult:
         return int(np.argmin(self.phases["wait"]))
 
     def to_dict(self) -> dict:
-        return {"iteration_time_s": self.iteration_time_s, "critical_rank": self.critical_rank,
-                "phases": {k: v.tolist() for k, v in self.phases.items()},
-                "passes": {k: {"count": c, "seconds": s} for k, (c, s) in self.passes.items()}}
+        return {
+            "iteration_time_s": self.iteration_time_s,
+            "critical_rank": self.critical_rank,
+            "phases": {k: v.tolist() for k, v in self.phases.items()},
+            "passes": {k: {"count": c, "seconds": s} for k, (c, s) in self.passes.items()},
+        }
 
 
 def _group_argmax(t: np.ndarray, gmax: np.ndarray, a) -> np.ndarray:
@@ -188,9 +204,15 @@ class _Chain:
         cand = np.where(Pa == gmax[:, a.grp], idx, a.R)
         garg = np.minimum.reduceat(cand, a.gstart, axis=1)  # [rounds, k] first rank posting last in each group
         left, right = np.take_along_axis(gmax, left_of, axis=1), np.take_along_axis(gmax, right_of, axis=1)
-        from_side = np.where(left >= right, np.take_along_axis(garg, left_of, axis=1), np.take_along_axis(garg, right_of, axis=1))
-        return {"A_from_C": rec["C"] > rec["A"], "M_from": np.where(rec["M"] == rec["P"], idx, from_side),
-                "piece": xc[:, 1:, :].argmax(axis=2).T, "P_from_C": rec["C"] >= rec["A"]}
+        from_side = np.where(
+            left >= right, np.take_along_axis(garg, left_of, axis=1), np.take_along_axis(garg, right_of, axis=1)
+        )
+        return {
+            "A_from_C": rec["C"] > rec["A"],
+            "M_from": np.where(rec["M"] == rec["P"], idx, from_side),
+            "piece": xc[:, 1:, :].argmax(axis=2).T,
+            "P_from_C": rec["C"] >= rec["A"],
+        }
 
     def forward(self, t: np.ndarray, ph: dict, tag: str = "f") -> np.ndarray:
         d = self.d
@@ -296,7 +318,9 @@ class _Chain:
         return items
 
 
-def _pass(end: np.ndarray, own: dict, comm: float, window: np.ndarray, slowdown: np.ndarray) -> tuple[float, dict, int | None, bool]:
+def _pass(
+    end: np.ndarray, own: dict, comm: float, window: np.ndarray, slowdown: np.ndarray
+) -> tuple[float, dict, int | None, bool]:
     """A layer pass (from a synchronized start) with a prefetched collective of `comm` seconds: its
     duration, every rank's phases (own work, exposed collective, waiting for the slowest), the rank
     that sets it (None: the collective itself) and whether that rank's exposed part is comm - window."""
@@ -321,18 +345,26 @@ def pass_schedule(d: Durations) -> list[tuple]:
     The planner's model reads the same list."""
     p, n, B = d.params, d.layers - 1, d.batch
     if d.comm and p.sharding == "zero3":
-        return [("barrier", "gather root + first layer", B, p.ag_root + p.ag_layer),
-                ("pass", "forward, prefetching", "f", B * n, p.ag_layer),
-                ("pass", "forward", "f", B, 0.0),
-                ("pass", "LM head, prefetching", "h", B, p.ag_layer),
-                ("pass", "backward, prefetching + reduce-scatter", "b", B * n, p.ag_layer + p.rs_layer),
-                ("pass", "backward", "b", B, 0.0),
-                ("barrier", "reduce-scatter last layer + root", B, p.rs_layer + p.rs_root)]
+        return [
+            ("barrier", "gather root + first layer", B, p.ag_root + p.ag_layer),
+            ("pass", "forward, prefetching", "f", B * n, p.ag_layer),
+            ("pass", "forward", "f", B, 0.0),
+            ("pass", "LM head, prefetching", "h", B, p.ag_layer),
+            ("pass", "backward, prefetching + reduce-scatter", "b", B * n, p.ag_layer + p.rs_layer),
+            ("pass", "backward", "b", B, 0.0),
+            ("barrier", "reduce-scatter last layer + root", B, p.rs_layer + p.rs_root),
+        ]
     ddp = d.comm and p.sharding == "replicated" and p.ar_layer > 0
-    out = [("pass", "forward", "f", B * d.layers, 0.0), ("pass", "LM head", "h", B, 0.0),
-           ("pass", "backward", "b", B * d.layers - (n if ddp else 0), 0.0)]
+    out = [
+        ("pass", "forward", "f", B * d.layers, 0.0),
+        ("pass", "LM head", "h", B, 0.0),
+        ("pass", "backward", "b", B * d.layers - (n if ddp else 0), 0.0),
+    ]
     if ddp:
-        out += [("pass", "backward, all-reduce", "b", n, p.ar_layer), ("barrier", "all-reduce last bucket + root", 1, p.ar_layer + p.ar_root)]
+        out += [
+            ("pass", "backward, all-reduce", "b", n, p.ar_layer),
+            ("barrier", "all-reduce last bucket + root", 1, p.ar_layer + p.ar_root),
+        ]
     return out
 
 
@@ -350,8 +382,11 @@ def simulate_durations(d: Durations, trace: bool = False) -> SimResult:
     total = _zeros(R)
     passes: dict[str, tuple[float, float]] = {}
     paths: dict[str, list[Item]] = {}
-    chains = {"f": (end_f, own_f, chain.forward_path), "b": (end_b, own_b, chain.backward_path),
-              "h": (d.head, own_h, lambda r: [("head", r)])}
+    chains = {
+        "f": (end_f, own_f, chain.forward_path),
+        "b": (end_b, own_b, chain.backward_path),
+        "h": (d.head, own_h, lambda r: [("head", r)]),
+    }
     windows = {"f": d.window_f, "b": d.window_b, "h": d.window_h}
 
     def add(name: str, kind: str, count: float, comm: float = 0.0) -> None:
@@ -426,7 +461,13 @@ def path_length(d: Durations, items: list[Item]) -> float:
     return float(total)
 
 
-def simulate(plan: Plan, cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions(),
-             trace: bool = False) -> SimResult:
+def simulate(
+    plan: Plan,
+    cluster: ClusterSpec,
+    model: ModelSpec,
+    workload: Workload,
+    options: CostOptions = CostOptions(),
+    trace: bool = False,
+) -> SimResult:
     """Replay one training iteration of `plan` (module doc); the judge of a plan."""
     return simulate_durations(durations(plan, cluster, model, workload, options), trace)

@@ -17,7 +17,24 @@ from .result import PlanResult
 from .scheduler import SEARCH_SPACE, candidate_layouts, plan_cluster
 
 __all__ = [
-    "FAMILIES", "SEARCH_SPACE", "BaselineResult", "Candidate", "Layout", "LayoutModel", "MemoryReport", "PlanResult",
-    "baselines", "best_baseline", "candidate_layouts", "device_subsets", "explain_infeasible", "layouts", "may_fit",
-    "memory_report", "plan_cluster", "plan_lower_bound", "proportional_plan", "refine",
+    "FAMILIES",
+    "SEARCH_SPACE",
+    "BaselineResult",
+    "Candidate",
+    "Layout",
+    "LayoutModel",
+    "MemoryReport",
+    "PlanResult",
+    "baselines",
+    "best_baseline",
+    "candidate_layouts",
+    "device_subsets",
+    "explain_infeasible",
+    "layouts",
+    "may_fit",
+    "memory_report",
+    "plan_cluster",
+    "plan_lower_bound",
+    "proportional_plan",
+    "refine",
 ]

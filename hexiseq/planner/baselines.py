@@ -19,19 +19,20 @@ family is exact.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
 from ..costmodel.arrays import plan_arrays
 from ..costmodel.bound import subset_time_bound
+from ..costmodel.comm import ParamComm, param_collectives
 from ..costmodel.durations import coefficients, evaluate
+from ..costmodel.kernels import CostOptions
 from ..costmodel.memory import memory_bytes
 from ..costmodel.simulate import pass_schedule, simulate_durations
-from ..costmodel.comm import ParamComm, param_collectives
-from ..costmodel.kernels import CostOptions
 from ..errors import PlanError
 from ..plan import Group, Plan, symmetric_plan
 from ..specs import RECOMPUTE_POLICIES, ClusterSpec, ModelSpec, Workload
@@ -58,10 +59,18 @@ class BaselineResult:
         return self.plan is not None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "feasible": self.feasible, "config": self.config,
-                "iteration_time_s": self.iteration_time_s if self.feasible else None, "tokens_per_s": self.tokens_per_s,
-                "tried": self.tried, "fitting": self.fitting, "skipped": self.skipped, "recompute": self.recompute,
-                "notes": list(self.notes)}
+        return {
+            "name": self.name,
+            "feasible": self.feasible,
+            "config": self.config,
+            "iteration_time_s": self.iteration_time_s if self.feasible else None,
+            "tokens_per_s": self.tokens_per_s,
+            "tried": self.tried,
+            "fitting": self.fitting,
+            "skipped": self.skipped,
+            "recompute": self.recompute,
+            "notes": list(self.notes),
+        }
 
 
 def divisors(n: int) -> list[int]:
@@ -134,7 +143,9 @@ def largest_remainder(total: int, weights: Sequence[float], unit: int = 1, minim
     return [(b + p) * unit for b, p in zip(base, parts)]
 
 
-def proportional_plan(cluster: ClusterSpec, model: ModelSpec, workload: Workload, devices: Iterable[int] | None = None) -> Plan:
+def proportional_plan(
+    cluster: ClusterSpec, model: ModelSpec, workload: Workload, devices: Iterable[int] | None = None
+) -> Plan:
     """Capacity-proportional heuristic: one group per (node, GPU type), chunk lengths ∝ the group's
     FLOP/s, shards and heads ∝ each device's FLOP/s (heads in whole KV-head units)."""
     from .candidates import domains
@@ -148,14 +159,23 @@ def proportional_plan(cluster: ClusterSpec, model: ModelSpec, workload: Workload
     groups = []
     for g, sp, cb in zip(groups_devs, speeds, chunk_blocks):
         L = cb * B
-        groups.append(Group(tuple(g), L, tuple(largest_remainder(2 * L, sp, 1, minimum=1)), tuple(largest_remainder(H, sp, model.group_size))))
+        groups.append(
+            Group(
+                tuple(g),
+                L,
+                tuple(largest_remainder(2 * L, sp, 1, minimum=1)),
+                tuple(largest_remainder(H, sp, model.group_size)),
+            )
+        )
     return Plan(S, H, model.kv_heads, tuple(groups), B, "proportional", cluster.name, model.name)
 
 
 # ---------------------------------------------------------------------------- a plan's lower bound
 
 
-def plan_lower_bound(plan: Plan, cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()) -> float:
+def plan_lower_bound(
+    plan: Plan, cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()
+) -> float:
     """A proven lower bound of the plan's replayed step time that needs no exchange schedule: the
     exposed collectives, the optimizer and every rank's own work (durations.py's forms summed over the
     passes), where a pass's exchange takes at least max(its attention, its transfers, one after the
@@ -186,11 +206,17 @@ def _floors(a, model: ModelSpec, workload: Workload, options: CostOptions) -> Si
         h = np.arange(a.k)[:, None]
         mult = np.where(h < a.grp[None, :], 1.0, 2.0)  # zigzag need: L_h before g, 2·L_h after
         other = h != a.grp[None, :]
-        secs = np.where(other, kv_bytes(a.kvc[None, :] * mult * a.L[:, None], model.head_dim) / np.where(other, bw_h, 1.0), 0.0)
+        secs = np.where(
+            other, kv_bytes(a.kvc[None, :] * mult * a.L[:, None], model.head_dim) / np.where(other, bw_h, 1.0), 0.0
+        )
         lat_sum = np.where(other, lat_h, 0.0).sum(axis=0)
         xf = lat_sum + secs.sum(axis=0)
         xb = 2.0 * lat_sum + secs.sum(axis=0)
-    pc = param_collectives(a.bw, a.lat, model, workload) if not options.ignore_comm else ParamComm(workload.param_sharding)
+    pc = (
+        param_collectives(a.bw, a.lat, model, workload)
+        if not options.ignore_comm
+        else ParamComm(workload.param_sharding)
+    )
     return SimpleNamespace(att=att, xf=xf, xb=xb, pc=pc)
 
 
@@ -208,12 +234,16 @@ def _lower_bound(a, fl: SimpleNamespace, model: ModelSpec, workload: Workload, o
     bwd = a.s * (w.pre_bwd + w.post_bwd + rerun * (w.pre_fwd + w.post_fwd)) + ex_b + rep * fwd
     own = {"f": fwd, "b": bwd, "h": a.s * w.head}
     local_params = model.param_count / (a.R if workload.param_sharding == "zero3" else 1)
-    shape = SimpleNamespace(params=fl.pc, layers=model.layers, batch=workload.global_batch, comm=not options.ignore_comm)
+    shape = SimpleNamespace(
+        params=fl.pc, layers=model.layers, batch=workload.global_batch, comm=not options.ignore_comm
+    )
     total = float(local_params * w.optimizer.max())
     for step in pass_schedule(shape):
         if step[0] == "pass":  # every rank: max(its own work, the collective) + the slowdown the collective causes
             _, _, kind, count, comm = step
-            total += count * float((np.maximum(own[kind], comm) + (w.overlap_slowdown * comm if comm > 0 else 0.0)).max())
+            total += count * float(
+                (np.maximum(own[kind], comm) + (w.overlap_slowdown * comm if comm > 0 else 0.0)).max()
+            )
         else:
             total += step[2] * step[3]
     return total
@@ -230,8 +260,15 @@ def policies_of(workload: Workload, policies: Sequence[str] | None = None) -> li
     return [str(getattr(p, "value", p)) for p in RECOMPUTE_POLICIES] if policy == "auto" else [policy]
 
 
-def evaluate_family(name: str, candidates: list[tuple[str, Plan]], cluster: ClusterSpec, model: ModelSpec, workload: Workload,
-                    policies: Sequence[str], options: CostOptions = CostOptions()) -> BaselineResult:
+def evaluate_family(
+    name: str,
+    candidates: list[tuple[str, Plan]],
+    cluster: ClusterSpec,
+    model: ModelSpec,
+    workload: Workload,
+    policies: Sequence[str],
+    options: CostOptions = CostOptions(),
+) -> BaselineResult:
     """The family's best plan: every (configuration, policy) replayed unless its lower bound (the
     larger of plan_lower_bound and the bound of its device set) is above the best so far (then it
     cannot be the best); ordered by that bound, so the search stops early."""
@@ -256,8 +293,17 @@ def evaluate_family(name: str, candidates: list[tuple[str, Plan]], cluster: Clus
             continue
         plan = candidates[i][1]
         wl = workload.with_recompute(policy)
-        p = Plan(plan.seq_len, plan.num_heads, plan.num_kv_heads, plan.groups, plan.block_size, name, cluster.name, model.name,
-                 {"config": label, "recompute": policy})
+        p = Plan(
+            plan.seq_len,
+            plan.num_heads,
+            plan.num_kv_heads,
+            plan.groups,
+            plan.block_size,
+            name,
+            cluster.name,
+            model.name,
+            {"config": label, "recompute": policy},
+        )
         if i not in arrays:
             if len(arrays) >= 4:
                 arrays.pop(next(iter(arrays)))
@@ -277,11 +323,19 @@ def evaluate_family(name: str, candidates: list[tuple[str, Plan]], cluster: Clus
     t, label, plan, policy = best
     if len(policies) > 1 or policy != "none":
         label += f", recompute {policy}"
-    return BaselineResult(name, plan, t, workload.tokens / t, label, len(candidates), fitting, skipped, recompute=policy)
+    return BaselineResult(
+        name, plan, t, workload.tokens / t, label, len(candidates), fitting, skipped, recompute=policy
+    )
 
 
-def baselines(cluster: ClusterSpec, model: ModelSpec, workload: Workload, progress: Callable[[str], None] | None = None,
-              policies: Sequence[str] | None = None, options: CostOptions = CostOptions()) -> dict[str, BaselineResult]:
+def baselines(
+    cluster: ClusterSpec,
+    model: ModelSpec,
+    workload: Workload,
+    progress: Callable[[str], None] | None = None,
+    policies: Sequence[str] | None = None,
+    options: CostOptions = CostOptions(),
+) -> dict[str, BaselineResult]:
     """Every family at its best over every candidate subset ({name: BaselineResult}), plus
     "proportional" (module doc). Names: "ring", "ulysses", "usp", "proportional"; each result's
     config names the subset it runs on."""
@@ -302,7 +356,12 @@ def baselines(cluster: ClusterSpec, model: ModelSpec, workload: Workload, progre
     cands = []
     for label, devs in subsets:  # on every candidate subset too: leaving slow devices out may pay
         try:
-            cands.append((f"node groups, split by FLOP/s, on {label} ({len(devs)} GPUs)", proportional_plan(cluster, model, workload, devs)))
+            cands.append(
+                (
+                    f"node groups, split by FLOP/s, on {label} ({len(devs)} GPUs)",
+                    proportional_plan(cluster, model, workload, devs),
+                )
+            )
         except PlanError:
             pass
     out["proportional"] = evaluate_family("proportional", cands, cluster, model, workload, pol, options)

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import reduce
-from typing import Iterable, Sequence
 
 from ..specs import ClusterSpec, ModelSpec
 from .model import Layout
@@ -80,7 +80,10 @@ def device_subsets(cluster: ClusterSpec) -> list[tuple[str, tuple[int, ...]]]:
     everything = tuple(range(cluster.size))
     out[everything] = "all devices"
     # ties (equal speeds) by name: set order changes with the interpreter's hash seed
-    types = sorted({d.gpu.name for d in cluster.devices}, key=lambda t: (tuple(-x for x in device_speed(cluster, _first(cluster, t))), t))
+    types = sorted(
+        {d.gpu.name for d in cluster.devices},
+        key=lambda t: (tuple(-x for x in device_speed(cluster, _first(cluster, t))), t),
+    )
     for r in range(len(types), 0, -1):
         for combo in itertools.combinations(types, r):
             devs = tuple(d.index for d in cluster.devices if d.gpu.name in combo)
@@ -90,14 +93,21 @@ def device_subsets(cluster: ClusterSpec) -> list[tuple[str, tuple[int, ...]]]:
             # a power-of-two sequence over a power-of-two grid: the layout a person would build by hand)
             p2 = 1 << (len(devs).bit_length() - 1)
             if p2 < len(devs):
-                doms = sorted(domains(cluster, devs), key=lambda dom: (tuple(-x for x in device_speed(cluster, dom[0])), dom[0]))
+                doms = sorted(
+                    domains(cluster, devs), key=lambda dom: (tuple(-x for x in device_speed(cluster, dom[0])), dom[0])
+                )
                 ranked = [d for dom in doms for d in dom]
                 out.setdefault(tuple(sorted(ranked[:p2])), f"{'+'.join(combo)}, the fastest {p2}")
     # the fastest n devices, whole nodes (of one type) first
-    doms = sorted(domains(cluster, everything), key=lambda dom: (tuple(-x for x in device_speed(cluster, dom[0])), dom[0]))
+    doms = sorted(
+        domains(cluster, everything), key=lambda dom: (tuple(-x for x in device_speed(cluster, dom[0])), dom[0])
+    )
     ranked = [d for dom in doms for d in dom]
     N = cluster.size
-    sizes = sorted({n for n in range(1, N) if N % n == 0} | {1 << i for i in range(int(math.log2(N)) + 1) if 1 << i < N}, reverse=True)
+    sizes = sorted(
+        {n for n in range(1, N) if N % n == 0} | {1 << i for i in range(int(math.log2(N)) + 1) if 1 << i < N},
+        reverse=True,
+    )
     for n in sizes:
         devs = tuple(sorted(ranked[:n]))
         out.setdefault(devs, f"the fastest {n}")
@@ -126,14 +136,21 @@ def node_groups(cluster: ClusterSpec, devices: Sequence[int], size: int, units: 
     """Each domain cut into sub-groups of `size` (its largest legal size below it when it does not divide)."""
     out = []
     for dom in domains(cluster, devices):
-        s = max(x for x in _split_sizes(len(dom), units) if x <= size) if any(x <= size for x in _split_sizes(len(dom), units)) else 1
-        out.extend(tuple(dom[i:i + s]) for i in range(0, len(dom), s))
+        s = (
+            max(x for x in _split_sizes(len(dom), units) if x <= size)
+            if any(x <= size for x in _split_sizes(len(dom), units))
+            else 1
+        )
+        out.extend(tuple(dom[i : i + s]) for i in range(0, len(dom), s))
     return out
 
 
 def _kind(cluster: ClusterSpec, group: Sequence[int]) -> tuple:
     """What makes two groups interchangeable: their devices' types and links, in order."""
-    return tuple((cluster.devices[d].gpu.name, cluster.devices[d].nic_gbps, cluster.devices[d].link_bandwidth_gbps) for d in group)
+    return tuple(
+        (cluster.devices[d].gpu.name, cluster.devices[d].nic_gbps, cluster.devices[d].link_bandwidth_gbps)
+        for d in group
+    )
 
 
 def periodic_order(cluster: ClusterSpec, groups: list[tuple[int, ...]]) -> tuple[list[int], list[int] | None]:
@@ -159,6 +176,7 @@ def periodic_order(cluster: ClusterSpec, groups: list[tuple[int, ...]]) -> tuple
 
 def _orders(cluster: ClusterSpec, groups: list[tuple[int, ...]]) -> list[tuple[str, list[int], list[int] | None]]:
     """Ring orders of a set of groups (module doc): (label, order, orbits)."""
+
     def kinds(order: Sequence[int]) -> tuple:
         return tuple(_kind(cluster, groups[i]) for i in order)
 
@@ -223,7 +241,7 @@ def set_partitions(items: Sequence[int]) -> Iterable[list[tuple[int, ...]]]:
     for part in set_partitions(rest):
         yield [(first,)] + part
         for i in range(len(part)):
-            yield part[:i] + [(first,) + part[i]] + part[i + 1:]
+            yield part[:i] + [(first,) + part[i]] + part[i + 1 :]
 
 
 def compositions(total: int, parts: int) -> Iterable[tuple[int, ...]]:
@@ -255,13 +273,17 @@ def exhaustive_layouts(cluster: ClusterSpec, model: ModelSpec, limit: int | None
                         seen.add(sig)
                         lay = Layout(tuple(order), tuple(tuple(h * unit for h in hs) for hs in heads))
                         desc = " | ".join("+".join(str(d) for d in g) for g in order)
-                        out.append(Candidate(lay, f"groups {desc}, heads {[list(h) for h in lay.heads]}", f"{r} devices"))
+                        out.append(
+                            Candidate(lay, f"groups {desc}, heads {[list(h) for h in lay.heads]}", f"{r} devices")
+                        )
                         if limit is not None and len(out) > limit:
                             return None
     return out
 
 
-def layouts(cluster: ClusterSpec, model: ModelSpec, label: str, devices: Sequence[int], max_groups: int | None = None) -> list[Candidate]:
+def layouts(
+    cluster: ClusterSpec, model: ModelSpec, label: str, devices: Sequence[int], max_groups: int | None = None
+) -> list[Candidate]:
     """Every candidate layout of one device subset (module doc), in a fixed order."""
     units = head_units(model)
     doms = domains(cluster, devices)
@@ -298,5 +320,9 @@ def layouts(cluster: ClusterSpec, model: ModelSpec, label: str, devices: Sequenc
                 continue
             per_group = [_head_splits(cluster, model, g) for g in groups]
             for combo in itertools.islice(itertools.product(*per_group), MAX_HEAD_SPLITS):
-                add(list(groups), list(combo), f"{label}: " + ("one group across nodes" if len(groups) == 1 else "one group per GPU type"))
+                add(
+                    list(groups),
+                    list(combo),
+                    f"{label}: " + ("one group across nodes" if len(groups) == 1 else "one group per GPU type"),
+                )
     return out

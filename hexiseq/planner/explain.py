@@ -12,8 +12,8 @@ policy (the planner explains "auto" with "full", the one that needs the least me
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Iterable
 
 from ..costmodel.kernels import CostOptions
 from ..specs import GIB, ClusterSpec, ModelSpec, RecomputePolicy, Workload
@@ -79,13 +79,22 @@ def memory_report(cluster: ClusterSpec, model: ModelSpec, workload: Workload) ->
     res.solution_loader.load_vars()
     lam = float(pyo.value(m.lam))
     used = [max(pyo.value(e) for e in pieces) for pieces in exprs]
-    binding = sorted(int(layout.devices[r]) for r in range(len(lm.cls)) if used[lm.cls[r]] >= lam * forms[lm.cls[r]]["capacity"] * (1 - 1e-4))
+    binding = sorted(
+        int(layout.devices[r])
+        for r in range(len(lm.cls))
+        if used[lm.cls[r]] >= lam * forms[lm.cls[r]]["capacity"] * (1 - 1e-4)
+    )
     needed = float(sum(used[lm.cls[r]] for r in range(len(lm.cls))) / GIB)
     return MemoryReport(lam, needed, cap_total, binding)
 
 
-def may_fit(cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions(),
-            devices: "Iterable[int] | None" = None) -> bool:
+def may_fit(
+    cluster: ClusterSpec,
+    model: ModelSpec,
+    workload: Workload,
+    options: CostOptions = CostOptions(),
+    devices: Iterable[int] | None = None,
+) -> bool:
     """A cheap, provable memory check (no solver): False only when no plan on any subset of the
     devices (of `devices`, default all) can fit under the workload's (concrete) recompute policy.
 
@@ -98,11 +107,17 @@ def may_fit(cluster: ClusterSpec, model: ModelSpec, workload: Workload, options:
     from ..costmodel.memory import memory_terms, state_bytes
 
     terms = memory_terms(model, workload, 1, options=options)
-    per_tok = sum(t.c_s for t in terms.values()) + (model.heads * sum(t.c_w for t in terms.values())
-                                                   + model.kv_heads * sum(t.c_u for t in terms.values())) / 2.0
+    per_tok = (
+        sum(t.c_s for t in terms.values())
+        + (model.heads * sum(t.c_w for t in terms.values()) + model.kv_heads * sum(t.c_u for t in terms.values())) / 2.0
+    )
     states = state_bytes(model, workload, 1)  # one rank holds everything: its sum is the total (+ buffers)
     total_states = states["weights"] + states["grads"] + states["optimizer"]
-    per_rank = states["param_buffers"] + terms["logits"].const + (total_states if workload.param_sharding == "replicated" else 0.0)
+    per_rank = (
+        states["param_buffers"]
+        + terms["logits"].const
+        + (total_states if workload.param_sharding == "replicated" else 0.0)
+    )
     devs = cluster.devices if devices is None else [cluster.devices[i] for i in devices]
     room = sum(max(0.0, (1 - options.reserved_fraction) * dev.gpu.memory_bytes - per_rank) for dev in devs)
     need = workload.seq_len * per_tok + (total_states if workload.param_sharding == "zero3" else 0.0)
@@ -110,15 +125,19 @@ def may_fit(cluster: ClusterSpec, model: ModelSpec, workload: Workload, options:
 
 
 def _scaled(cluster: ClusterSpec, factor: int) -> ClusterSpec:
-    return ClusterSpec(f"{cluster.name}x{factor}", cluster.nodes * factor, cluster.inter_node_latency_us, (), cluster.description)
+    return ClusterSpec(
+        f"{cluster.name}x{factor}", cluster.nodes * factor, cluster.inter_node_latency_us, (), cluster.description
+    )
 
 
 def explain_infeasible(cluster: ClusterSpec, model: ModelSpec, workload: Workload) -> str:
     """A plain-language explanation of why nothing fits, with what would make it fit."""
     S, B = workload.seq_len, workload.block_size
     if S % (2 * B):
-        return (f"the sequence length {S} is not a multiple of 2 x block size ({2 * B}): zigzag chunks must be whole blocks. "
-                f"Use --seq-len {S - S % (2 * B) or 2 * B} or --block-size {math.gcd(S // 2, B) if S % 2 == 0 else 1}.")
+        return (
+            f"the sequence length {S} is not a multiple of 2 x block size ({2 * B}): zigzag chunks must be whole blocks. "
+            f"Use --seq-len {S - S % (2 * B) or 2 * B} or --block-size {math.gcd(S // 2, B) if S % 2 == 0 else 1}."
+        )
     rep = memory_report(cluster, model, workload)
     lines = []
     if rep.load <= 1.0:
@@ -136,22 +155,32 @@ def explain_infeasible(cluster: ClusterSpec, model: ModelSpec, workload: Workloa
         types: dict[str, int] = {}
         for d in rep.binding:
             types[cluster.devices[d].gpu.name] = types.get(cluster.devices[d].gpu.name, 0) + 1
-        lines.append("binding devices (full at the best spread): " + ", ".join(f"{n} x {t}" for t, n in types.items())
-                     + f" (e.g. device {rep.binding[0]} {cluster.devices[rep.binding[0]].name})")
+        lines.append(
+            "binding devices (full at the best spread): "
+            + ", ".join(f"{n} x {t}" for t, n in types.items())
+            + f" (e.g. device {rep.binding[0]} {cluster.devices[rep.binding[0]].name})"
+        )
     fixes = []
     if workload.recompute != RecomputePolicy.FULL:
         r2 = memory_report(cluster, model, workload.with_recompute(RecomputePolicy.FULL))
-        fixes.append(f"recompute more (--recompute full, or auto to let the planner choose): the fullest device would need {r2.load:.0%}"
-                     + (" -> fits" if r2.load <= 1 else " (not enough alone)"))
+        fixes.append(
+            f"recompute more (--recompute full, or auto to let the planner choose): the fullest device would need {r2.load:.0%}"
+            + (" -> fits" if r2.load <= 1 else " (not enough alone)")
+        )
     if workload.param_sharding == "replicated":
         r3 = memory_report(cluster, model, replace(workload, param_sharding="zero3"))
-        fixes.append(f"shard parameters and optimizer states (--sharding zero3): {r3.load:.0%}" + (" -> fits" if r3.load <= 1 else ""))
+        fixes.append(
+            f"shard parameters and optimizer states (--sharding zero3): {r3.load:.0%}"
+            + (" -> fits" if r3.load <= 1 else "")
+        )
     for factor in (2, 4, 8):
         if cluster.size * factor > 4096:
             break
         r4 = memory_report(_scaled(cluster, factor), model, workload)
         if r4.load <= 1:
-            fixes.append(f"more devices: {factor} x the cluster ({cluster.size * (factor - 1)} more GPUs like these) would fit ({r4.load:.0%})")
+            fixes.append(
+                f"more devices: {factor} x the cluster ({cluster.size * (factor - 1)} more GPUs like these) would fit ({r4.load:.0%})"
+            )
             break
     else:
         fixes.append("more devices: even 8 x the cluster would not fit with these settings")

@@ -40,8 +40,8 @@ below 1e-9).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -117,9 +117,19 @@ class LayoutModel:
     `fix_shards` change bounds; `solve` runs the cutting-plane loop on a
     persistent HiGHS instance."""
 
-    def __init__(self, cluster: ClusterSpec, model: ModelSpec, workload: Workload, layout: Layout,
-                 options: CostOptions = CostOptions(), aggregate: bool = True, memory: bool = True,
-                 orbits: Sequence[int] | None = None, _coef: Coefficients | None = None, _cls: np.ndarray | None = None):
+    def __init__(
+        self,
+        cluster: ClusterSpec,
+        model: ModelSpec,
+        workload: Workload,
+        layout: Layout,
+        options: CostOptions = CostOptions(),
+        aggregate: bool = True,
+        memory: bool = True,
+        orbits: Sequence[int] | None = None,
+        _coef: Coefficients | None = None,
+        _cls: np.ndarray | None = None,
+    ):
         import pyomo.environ as pyo
 
         self.pyo = pyo
@@ -185,7 +195,9 @@ class LayoutModel:
         B = self.workload.block_size
         m = pyo.ConcreteModel(name="hexiseq_layout")
         self.m = m
-        m.n = pyo.Var(range(self.NV), bounds=(1.0, float(self.nb - (k - 1))), initialize=self.nb / k)  # blocks per group of the orbit
+        m.n = pyo.Var(
+            range(self.NV), bounds=(1.0, float(self.nb - (k - 1))), initialize=self.nb / k
+        )  # blocks per group of the orbit
         m.s = pyo.Var(range(self.SV), bounds=(0.0, float(self.workload.seq_len)), initialize=0.0)  # tokens per member
         passes = [st for st in self._schedule if st[0] == "pass"]
         self.pass_names = [st[1] for st in passes]
@@ -198,7 +210,9 @@ class LayoutModel:
         m.w_n = pyo.Param(range(self.NV), mutable=True, initialize=0.0)
         m.obj = pyo.Objective(expr=m.w_T * m.T + sum(m.w_n[o] * m.n[o] for o in range(self.NV)), sense=pyo.minimize)
         m.total = pyo.Constraint(expr=m.T >= sum(st[3] * m.D[st[1]] for st in passes) + MS * const)
-        m.cover = pyo.Constraint(expr=sum(float(len(self.orbit_groups[o])) * m.n[o] for o in range(self.NV)) == float(self.nb))
+        m.cover = pyo.Constraint(
+            expr=sum(float(len(self.orbit_groups[o])) * m.n[o] for o in range(self.NV)) == float(self.nb)
+        )
         m.shards = pyo.ConstraintList()
         for o in range(self.NV):
             g = int(self.orbit_groups[o][0])
@@ -225,7 +239,7 @@ class LayoutModel:
     # A linear form of (n, s) is kept as (const, coef_n [k], coef_s [C]) in seconds, tokens and
     # blocks while a cut is assembled (numpy, fast), and becomes one Pyomo LinearExpression at the end.
 
-    def _prod(self, f: "_Form", scale: float, g: int, h: int, over: bool, n0: np.ndarray) -> None:
+    def _prod(self, f: _Form, scale: float, g: int, h: int, over: bool, n0: np.ndarray) -> None:
         """f += scale × an under- (or over-) estimate of L_g·L_h (tokens²) linear in n, tight at n0
         where it can be: McCormick's plane of the box, the tangent (under) or secant (over) of L_g²."""
         B2 = float(self.workload.block_size) ** 2
@@ -239,14 +253,14 @@ class LayoutModel:
                 f.n[g] += scale * B2 * 2 * x
                 f.const -= scale * B2 * x * x
             return
-        planes = ([(hi[g], lo[h]), (lo[g], hi[h])] if over else [(lo[g], lo[h]), (hi[g], hi[h])])
+        planes = [(hi[g], lo[h]), (lo[g], hi[h])] if over else [(lo[g], lo[h]), (hi[g], hi[h])]
         vals = [a_ * n0[h] + b_ * n0[g] - a_ * b_ for a_, b_ in planes]
         a_, b_ = planes[int(np.argmin(vals) if over else np.argmax(vals))]
         f.n[h] += scale * B2 * a_
         f.n[g] += scale * B2 * b_
         f.const -= scale * B2 * a_ * b_
 
-    def _item(self, f: "_Form", it: tuple) -> None:
+    def _item(self, f: _Form, it: tuple) -> None:
         """f += the linear form (seconds) of one path item of simulate.py (attention: `_attention_sum`)."""
         c, kind, B = self.coef, it[0], float(self.workload.block_size)
         if kind == "const":
@@ -265,7 +279,7 @@ class LayoutModel:
         if kind in ("a2a_in", "a2a_out"):
             f.const += c.a2a_lat[r]
             if (kind == "a2a_in") == (it[2] == 0):  # in: piece 0 is the own send; out: piece 1 is the own recv
-                f.s[cl] += (c.in_send[r] if kind == "a2a_in" else c.out_recv[r])
+                f.s[cl] += c.in_send[r] if kind == "a2a_in" else c.out_recv[r]
             else:
                 sel = self._peers[r]
                 coef = (c.in_recv if kind == "a2a_in" else c.out_send)[sel]
@@ -291,7 +305,7 @@ class LayoutModel:
         else:  # pragma: no cover - a new item kind needs its linear form here
             raise HexiSeqError(f"the model has no linear form for path item {it!r}")
 
-    def _attention_sum(self, f: "_Form", scale: float, r: int, rounds: set, n0: np.ndarray) -> None:
+    def _attention_sum(self, f: _Form, scale: float, r: int, rounds: set, n0: np.ndarray) -> None:
         """f += scale × Σ_{j in rounds} of rank r's forward attention, as tight as linear forms allow:
         the products of all rounds sum to L_g·S/2 exactly (the chunks cover the sequence), so a complete
         set is exact, and a set missing few rounds is the total minus over-estimates of the rest."""
@@ -307,7 +321,7 @@ class LayoutModel:
             for j in rounds:
                 self._prod(f, ap, g, int(c.pair_src[r, j]), False, n0)
 
-    def _window(self, f: "_Form", scale: float, kind: str, r: int) -> None:
+    def _window(self, f: _Form, scale: float, kind: str, r: int) -> None:
         """f += scale × a rank's compute window (exact: it sums every round's attention)."""
         c, cl = self.coef, self.cls[r]
         if kind == "h":
@@ -346,17 +360,28 @@ class LayoutModel:
 
         m = self.m
         nz_n, nz_s = np.nonzero(cn)[0], np.nonzero(cs)[0]
-        expr = LinearExpression(constant=float(const),
-                                linear_coefs=[float(cn[o]) for o in nz_n] + [float(cs[v]) for v in nz_s] + [-1.0],
-                                linear_vars=[m.n[int(o)] for o in nz_n] + [m.s[int(v)] for v in nz_s] + [m.D[name]])
+        expr = LinearExpression(
+            constant=float(const),
+            linear_coefs=[float(cn[o]) for o in nz_n] + [float(cs[v]) for v in nz_s] + [-1.0],
+            linear_vars=[m.n[int(o)] for o in nz_n] + [m.s[int(v)] for v in nz_s] + [m.D[name]],
+        )
         self._register(m.cuts.add(expr <= 0.0))
         self._cut_forms.append((name, const, cn, cs))
 
-    def child(self, var: int, lo: float | None = None, hi: float | None = None) -> "LayoutModel":
+    def child(self, var: int, lo: float | None = None, hi: float | None = None) -> LayoutModel:
         """The same model on a sub-box (chunk variable `var` at least `lo` / at most `hi` blocks): it
         starts with every cut and memory row of this one, all valid in the sub-box."""
-        sub = LayoutModel(self.cluster, self.model, self.workload, self.layout, self.options, memory=self.with_memory,
-                          orbits=self.orbits if self.periodic else None, _coef=self.coef, _cls=self.cls)
+        sub = LayoutModel(
+            self.cluster,
+            self.model,
+            self.workload,
+            self.layout,
+            self.options,
+            memory=self.with_memory,
+            orbits=self.orbits if self.periodic else None,
+            _coef=self.coef,
+            _cls=self.cls,
+        )
         lo_b, hi_b = self.box_lo.copy(), self.box_hi.copy()
         gs = self.orbit_groups[var]
         if lo is not None:
@@ -370,13 +395,14 @@ class LayoutModel:
             sub._add_kv_row(c, j)
         return sub
 
-
     # ------------------------------------------------------------------ memory
 
     def _memory_terms(self) -> None:
         terms = memory_terms(self.model, self.workload, self.coef.a.R, options=self.options)
         self._mem_const = sum(t.const for t in terms.values())
-        self._mem_s, self._mem_w, self._mem_u = (sum(getattr(t, f) for t in terms.values()) for f in ("c_s", "c_w", "c_u"))
+        self._mem_s, self._mem_w, self._mem_u = (
+            sum(getattr(t, f) for t in terms.values()) for f in ("c_s", "c_w", "c_u")
+        )
 
     def _capacity(self, c: int) -> float:
         r = self.rep[c]
@@ -398,7 +424,10 @@ class LayoutModel:
         cf, r, k, B = self.coef, self.rep[c], self.k, float(self.workload.block_size)
         piece = 2.0 * float(cf.x_recv_bytes[r, j]) * B * self.m.n[int(self.nvar[int(cf.pair_src[r, j])])]
         if j + 1 < k:
-            piece = piece + 2.0 * float(cf.x_recv_bytes[r, j + 1]) * B * self.m.n[int(self.nvar[int(cf.pair_src[r, j + 1])])]
+            piece = (
+                piece
+                + 2.0 * float(cf.x_recv_bytes[r, j + 1]) * B * self.m.n[int(self.nvar[int(cf.pair_src[r, j + 1])])]
+            )
         self._mem_rows.add((c, j))
         self._register(self.m.mem.add(self._memory_expr(c, piece) <= self._capacity(c)))
 
@@ -424,9 +453,16 @@ class LayoutModel:
             for j in range(1, k):
                 nxt = (2.0 * cf.x_recv_bytes[r, j + 1] * B, int(cf.pair_src[r, j + 1])) if j + 1 < k else (0.0, 0)
                 kv.append((2.0 * cf.x_recv_bytes[r, j] * B, int(cf.pair_src[r, j]), nxt[0], nxt[1]))
-            out.append({"group": int(cf.a.grp[r]), "const": self._mem_const + self.options.reserved_fraction * float(cf.a.capacity[r]),
-                        "s": per_s, "n": B * (self._mem_w * cf.a.eta[r] + self._mem_u * cf.a.kvc[r]), "kv": kv,
-                        "capacity": float(cf.a.capacity[r])})
+            out.append(
+                {
+                    "group": int(cf.a.grp[r]),
+                    "const": self._mem_const + self.options.reserved_fraction * float(cf.a.capacity[r]),
+                    "s": per_s,
+                    "n": B * (self._mem_w * cf.a.eta[r] + self._mem_u * cf.a.kvc[r]),
+                    "kv": kv,
+                    "capacity": float(cf.a.capacity[r]),
+                }
+            )
         return out
 
     def _memory_cuts(self, x_n: np.ndarray, x_s: np.ndarray) -> int:
@@ -442,7 +478,11 @@ class LayoutModel:
         piece = 2.0 * (rb + np.concatenate([rb[:, 1:], np.zeros((len(reps), 1))], axis=1))
         piece[:, 0] = -np.inf  # round 0 receives nothing
         a = cf.a
-        base = self._mem_const + self._mem_s * np.asarray(x_s) + (self._mem_w * a.eta[reps] + self._mem_u * a.kvc[reps]) * L[a.grp[reps]]
+        base = (
+            self._mem_const
+            + self._mem_s * np.asarray(x_s)
+            + (self._mem_w * a.eta[reps] + self._mem_u * a.kvc[reps]) * L[a.grp[reps]]
+        )
         cap = np.array([self._capacity(c) for c in range(self.C)])
         over = (base[:, None] + piece) / GIB > cap[:, None] * (1 + 1e-9)
         added = 0
@@ -658,7 +698,9 @@ class LayoutModel:
         if self.periodic:  # the rounded blocks need not be periodic: choose the shards on the full structure
             sub = LayoutModel(self.cluster, self.model, self.workload, self.layout, self.options)
         else:
-            sub = LayoutModel(self.cluster, self.model, self.workload, self.layout, self.options, _coef=self.coef, _cls=self.cls)
+            sub = LayoutModel(
+                self.cluster, self.model, self.workload, self.layout, self.options, _coef=self.coef, _cls=self.cls
+            )
         sub.fix_blocks(list(blocks))  # a collapsed box: exact cuts
         sol = sub.solve()
         if not sol.ok:
@@ -672,7 +714,7 @@ class LayoutModel:
         out, r0 = [], 0
         for g, devs in enumerate(self.layout.groups):
             n = len(devs)
-            out.append(round_to_sum(list(per_rank[r0:r0 + n]), 2 * int(blocks[g]) * B))
+            out.append(round_to_sum(list(per_rank[r0 : r0 + n]), 2 * int(blocks[g]) * B))
             r0 += n
         return out
 
@@ -703,10 +745,24 @@ class LayoutModel:
         groups = []
         for g, (devs, heads, ints) in enumerate(zip(layout.groups, layout.heads, self._whole_tokens(blocks, shards))):
             keep = [i for i in range(len(devs)) if ints[i] > 0 or heads[i] > 0]
-            groups.append(Group(tuple(devs[i] for i in keep), int(blocks[g]) * B, tuple(ints[i] for i in keep),
-                                tuple(heads[i] for i in keep)))
-        return Plan(self.workload.seq_len, self.model.heads, self.model.kv_heads, tuple(groups), B, name,
-                    self.cluster.name, self.model.name)
+            groups.append(
+                Group(
+                    tuple(devs[i] for i in keep),
+                    int(blocks[g]) * B,
+                    tuple(ints[i] for i in keep),
+                    tuple(heads[i] for i in keep),
+                )
+            )
+        return Plan(
+            self.workload.seq_len,
+            self.model.heads,
+            self.model.kv_heads,
+            tuple(groups),
+            B,
+            name,
+            self.cluster.name,
+            self.model.name,
+        )
 
 
 class _Form:

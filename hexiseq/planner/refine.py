@@ -10,7 +10,7 @@ work limit.
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -22,7 +22,17 @@ from .model import round_to_sum
 
 
 def _with_groups(plan: Plan, groups: list[Group]) -> Plan:
-    return Plan(plan.seq_len, plan.num_heads, plan.num_kv_heads, tuple(groups), plan.block_size, plan.name, plan.cluster, plan.model, plan.meta)
+    return Plan(
+        plan.seq_len,
+        plan.num_heads,
+        plan.num_kv_heads,
+        tuple(groups),
+        plan.block_size,
+        plan.name,
+        plan.cluster,
+        plan.model,
+        plan.meta,
+    )
 
 
 def _moves(plan: Plan, busy: np.ndarray, unit: int) -> Iterator[Plan]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ..costmodel import compute_bound, estimate
 from ..costmodel.kernels import CostOptions
@@ -43,13 +43,15 @@ from .search import DEFAULT_GAP, DEFAULT_WORK, Search
 
 MAX_GROUPS = 256  # layouts with more groups are not searched (the exchange has k-1 rounds per layer)
 
-SEARCH_SPACE = (f"up to {EXHAUSTIVE_DEVICES} devices: every layout at all (every subset, partition, ring order and head split "
-                f"in whole KV heads, when there are at most {EXHAUSTIVE_MAX}); otherwise: every device subset of the candidate list (all devices, each union of GPU types, the fastest n whole-node "
-                f"prefixes); node groups of every size dividing the KV heads, spanning groups on up to {MAX_SPANNING} devices "
-                f"(every head split); node and interleaved ring orders (every order up to {MAX_ORDERED} groups); at most "
-                f"{MAX_GROUPS} groups, and layouts beyond {SYMMETRIC_FROM - 1} groups only in a periodic order with periodic "
-                f"chunk lengths and shards (the bound covers those; other plans are tried, not bounded); heads even "
-                f"inside a group of identical devices; every baseline plan")
+SEARCH_SPACE = (
+    f"up to {EXHAUSTIVE_DEVICES} devices: every layout at all (every subset, partition, ring order and head split "
+    f"in whole KV heads, when there are at most {EXHAUSTIVE_MAX}); otherwise: every device subset of the candidate list (all devices, each union of GPU types, the fastest n whole-node "
+    f"prefixes); node groups of every size dividing the KV heads, spanning groups on up to {MAX_SPANNING} devices "
+    f"(every head split); node and interleaved ring orders (every order up to {MAX_ORDERED} groups); at most "
+    f"{MAX_GROUPS} groups, and layouts beyond {SYMMETRIC_FROM - 1} groups only in a periodic order with periodic "
+    f"chunk lengths and shards (the bound covers those; other plans are tried, not bounded); heads even "
+    f"inside a group of identical devices; every baseline plan"
+)
 
 
 def candidate_layouts(cluster: ClusterSpec, model: ModelSpec) -> list[Candidate]:
@@ -94,8 +96,10 @@ def plan_cluster(
     cutting-plane rounds and `gap` stops it early (both leave the reported bound valid). Raises
     InfeasibleError with an explanation when nothing fits in memory."""
     if solver != "highs":
-        raise HexiSeqError(f"solver {solver!r}: the planner solves its models with the embedded HiGHS; export a model with "
-                           "--write-model to hand it to another solver")
+        raise HexiSeqError(
+            f"solver {solver!r}: the planner solves its models with the embedded HiGHS; export a model with "
+            "--write-model to hand it to another solver"
+        )
     if work <= 0 or not gap >= 0:
         raise HexiSeqError(f"work must be positive and gap >= 0, got work={work}, gap={gap}")
     t_start = time.perf_counter()
@@ -110,7 +114,11 @@ def plan_cluster(
     try:
         t = time.perf_counter()
         requested = policies_of(workload)
-        policies = [p for p in requested if workload.recompute != "auto" or may_fit(cluster, model, workload.with_recompute(p), options)]
+        policies = [
+            p
+            for p in requested
+            if workload.recompute != "auto" or may_fit(cluster, model, workload.with_recompute(p), options)
+        ]
         if not policies:
             raise InfeasibleError(explain_infeasible(cluster, model, workload.with_recompute(RecomputePolicy.FULL)))
         base = baselines(cluster, model, workload, progress=tick, policies=policies, options=options)
@@ -120,12 +128,18 @@ def plan_cluster(
         stages["I candidates"] = time.perf_counter() - t
         t = time.perf_counter()
         bb = best_baseline(base)
-        incumbent = (bb.iteration_time_s, bb.plan, bb.recompute, f"baseline {bb.name}") if bb else (math.inf, None, None, "")
+        incumbent = (
+            (bb.iteration_time_s, bb.plan, bb.recompute, f"baseline {bb.name}") if bb else (math.inf, None, None, "")
+        )
         search = Search(cluster, model, workload, policies, cands, incumbent, options, tick)
         res = search.run(work=work, gap=gap)
         stages["II search"] = time.perf_counter() - t
         if res.best_plan is None:
-            explain_wl = workload.with_recompute(RecomputePolicy.FULL) if workload.recompute == RecomputePolicy.AUTO else workload
+            explain_wl = (
+                workload.with_recompute(RecomputePolicy.FULL)
+                if workload.recompute == RecomputePolicy.AUTO
+                else workload
+            )
             raise InfeasibleError(explain_infeasible(cluster, model, explain_wl))
         t = time.perf_counter()
         wl = workload.with_recompute(res.best_policy)
@@ -136,25 +150,55 @@ def plan_cluster(
             bar.close()
     source = res.best_source + (f" +refine ({moves} moves)" if moves else "")
     lb = min(res.lower_bound_s, sim_t)
-    plan = Plan(plan.seq_len, plan.num_heads, plan.num_kv_heads, plan.groups, plan.block_size, "hexiseq", cluster.name, model.name,
-                {**plan.meta, "source": source, "recompute": res.best_policy})
+    plan = Plan(
+        plan.seq_len,
+        plan.num_heads,
+        plan.num_kv_heads,
+        plan.groups,
+        plan.block_size,
+        "hexiseq",
+        cluster.name,
+        model.name,
+        {**plan.meta, "source": source, "recompute": res.best_policy},
+    )
     est = estimate(plan, cluster, model, wl, options)
     bound = compute_bound(cluster, model, wl, options)
     notes = []
     if workload.recompute == "auto":
         skipped = [p for p in requested if p not in policies]
-        notes.append(f"recompute policy {res.best_policy} chosen by auto: the fastest plan among {', '.join(policies)}"
-                     + (f"; {', '.join(skipped)} cannot fit (memory check)" if skipped else ""))
+        notes.append(
+            f"recompute policy {res.best_policy} chosen by auto: the fastest plan among {', '.join(policies)}"
+            + (f"; {', '.join(skipped)} cannot fit (memory check)" if skipped else "")
+        )
     if res.rounds >= work:
-        notes.append(f"the search stopped at its work limit ({work} cutting-plane rounds): the bound is valid but weaker")
+        notes.append(
+            f"the search stopped at its work limit ({work} cutting-plane rounds): the bound is valid but weaker"
+        )
     visited = [n for n in res.nodes if n.model is not None]
     return PlanResult(
-        plan=plan, iteration_time_s=sim_t, tokens_per_s=workload.tokens / sim_t, lower_bound_s=lb,
-        gap=max(0.0, 1.0 - lb / sim_t), baselines=base, bound_tokens_per_s=bound, efficiency_vs_bound=(workload.tokens / sim_t) / bound,
-        grouping_label=source.split(": ", 1)[-1], source=source, solver="highs (Pyomo appsi, embedded)",
-        plan_time_s=time.perf_counter() - t_start, stage_times_s=stages, candidates=len(res.nodes), solved=len(visited),
-        pruned=len(res.nodes) - len(visited), work_rounds=res.rounds, search_space=SEARCH_SPACE, estimate=est, notes=notes,
-        recompute=res.best_policy, policies_searched=policies, left_out=left_out_explained(cluster, plan, res.nodes, sim_t),
+        plan=plan,
+        iteration_time_s=sim_t,
+        tokens_per_s=workload.tokens / sim_t,
+        lower_bound_s=lb,
+        gap=max(0.0, 1.0 - lb / sim_t),
+        baselines=base,
+        bound_tokens_per_s=bound,
+        efficiency_vs_bound=(workload.tokens / sim_t) / bound,
+        grouping_label=source.split(": ", 1)[-1],
+        source=source,
+        solver="highs (Pyomo appsi, embedded)",
+        plan_time_s=time.perf_counter() - t_start,
+        stage_times_s=stages,
+        candidates=len(res.nodes),
+        solved=len(visited),
+        pruned=len(res.nodes) - len(visited),
+        work_rounds=res.rounds,
+        search_space=SEARCH_SPACE,
+        estimate=est,
+        notes=notes,
+        recompute=res.best_policy,
+        policies_searched=policies,
+        left_out=left_out_explained(cluster, plan, res.nodes, sim_t),
     )
 
 
@@ -174,8 +218,10 @@ def left_out_explained(cluster: ClusterSpec, plan: Plan, nodes, best_s: float) -
         lb = min(bounds) if bounds else math.inf
         head = f"{len(devs)} x {gpu} left out (devices {devs[0]}..{devs[-1]})"
         if tried:
-            out.append(f"{head}: the fastest plan found with them takes {min(tried):.4g} s, {min(tried) / best_s - 1:+.1%} "
-                       f"against {best_s:.4g} s without; no plan with them can beat {lb:.4g} s")
+            out.append(
+                f"{head}: the fastest plan found with them takes {min(tried):.4g} s, {min(tried) / best_s - 1:+.1%} "
+                f"against {best_s:.4g} s without; no plan with them can beat {lb:.4g} s"
+            )
         elif math.isfinite(lb):
             out.append(f"{head}: no plan with them can beat {lb:.4g} s (bound), against {best_s:.4g} s without")
         else:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -52,6 +52,7 @@ def roundings(blocks: list[float], total: int, count: int) -> list[list[int]]:
             out.append(trial)
     return out
 
+
 STEP_ROUNDS = 12  # cutting-plane rounds per visit of a node
 MAX_DEPTH = 8  # branchings on chunk lengths below a node
 MAX_TIGHTEN = 6  # box tightenings per node
@@ -79,7 +80,7 @@ class Node:
     stuck: bool = False  # converged below the target with no tightening left to try: branch it
     point: list[float] | None = None  # the chunk blocks of its last solution
 
-    def __lt__(self, other: "Node") -> bool:
+    def __lt__(self, other: Node) -> bool:
         return (self.bound, self.index) < (other.bound, other.index)
 
 
@@ -103,9 +104,17 @@ class SearchResult:
 class Search:
     """Best-first search over (candidate, policy) nodes (module doc)."""
 
-    def __init__(self, cluster: ClusterSpec, model: ModelSpec, workload: Workload, policies: list[str],
-                 candidates: list[Candidate], incumbent: tuple[float, Plan | None, str | None, str] = (math.inf, None, None, ""),
-                 options: CostOptions = CostOptions(), tick: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        cluster: ClusterSpec,
+        model: ModelSpec,
+        workload: Workload,
+        policies: list[str],
+        candidates: list[Candidate],
+        incumbent: tuple[float, Plan | None, str | None, str] = (math.inf, None, None, ""),
+        options: CostOptions = CostOptions(),
+        tick: Callable[[str], None] | None = None,
+    ):
         self.cluster, self.model, self.workload, self.options = cluster, model, workload, options
         self.best_s, self.best_plan, self.best_policy, self.best_source = incumbent
         self.tick = tick or (lambda _: None)
@@ -124,8 +133,14 @@ class Search:
     def _model(self, node: Node) -> LayoutModel | None:
         if node.model is None:
             try:
-                node.model = LayoutModel(self.cluster, self.model, self.workload.with_recompute(node.policy), node.cand.layout,
-                                         self.options, orbits=node.cand.orbits)
+                node.model = LayoutModel(
+                    self.cluster,
+                    self.model,
+                    self.workload.with_recompute(node.policy),
+                    node.cand.layout,
+                    self.options,
+                    orbits=node.cand.orbits,
+                )
             except HexiSeqError:
                 node.status = "infeasible"
                 node.bound = math.inf
@@ -240,8 +255,18 @@ class Search:
         p = float(np.clip(math.floor(n[v] + 1e-9), lo[v], hi[v] - 1.0))
         kids = []
         for c_lo, c_hi in ((None, p), (p + 1.0, None)):
-            child = Node(node.cand, node.policy, len(self.nodes), node.bound, "open", lm.child(v, c_lo, c_hi), 0, math.inf,
-                         node.box_ub, node.depth + 1)
+            child = Node(
+                node.cand,
+                node.policy,
+                len(self.nodes),
+                node.bound,
+                "open",
+                lm.child(v, c_lo, c_hi),
+                0,
+                math.inf,
+                node.box_ub,
+                node.depth + 1,
+            )
             self.nodes.append(child)
             kids.append(child)
         node.status = "branched"
@@ -276,4 +301,6 @@ class Search:
             if node.status in ("open", "screened") or (node.status == "final" and node.box_ub > self.target):
                 heapq.heappush(heap, node)
         lb = min([n.bound for n in self.nodes if n.status != "branched"] + [self.best_s])
-        return SearchResult(self.best_s, self.best_plan, self.best_policy, self.best_source, lb, self.nodes, self.rounds)
+        return SearchResult(
+            self.best_s, self.best_plan, self.best_policy, self.best_source, lb, self.nodes, self.rounds
+        )

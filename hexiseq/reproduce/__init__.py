@@ -16,6 +16,16 @@ from .pipeline import QUICK_DIR, RESULT_DIR, Results, draw_outputs, load_results
 from .scenarios import bundled_scenarios, load_scenario, load_scenarios, mixed_cluster
 
 __all__ = [
-    "QUICK_DIR", "RESULT_DIR", "Results", "bundled_scenarios", "draw_outputs", "load_results", "load_scenario", "load_scenarios",
-    "mixed_cluster", "notebook_results", "redraw", "reproduce",
+    "QUICK_DIR",
+    "RESULT_DIR",
+    "Results",
+    "bundled_scenarios",
+    "draw_outputs",
+    "load_results",
+    "load_scenario",
+    "load_scenarios",
+    "mixed_cluster",
+    "notebook_results",
+    "redraw",
+    "reproduce",
 ]

@@ -33,8 +33,13 @@ def machine_info() -> dict[str, Any]:
     except OSError:
         pass
     load = os.getloadavg() if hasattr(os, "getloadavg") else (math.nan,) * 3
-    return {"cpu": cpu, "cores": os.cpu_count(), "load_avg_1m": round(load[0], 2), "python": platform.python_version(),
-            "system": f"{platform.system()} {platform.release()}"}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "load_avg_1m": round(load[0], 2),
+        "python": platform.python_version(),
+        "system": f"{platform.system()} {platform.release()}",
+    }
 
 
 def _clean(x: Any) -> Any:
@@ -48,7 +53,9 @@ def _clean(x: Any) -> Any:
     return x
 
 
-def _system(name: str, plan: Any, cluster: Any, model: Any, workload: Any, est: Any = None, **fields: Any) -> dict[str, Any]:
+def _system(
+    name: str, plan: Any, cluster: Any, model: Any, workload: Any, est: Any = None, **fields: Any
+) -> dict[str, Any]:
     """The row facts of one system that fits: its estimate's memory and phase times."""
     from ..costmodel import estimate
 
@@ -71,19 +78,48 @@ def _system(name: str, plan: Any, cluster: Any, model: Any, workload: Any, est: 
 def systems_of(result: Any, cluster: Any, model: Any, wl: Any) -> list[dict[str, Any]]:
     """One dict per system of a PlanResult: HexiSeq first, then every baseline it holds."""
     systems = [
-        _system(HEXISEQ, result.plan, cluster, model, wl.with_recompute(result.recompute), result.estimate,
-                tokens_per_s=result.tokens_per_s, step_time_s=result.iteration_time_s, recompute=result.recompute,
-                config=result.grouping_label, plan_time_s=result.plan_time_s, gap=result.gap, lower_bound_s=result.lower_bound_s,
-                efficiency_vs_bound=result.efficiency_vs_bound)
+        _system(
+            HEXISEQ,
+            result.plan,
+            cluster,
+            model,
+            wl.with_recompute(result.recompute),
+            result.estimate,
+            tokens_per_s=result.tokens_per_s,
+            step_time_s=result.iteration_time_s,
+            recompute=result.recompute,
+            config=result.grouping_label,
+            plan_time_s=result.plan_time_s,
+            gap=result.gap,
+            lower_bound_s=result.lower_bound_s,
+            efficiency_vs_bound=result.efficiency_vs_bound,
+        )
     ]
     for name, b in result.baselines.items():
         if b.feasible:
-            systems.append(_system(name, b.plan, cluster, model, wl.with_recompute(b.recompute), tokens_per_s=b.tokens_per_s,
-                                   step_time_s=b.iteration_time_s, recompute=b.recompute, config=b.config,
-                                   efficiency_vs_bound=b.tokens_per_s / result.bound_tokens_per_s))
+            systems.append(
+                _system(
+                    name,
+                    b.plan,
+                    cluster,
+                    model,
+                    wl.with_recompute(b.recompute),
+                    tokens_per_s=b.tokens_per_s,
+                    step_time_s=b.iteration_time_s,
+                    recompute=b.recompute,
+                    config=b.config,
+                    efficiency_vs_bound=b.tokens_per_s / result.bound_tokens_per_s,
+                )
+            )
         else:
-            systems.append({"system": name, "feasible": False, "config": b.config,
-                            "reason": "; ".join(b.notes) or f"none of its {b.tried} configurations fits in memory"})
+            systems.append(
+                {
+                    "system": name,
+                    "feasible": False,
+                    "config": b.config,
+                    "reason": "; ".join(b.notes) or f"none of its {b.tried} configurations fits in memory",
+                }
+            )
     return systems
 
 
@@ -94,21 +130,31 @@ def run_cell(cell: Any) -> dict[str, Any]:
     cluster, model, wl = cell.cluster.build(), get_model(cell.model), cell.workload_spec()
     record: dict[str, Any] = {
         "inputs": cell.compute_params(),
-        "cluster": {"name": cluster.name, "gpus": cluster.size, "nodes": len(cluster.nodes), "types": cluster.gpu_types,
-                    "peak_pflops": cluster.peak_pflops, "matmul_pflops": sum(d.gpu.matmul_flops for d in cluster.devices) / 1e15,
-                    "memory_gib": cluster.memory_gib},
+        "cluster": {
+            "name": cluster.name,
+            "gpus": cluster.size,
+            "nodes": len(cluster.nodes),
+            "types": cluster.gpu_types,
+            "peak_pflops": cluster.peak_pflops,
+            "matmul_pflops": sum(d.gpu.matmul_flops for d in cluster.devices) / 1e15,
+            "memory_gib": cluster.memory_gib,
+        },
         "model": cell.model,
         "seq_len": cell.seq_len,
         "global_batch": wl.global_batch,
         "machine": machine_info(),
-        "computed_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "computed_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
     t0 = time.perf_counter()
     try:
         result = plan_cluster(cluster, model, wl, progress=False)
     except HexiSeqError as e:
-        record.update(status="infeasible", reason=str(e), wall_s=time.perf_counter() - t0,
-                      systems=[{"system": HEXISEQ, "feasible": False, "plan_time_s": time.perf_counter() - t0, "reason": str(e)}])
+        record.update(
+            status="infeasible",
+            reason=str(e),
+            wall_s=time.perf_counter() - t0,
+            systems=[{"system": HEXISEQ, "feasible": False, "plan_time_s": time.perf_counter() - t0, "reason": str(e)}],
+        )
         return _clean(record)
     wall = time.perf_counter() - t0
     systems = systems_of(result, cluster, model, wl)

@@ -9,8 +9,9 @@ Our value "agrees" when it is within `TOLERANCE` (relative) of the paper's.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 
@@ -47,10 +48,12 @@ def _catalog_ratio() -> str:
     from ..specs import get_gpu
 
     h, a = get_gpu("H100-SXM"), get_gpu("A100-80GB")
-    return (f"under data/gpus.yaml an H100 does {h.matmul_flops / a.matmul_flops:.2f}x an A100's matmul work and "
-            f"{h.attention_flops / a.attention_flops:.2f}x its attention work (peak {h.peak_bf16_tflops:g} vs {a.peak_bf16_tflops:g} "
-            f"TFLOP/s at efficiencies {h.eff_matmul:g}/{h.eff_attention:g} vs {a.eff_matmul:g}/{a.eff_attention:g}); a symmetric "
-            "layout runs every device at the slowest one's pace, so this ratio sets the speedup")
+    return (
+        f"under data/gpus.yaml an H100 does {h.matmul_flops / a.matmul_flops:.2f}x an A100's matmul work and "
+        f"{h.attention_flops / a.attention_flops:.2f}x its attention work (peak {h.peak_bf16_tflops:g} vs {a.peak_bf16_tflops:g} "
+        f"TFLOP/s at efficiencies {h.eff_matmul:g}/{h.eff_attention:g} vs {a.eff_matmul:g}/{a.eff_attention:g}); a symmetric "
+        "layout runs every device at the slowest one's pace, so this ratio sets the speedup"
+    )
 
 
 def _subset_baselines(df: pd.DataFrame, cells: pd.DataFrame) -> str | None:
@@ -59,16 +62,27 @@ def _subset_baselines(df: pd.DataFrame, cells: pd.DataFrame) -> str | None:
     for _, c in cells.iterrows():
         if not c["best_symmetric"]:
             continue
-        b = df[(df["scenario"] == c["scenario"]) & (df["cluster"] == c["cluster"]) & (df["model"] == c["model"])
-               & (df["seq_len"] == c["seq_len"]) & (df["system"] == c["best_symmetric"]) & (df["pair_role"] == c["pair_role"])
-               & (df["sweep"] == c["sweep"])]
+        b = df[
+            (df["scenario"] == c["scenario"])
+            & (df["cluster"] == c["cluster"])
+            & (df["model"] == c["model"])
+            & (df["seq_len"] == c["seq_len"])
+            & (df["system"] == c["best_symmetric"])
+            & (df["pair_role"] == c["pair_role"])
+            & (df["sweep"] == c["sweep"])
+        ]
         if len(b) and b["devices_used"].iloc[0] < c["gpus"]:
             n += 1
-            example = example or f"{c['best_symmetric']} on {int(b['devices_used'].iloc[0])} of {int(c['gpus'])} GPUs ({c['cluster']}, {c['model']}, {tokens_label(c['seq_len'])})"
+            example = (
+                example
+                or f"{c['best_symmetric']} on {int(b['devices_used'].iloc[0])} of {int(c['gpus'])} GPUs ({c['cluster']}, {c['model']}, {tokens_label(c['seq_len'])})"
+            )
     if not n:
         return None
-    return (f"in {n} of {len(cells)} cells the best CP/HP baseline runs on a subset of the devices (e.g. {example}): our baselines may "
-            "leave slow GPUs out, which makes them stronger than baselines that must use every device")
+    return (
+        f"in {n} of {len(cells)} cells the best CP/HP baseline runs on a subset of the devices (e.g. {example}): our baselines may "
+        "leave slow GPUs out, which makes them stronger than baselines that must use every device"
+    )
 
 
 def _no_baseline(cells: pd.DataFrame) -> str | None:
@@ -100,15 +114,23 @@ def _describe(cells: pd.DataFrame) -> str:
         return "no cells"
     lens = sorted(cells["seq_len"].unique())
     span = tokens_label(lens[0]) if len(lens) == 1 else f"{tokens_label(lens[0])}-{tokens_label(lens[-1])}"
-    return (f"{len(cells)} cell{'s' if len(cells) != 1 else ''}: {', '.join(dict.fromkeys(cells['cluster']))}; "
-            f"{', '.join(dict.fromkeys(cells['model']))}; {span}")
+    return (
+        f"{len(cells)} cell{'s' if len(cells) != 1 else ''}: {', '.join(dict.fromkeys(cells['cluster']))}; "
+        f"{', '.join(dict.fromkeys(cells['model']))}; {span}"
+    )
 
 
 # ----------------------------------------------------------------------------- the figures
 
 
-def _speedup(df: pd.DataFrame, scenario: str, stat: str, model: str | None = None, seq_len: int | None = None,
-             measured: bool = False) -> tuple[float | None, str, list[str]]:
+def _speedup(
+    df: pd.DataFrame,
+    scenario: str,
+    stat: str,
+    model: str | None = None,
+    seq_len: int | None = None,
+    measured: bool = False,
+) -> tuple[float | None, str, list[str]]:
     cells = grid_rows(df, scenario)
     if model is not None:
         cells = cells[cells["model"] == model]
@@ -116,19 +138,33 @@ def _speedup(df: pd.DataFrame, scenario: str, stat: str, model: str | None = Non
         cells = cells[cells["seq_len"] == seq_len]
     st = speedup_stats(cells)
     if not st["cells"]:
-        return None, f"needs {scenario} cells" + (f" for {model}" if model else "") + (f" at {tokens_label(seq_len)}" if seq_len else ""), []
+        return (
+            None,
+            f"needs {scenario} cells"
+            + (f" for {model}" if model else "")
+            + (f" at {tokens_label(seq_len)}" if seq_len else ""),
+            [],
+        )
     v = st[stat]
     detail = f"{stat} over {_describe(cells[cells['speedup'].notna()])}"
     if stat == "max":
         best = cells.loc[cells["speedup"].idxmax()]
         detail += f"; at {best['cluster']}, {best['model']}, {tokens_label(best['seq_len'])}"
     if seq_len is not None or (model is not None and len(cells) > 1):
-        detail += "; per cell " + ", ".join(f"{r['cluster']} {tokens_label(r['seq_len'])}: {r['speedup']:.2f}x" for _, r in cells.iterrows() if not math.isnan(r["speedup"]))
+        detail += "; per cell " + ", ".join(
+            f"{r['cluster']} {tokens_label(r['seq_len'])}: {r['speedup']:.2f}x"
+            for _, r in cells.iterrows()
+            if not math.isnan(r["speedup"])
+        )
     facts = []
     if measured:
-        facts.append("ours is the cost model's prediction (simulated step times); the paper's figure is measured on hardware")
+        facts.append(
+            "ours is the cost model's prediction (simulated step times); the paper's figure is measured on hardware"
+        )
     facts.append(_catalog_ratio())
-    facts += [x for x in (_subset_baselines(df, cells), _no_baseline(cells), _batch(cells, 8 if measured else None)) if x]
+    facts += [
+        x for x in (_subset_baselines(df, cells), _no_baseline(cells), _batch(cells, 8 if measured else None)) if x
+    ]
     return v, detail, facts
 
 
@@ -137,17 +173,22 @@ def _pair(df: pd.DataFrame) -> tuple[float | None, str, list[str]]:
     a = pr[pr["pair"] == paper.PAIR_A]
     if not len(a) or a["ratio"].isna().all():
         return None, f"needs the pair {paper.PAIR_A}", []
-    detail = "mean over " + ", ".join(f"{r['model']} {tokens_label(r['seq_len'])}: {r['ratio']:.3f} (vs {r['homogeneous_best']})"
-                                      for _, r in a.iterrows() if not math.isnan(r["ratio"]))
+    detail = "mean over " + ", ".join(
+        f"{r['model']} {tokens_label(r['seq_len'])}: {r['ratio']:.3f} (vs {r['homogeneous_best']})"
+        for _, r in a.iterrows()
+        if not math.isnan(r["ratio"])
+    )
     facts = []
     h = hexiseq_rows(df)
     mixed, homo = (h[h["cluster"] == name] for name in paper.PAIR_A.split(" vs "))
     if len(mixed) and len(homo):
         m, o = mixed.iloc[0], homo.iloc[0]
-        facts.append(f"the pair is matched by peak FLOP/s ({m['peak_pflops']:.1f} vs {o['peak_pflops']:.1f} PFLOP/s) but under our catalog its "
-                     f"effective matmul FLOP/s differ {m['matmul_pflops'] / o['matmul_pflops']:.2f}x and its memory "
-                     f"{m['memory_gib'] / o['memory_gib']:.2f}x ({m['memory_gib']:,.0f} vs {o['memory_gib']:,.0f} GiB): the homogeneous side "
-                     "holds more of the sequence per device and spends less on recompute")
+        facts.append(
+            f"the pair is matched by peak FLOP/s ({m['peak_pflops']:.1f} vs {o['peak_pflops']:.1f} PFLOP/s) but under our catalog its "
+            f"effective matmul FLOP/s differ {m['matmul_pflops'] / o['matmul_pflops']:.2f}x and its memory "
+            f"{m['memory_gib'] / o['memory_gib']:.2f}x ({m['memory_gib']:,.0f} vs {o['memory_gib']:,.0f} GiB): the homogeneous side "
+            "holds more of the sequence per device and spends less on recompute"
+        )
     return float(a["ratio"].mean()), detail, facts
 
 
@@ -159,11 +200,15 @@ def _scheduler(df: pd.DataFrame, gpus: int) -> tuple[float | None, str, list[str
     if not len(h):
         return None, f"needs a cell with {gpus} GPUs", []
     v = float(h["plan_time_s"].median())
-    detail = (f"median over {len(h)} cell(s) ({', '.join(dict.fromkeys(h['cluster']))}; "
-              f"{', '.join(f'{m} at {tokens_label(s)}' for m, s in dict.fromkeys(zip(h['model'], h['seq_len'])))})")
+    detail = (
+        f"median over {len(h)} cell(s) ({', '.join(dict.fromkeys(h['cluster']))}; "
+        f"{', '.join(f'{m} at {tokens_label(s)}' for m, s in dict.fromkeys(zip(h['model'], h['seq_len'])))})"
+    )
     from .figures import machines_label
 
-    facts = [f"wall clock on {machines_label(h) or 'this machine'}, one process, HiGHS embedded: a different machine or load gives a different time"]
+    facts = [
+        f"wall clock on {machines_label(h) or 'this machine'}, one process, HiGHS embedded: a different machine or load gives a different time"
+    ]
     return v, detail, facts
 
 
@@ -211,18 +256,21 @@ def markdown(rows: list[Comparison], meta: dict[str, Any]) -> str:
         "",
         "Generated by `" + meta.get("command", "hexiseq reproduce") + "`; do not edit by hand. "
         f"Cost-model version `{meta.get('version', '?')}`, {meta.get('cells', '?')} cells"
-        + (f" — QUICK grid for {', '.join(quick)} (a subset: not the paper's experiments in full)" if quick else "") + ".",
+        + (f" — QUICK grid for {', '.join(quick)} (a subset: not the paper's experiments in full)" if quick else "")
+        + ".",
         "Our values are the cost model's predictions: HexiSeq's plan and every baseline (ring, Ulysses, USP over every legal "
         "CP x HP factorization and placement, on all devices and on each single GPU type, and a FLOP-proportional split), "
         "all judged by the same step simulator. Speedups are over the best symmetric CP/HP baseline, as the paper reports. "
-        f"\"agrees\": within {TOLERANCE:.0%} of the paper's value.",
+        f'"agrees": within {TOLERANCE:.0%} of the paper\'s value.',
         "",
         "| figure | paper | ours | | what ours is |",
         "|---|---|---|---|---|",
     ]
     for c in rows:
         f = c.figure
-        lines.append(f"| {f.what} | {c.value_text(f.value)} ({f.certainty}) | {c.value_text(c.ours)} | {c.status} | {c.detail} |")
+        lines.append(
+            f"| {f.what} | {c.value_text(f.value)} ({f.certainty}) | {c.value_text(c.ours)} | {c.status} | {c.detail} |"
+        )
     differing = [c for c in rows if c.reasons]
     if differing:
         lines += ["", "## Where ours differs, and why", ""]
@@ -233,9 +281,13 @@ def markdown(rows: list[Comparison], meta: dict[str, Any]) -> str:
     missing = [c for c in rows if c.status == "not computed"]
     if missing:
         lines += ["## Not computed in these results", ""] + [f"- {c.figure.what}: {c.detail}" for c in missing] + [""]
-    lines += ["## Certainty of the paper's figures", "",
-              "\"abstract\": stated in the paper's abstract. \"summary\": from two independent summaries of the full paper "
-              "(likely, not verified); see the project's notes on the paper.", ""]
+    lines += [
+        "## Certainty of the paper's figures",
+        "",
+        '"abstract": stated in the paper\'s abstract. "summary": from two independent summaries of the full paper '
+        "(likely, not verified); see the project's notes on the paper.",
+        "",
+    ]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -245,8 +297,16 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     for sc in dict.fromkeys(grid_rows(df)["scenario"]):
         st = speedup_stats(grid_rows(df, sc))
         keys = paper.REFERENCE_LINES.get(sc, (None, None))
-        out.append({"scenario": sc, "cells": st["cells"], "cells without a speedup": st["without"],
-                    "mean": st.get("mean"), "max": st.get("max"), "min": st.get("min"),
-                    "paper mean": paper.figure(keys[0]).value if keys[0] else None,
-                    "paper max": paper.figure(keys[1]).value if keys[1] else None})
+        out.append(
+            {
+                "scenario": sc,
+                "cells": st["cells"],
+                "cells without a speedup": st["without"],
+                "mean": st.get("mean"),
+                "max": st.get("max"),
+                "min": st.get("min"),
+                "paper mean": paper.figure(keys[0]).value if keys[0] else None,
+                "paper max": paper.figure(keys[1]).value if keys[1] else None,
+            }
+        )
     return pd.DataFrame(out)

@@ -6,7 +6,8 @@ are said so on the figure, never drawn as zero; the paper's values are drawn in 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -55,10 +56,15 @@ def _nofit_note(ax: Any, rows: pd.DataFrame) -> None:
     nobase = rows[rows["feasible"] & rows["speedup"].isna()]
     parts = []
     if len(nobase):
-        parts.append(f"HexiSeq fits, no CP/HP baseline does: {', '.join(cell_label(r) for _, r in nobase.head(4).iterrows())}"
-                     + (f" (+{len(nobase) - 4})" if len(nobase) > 4 else ""))
+        parts.append(
+            f"HexiSeq fits, no CP/HP baseline does: {', '.join(cell_label(r) for _, r in nobase.head(4).iterrows())}"
+            + (f" (+{len(nobase) - 4})" if len(nobase) > 4 else "")
+        )
     if len(nothing):
-        parts.append(f"nothing fits: {', '.join(cell_label(r) for _, r in nothing.head(4).iterrows())}" + (f" (+{len(nothing) - 4})" if len(nothing) > 4 else ""))
+        parts.append(
+            f"nothing fits: {', '.join(cell_label(r) for _, r in nothing.head(4).iterrows())}"
+            + (f" (+{len(nothing) - 4})" if len(nothing) > 4 else "")
+        )
     if parts:
         note(ax, "not drawn - " + "; ".join(parts))
 
@@ -67,13 +73,15 @@ def _nofit_note(ax: Any, rows: pd.DataFrame) -> None:
 
 
 @styled
-def fig_systems(df: pd.DataFrame, scenario: str) -> "Figure":
+def fig_systems(df: pd.DataFrame, scenario: str) -> Figure:
     """HexiSeq against every baseline, every cell of a scenario: each system's tokens/s as a
     fraction of HexiSeq's (a heatmap; blank = does not fit in memory)."""
     import seaborn as sns
 
     rows = df[df["scenario"] == scenario].copy()
-    cells = hexiseq_rows(rows).sort_values(["pair", "sweep", "sweep_value", "cluster", "model", "seq_len"], kind="stable")
+    cells = hexiseq_rows(rows).sort_values(
+        ["pair", "sweep", "sweep_value", "cluster", "model", "seq_len"], kind="stable"
+    )
     labels = [cell_label(r) + (f" ({r['pair_role']})" if r["pair_role"] else "") for _, r in cells.iterrows()]
     systems = list(dict.fromkeys([HEXISEQ, *rows["system"]]))
     fig, ax = new_figure(max(7.0, 0.36 * len(labels) + 3.5), 0.3 * len(systems) + 3.2)
@@ -83,15 +91,30 @@ def fig_systems(df: pd.DataFrame, scenario: str) -> "Figure":
         return fig
     mat = np.full((len(systems), len(labels)), np.nan)
     for j, (_, c) in enumerate(cells.iterrows()):
-        same = rows[(rows["cluster"] == c["cluster"]) & (rows["model"] == c["model"]) & (rows["seq_len"] == c["seq_len"])
-                    & (rows["pair_role"] == c["pair_role"]) & (rows["sweep"] == c["sweep"])]
+        same = rows[
+            (rows["cluster"] == c["cluster"])
+            & (rows["model"] == c["model"])
+            & (rows["seq_len"] == c["seq_len"])
+            & (rows["pair_role"] == c["pair_role"])
+            & (rows["sweep"] == c["sweep"])
+        ]
         for _, r in same.iterrows():
             if r["feasible"] and c["feasible"] and r["tokens_per_s"] > 0:
                 mat[systems.index(r["system"]), j] = r["tokens_per_s"] / c["tokens_per_s"]
     annotate = len(labels) <= 40
-    sns.heatmap(mat, ax=ax, cmap="mako", vmin=0, vmax=max(1.0, float(np.nanmax(mat)) if np.isfinite(mat).any() else 1.0),
-                annot=annotate, fmt=".2f", annot_kws={"fontsize": 6}, linewidths=0.4, linecolor="white",
-                cbar_kws={"label": "tokens/s relative to HexiSeq", "shrink": 0.8})
+    sns.heatmap(
+        mat,
+        ax=ax,
+        cmap="mako",
+        vmin=0,
+        vmax=max(1.0, float(np.nanmax(mat)) if np.isfinite(mat).any() else 1.0),
+        annot=annotate,
+        fmt=".2f",
+        annot_kws={"fontsize": 6},
+        linewidths=0.4,
+        linecolor="white",
+        cbar_kws={"label": "tokens/s relative to HexiSeq", "shrink": 0.8},
+    )
     ax.set_facecolor("#f2f2f2")
     ax.set_xticks(np.arange(len(labels)) + 0.5, labels, rotation=90, fontsize=7)
     ax.set_yticks(np.arange(len(systems)) + 0.5, systems, rotation=0, fontsize=8)
@@ -104,12 +127,14 @@ def fig_systems(df: pd.DataFrame, scenario: str) -> "Figure":
 
 
 @styled
-def fig_speedup_vs_length(df: pd.DataFrame, scenarios: Sequence[str] | None = None) -> "Figure":
+def fig_speedup_vs_length(df: pd.DataFrame, scenarios: Sequence[str] | None = None) -> Figure:
     """Speedup over the best CP/HP baseline against sequence length, one panel per scenario, one
     line per cluster (colour) and model (marker); the paper's mean / max and points in black."""
     g = grid_rows(df)
     if scenarios is None:  # the paper's experiments when present, else every grid scenario
-        scenarios = [s for s in paper.REFERENCE_LINES if (g["scenario"] == s).any()] or list(dict.fromkeys(g["scenario"]))
+        scenarios = [s for s in paper.REFERENCE_LINES if (g["scenario"] == s).any()] or list(
+            dict.fromkeys(g["scenario"])
+        )
     scenarios = [s for s in scenarios if (g["scenario"] == s).any()]
     fig, axes = new_figure(6.0 * max(len(scenarios), 1), 5.0, 1, max(len(scenarios), 1), sharey=True)
     axes = np.atleast_1d(axes)
@@ -124,8 +149,15 @@ def fig_speedup_vs_length(df: pd.DataFrame, scenarios: Sequence[str] | None = No
         for (cluster, model), r in rows.groupby(["cluster", "model"], sort=False):
             r = r.sort_values("seq_len")
             if r["speedup"].notna().any():
-                ax.plot(r["seq_len"], r["speedup"], marker=MARKERS[models.index(model) % len(MARKERS)], color=colors[cluster],
-                        label=f"{cluster} · {model}", lw=1.4, ms=5)
+                ax.plot(
+                    r["seq_len"],
+                    r["speedup"],
+                    marker=MARKERS[models.index(model) % len(MARKERS)],
+                    color=colors[cluster],
+                    label=f"{cluster} · {model}",
+                    lw=1.4,
+                    ms=5,
+                )
         ax.axhline(1.0, color="0.6", lw=0.8)
         for key, ls in zip(paper.REFERENCE_LINES.get(sc, ()), ("--", ":")):
             _paper_line(ax, key, ls)
@@ -143,7 +175,7 @@ def fig_speedup_vs_length(df: pd.DataFrame, scenarios: Sequence[str] | None = No
 
 
 @styled
-def fig_speedup_vs_gpu_types(df: pd.DataFrame) -> "Figure":
+def fig_speedup_vs_gpu_types(df: pd.DataFrame) -> Figure:
     """Speedup over the best CP/HP baseline against the number of GPU types in the cluster (every
     grid cell a point, a box per count); the paper's testbed and simulation means in black."""
     import seaborn as sns
@@ -160,27 +192,50 @@ def fig_speedup_vs_gpu_types(df: pd.DataFrame) -> "Figure":
     order = sorted(g["gpu_types"].astype(int).unique())
     pos = {t: i for i, t in enumerate(order)}
     data = g.assign(types=g["gpu_types"].astype(int))
-    ax.boxplot([data.loc[data["types"] == t, "speedup"].to_numpy() for t in order], positions=list(range(len(order))), widths=0.5,
-               showfliers=False, patch_artist=True, boxprops={"facecolor": "0.92", "edgecolor": "0.5"},
-               medianprops={"color": "0.4"}, whiskerprops={"color": "0.5"}, capprops={"color": "0.5"})
+    ax.boxplot(
+        [data.loc[data["types"] == t, "speedup"].to_numpy() for t in order],
+        positions=list(range(len(order))),
+        widths=0.5,
+        showfliers=False,
+        patch_artist=True,
+        boxprops={"facecolor": "0.92", "edgecolor": "0.5"},
+        medianprops={"color": "0.4"},
+        whiskerprops={"color": "0.5"},
+        capprops={"color": "0.5"},
+    )
     colors = series_colors(data["scenario"])
-    sns.stripplot(data=data, x="types", y="speedup", order=order, hue="scenario", palette=colors, ax=ax, size=4.5, jitter=0.15, legend=False)
+    sns.stripplot(
+        data=data,
+        x="types",
+        y="speedup",
+        order=order,
+        hue="scenario",
+        palette=colors,
+        ax=ax,
+        size=4.5,
+        jitter=0.15,
+        legend=False,
+    )
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], ls="none", marker="o", color=c, label=f"ours: {sc}") for sc, c in colors.items()]  # the strip points
+    handles = [
+        Line2D([], [], ls="none", marker="o", color=c, label=f"ours: {sc}") for sc, c in colors.items()
+    ]  # the strip points
     for sc, (lo, hi) in paper.GPU_TYPES_OF.items():
         keys = paper.REFERENCE_LINES.get(sc, ())
         xs = [pos[t] for t in range(lo, hi + 1) if t in pos]
         if keys and xs:
             f = paper.figure(keys[0])
-            handles.append(ax.hlines(f.value, min(xs) - 0.3, max(xs) + 0.3, color=PAPER_COLOR, ls="--", lw=1.3, label=f.legend))
+            handles.append(
+                ax.hlines(f.value, min(xs) - 0.3, max(xs) + 0.3, color=PAPER_COLOR, ls="--", lw=1.3, label=f.legend)
+            )
     ax.axhline(1.0, color="0.6", lw=0.8)
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
 
 
 @styled
-def fig_pairs(df: pd.DataFrame) -> "Figure":
+def fig_pairs(df: pd.DataFrame) -> Figure:
     """FLOP-comparable pairs: HexiSeq on the mixed cluster against the best CP/HP baseline on the
     homogeneous A100 cluster of equal peak FLOP/s (tokens/s, and their ratio; the paper's ~0.995)."""
     pr = pair_ratios(df)
@@ -193,10 +248,20 @@ def fig_pairs(df: pd.DataFrame) -> "Figure":
         for ax in (ax_t, ax_r):
             empty(ax, "no FLOP-comparable pairs in the results")
         return fig
-    labels = [f"{p.split(' vs ')[0]} · {m} · {tokens_label(s)}" for p, m, s in zip(pr["pair"], pr["model"], pr["seq_len"])]
+    labels = [
+        f"{p.split(' vs ')[0]} · {m} · {tokens_label(s)}" for p, m, s in zip(pr["pair"], pr["model"], pr["seq_len"])
+    ]
     y = np.arange(len(pr))
-    ax_t.barh(y - 0.2, pr["mixed_tokens_per_s"].fillna(0), height=0.4, color=HEXISEQ_COLOR, label="HexiSeq, mixed cluster")
-    ax_t.barh(y + 0.2, pr["homogeneous_tokens_per_s"].fillna(0), height=0.4, color=BEST_BASELINE_COLOR, label="best baseline, homogeneous cluster")
+    ax_t.barh(
+        y - 0.2, pr["mixed_tokens_per_s"].fillna(0), height=0.4, color=HEXISEQ_COLOR, label="HexiSeq, mixed cluster"
+    )
+    ax_t.barh(
+        y + 0.2,
+        pr["homogeneous_tokens_per_s"].fillna(0),
+        height=0.4,
+        color=BEST_BASELINE_COLOR,
+        label="best baseline, homogeneous cluster",
+    )
     ax_t.set_yticks(y, labels)
     ax_t.invert_yaxis()
     throughput_axis(ax_t.xaxis)
@@ -204,7 +269,9 @@ def fig_pairs(df: pd.DataFrame) -> "Figure":
     ratio = pr["ratio"]
     ax_r.barh(y[ratio.notna()], ratio[ratio.notna()], color="0.55", height=0.6, label="ours")
     for i, v in zip(y, ratio):
-        ax_r.text(0.0 if math.isnan(v) else v, i, " does not fit" if math.isnan(v) else f" {v:.3f}", va="center", fontsize=8)
+        ax_r.text(
+            0.0 if math.isnan(v) else v, i, " does not fit" if math.isnan(v) else f" {v:.3f}", va="center", fontsize=8
+        )
     f = paper.figure("pair_a_ratio")
     ax_r.axvline(f.value, color=PAPER_COLOR, ls="--", lw=1.1, label=f.legend)
     ax_r.axvline(1.0, color="0.6", lw=0.8)
@@ -216,7 +283,7 @@ def fig_pairs(df: pd.DataFrame) -> "Figure":
 
 
 @styled
-def fig_planner_time(df: pd.DataFrame, machine: str = "") -> "Figure":
+def fig_planner_time(df: pd.DataFrame, machine: str = "") -> Figure:
     """The planner's wall time against cluster size (every cell; log-log), the paper's 9 s at 128
     GPUs and 444 s at 1024 GPUs as stars. Times are wall clock on `machine` (default: what the
     rows record)."""
@@ -232,7 +299,9 @@ def fig_planner_time(df: pd.DataFrame, machine: str = "") -> "Figure":
         return fig
     colors = series_colors(h["scenario"])
     for sc, r in h.groupby("scenario", sort=False):
-        ax.plot(r["gpus"], r["plan_time_s"], ls="none", marker="o", ms=4.5, alpha=0.8, color=colors[sc], label=f"ours: {sc}")
+        ax.plot(
+            r["gpus"], r["plan_time_s"], ls="none", marker="o", ms=4.5, alpha=0.8, color=colors[sc], label=f"ours: {sc}"
+        )
     med = h.groupby("gpus")["plan_time_s"].median()
     ax.plot(med.index, med.values, color="0.3", lw=1, label="ours: median per size")
     for key, n in paper.SCHEDULER_POINTS:
@@ -244,7 +313,9 @@ def fig_planner_time(df: pd.DataFrame, machine: str = "") -> "Figure":
     from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
     top = max(int(h["gpus"].max()), max(n for _, n in paper.SCHEDULER_POINTS))
-    ax.xaxis.set_major_locator(FixedLocator([2**i for i in range(int(math.log2(max(int(h["gpus"].min()), 1))), int(math.log2(top)) + 1)]))
+    ax.xaxis.set_major_locator(
+        FixedLocator([2**i for i in range(int(math.log2(max(int(h["gpus"].min()), 1))), int(math.log2(top)) + 1)])
+    )
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(ScalarFormatter())
     if machine:
@@ -254,7 +325,7 @@ def fig_planner_time(df: pd.DataFrame, machine: str = "") -> "Figure":
 
 
 @styled
-def fig_phases(df: pd.DataFrame, scenario: str, cell: Any | None = None) -> "Figure":
+def fig_phases(df: pd.DataFrame, scenario: str, cell: Any | None = None) -> Figure:
     """Where the time goes in one cell (default: the scenario's allocation cell): the critical
     rank's time by cost-model phase, for HexiSeq and every baseline that fits."""
     from ..costmodel import PHASES
@@ -268,8 +339,14 @@ def fig_phases(df: pd.DataFrame, scenario: str, cell: Any | None = None) -> "Fig
         ax.set_title(f"{scenario}: time by phase")
         empty(ax, "no cell where HexiSeq fits")
         return fig
-    r = rows[(rows["cluster"] == cell["cluster"]) & (rows["model"] == cell["model"]) & (rows["seq_len"] == cell["seq_len"])
-             & (rows["pair_role"] == cell["pair_role"]) & (rows["sweep"] == cell["sweep"]) & rows["feasible"]]
+    r = rows[
+        (rows["cluster"] == cell["cluster"])
+        & (rows["model"] == cell["model"])
+        & (rows["seq_len"] == cell["seq_len"])
+        & (rows["pair_role"] == cell["pair_role"])
+        & (rows["sweep"] == cell["sweep"])
+        & rows["feasible"]
+    ]
     r = r.sort_values("step_time_s")
     ax.set_title(f"{scenario}: time by phase, {cell_label(cell)}")
     y = np.arange(len(r))
@@ -308,7 +385,7 @@ def representative_cell(df: pd.DataFrame, scenario: str) -> Any | None:
 
 
 @styled
-def fig_sensitivity(df: pd.DataFrame, sweep: str) -> "Figure":
+def fig_sensitivity(df: pd.DataFrame, sweep: str) -> Figure:
     """One sensitivity sweep: HexiSeq's and the best CP/HP baseline's tokens/s (left) and the
     speedup (right) against the swept quantity, one line per model."""
     spec = SWEEPS[sweep]
@@ -335,7 +412,14 @@ def fig_sensitivity(df: pd.DataFrame, sweep: str) -> "Figure":
         if len(fits):
             ax_t.plot(fits["sweep_value"], fits["tokens_per_s"], marker=m, color=HEXISEQ_COLOR, label=f"HexiSeq{tag}")
         if base_tps.notna().any():
-            ax_t.plot(r["sweep_value"], base_tps, marker=m, color=BEST_BASELINE_COLOR, ls="--", label=f"best CP/HP baseline{tag}")
+            ax_t.plot(
+                r["sweep_value"],
+                base_tps,
+                marker=m,
+                color=BEST_BASELINE_COLOR,
+                ls="--",
+                label=f"best CP/HP baseline{tag}",
+            )
         if r["speedup"].notna().any():
             ax_s.plot(r["sweep_value"], r["speedup"], marker=m, color=HEXISEQ_COLOR, label=f"HexiSeq{tag}")
     ax_s.axhline(1.0, color="0.6", lw=0.8)
@@ -368,7 +452,7 @@ def _sweep_axis(ax: Any, kind: str, values: Sequence[float]) -> None:
 
 
 @styled
-def fig_calibration(rows: Sequence[dict[str, Any]]) -> "Figure":
+def fig_calibration(rows: Sequence[dict[str, Any]]) -> Figure:
     """The cost model before and after calibration against measured step times, one point per
     plan (rows: plan, measured_s, predicted_before_s, predicted_after_s); the diagonal is exact."""
     fig, ax = new_figure(8.0, 5.0)
@@ -380,7 +464,10 @@ def fig_calibration(rows: Sequence[dict[str, Any]]) -> "Figure":
         empty(ax, "no measured runs")
         return fig
     meas = np.array([r["measured_s"] for r in rows], dtype=float)
-    for key, color, label in (("predicted_before_s", BEST_BASELINE_COLOR, "before calibration"), ("predicted_after_s", HEXISEQ_COLOR, "after calibration")):
+    for key, color, label in (
+        ("predicted_before_s", BEST_BASELINE_COLOR, "before calibration"),
+        ("predicted_after_s", HEXISEQ_COLOR, "after calibration"),
+    ):
         pred = np.array([r.get(key, np.nan) for r in rows], dtype=float)
         if np.isfinite(pred).any():
             err = np.nanmedian(np.abs(pred / meas - 1))
@@ -404,7 +491,9 @@ def fig_calibration(rows: Sequence[dict[str, Any]]) -> "Figure":
     return fig
 
 
-def fig_measured_comparison(rows: Sequence[dict[str, Any]], title: str = "uneven vs even plan, measured (emulated CPU ranks)") -> "Figure":
+def fig_measured_comparison(
+    rows: Sequence[dict[str, Any]], title: str = "uneven vs even plan, measured (emulated CPU ranks)"
+) -> Figure:
     """The planner's plan against the best even plan on one cluster (rows of `hexiseq calibrate
     --compare`: system, config, measured_s, predicted_s, predicted_profile_s): measured step time as
     bars, the calibrated and the profile-only predictions as markers on them."""
@@ -419,9 +508,18 @@ def fig_measured_comparison(rows: Sequence[dict[str, Any]], title: str = "uneven
     colors = [HEXISEQ_COLOR if r["system"] == "hexiseq" else BEST_BASELINE_COLOR for r in rows]
     ax.barh(y, [r["measured_s"] for r in rows], height=0.55, color=colors, alpha=0.85, label="measured (bar)")
     ax.plot([r["predicted_s"] for r in rows], y, ls="none", marker="D", color="black", label="predicted (calibrated)")
-    ax.plot([r["predicted_profile_s"] for r in rows], y, ls="none", marker="o", mfc="none", color="black",
-            label="predicted (profile alone)")
-    ax.set_yticks(y, [f"{'HexiSeq' if r['system'] == 'hexiseq' else 'best even'}: {r['measured_s']:.2f} s" for r in rows])
+    ax.plot(
+        [r["predicted_profile_s"] for r in rows],
+        y,
+        ls="none",
+        marker="o",
+        mfc="none",
+        color="black",
+        label="predicted (profile alone)",
+    )
+    ax.set_yticks(
+        y, [f"{'HexiSeq' if r['system'] == 'hexiseq' else 'best even'}: {r['measured_s']:.2f} s" for r in rows]
+    )
     if len(rows) == 2:
         sp = rows[1]["measured_s"] / rows[0]["measured_s"]
         note(ax, f"measured speedup of the upper plan over the lower: {sp:.2f}x")
@@ -434,6 +532,16 @@ def sensitivity_sweeps(df: pd.DataFrame) -> list[str]:
 
 
 __all__ = [
-    "fig_calibration", "fig_measured_comparison", "fig_pairs", "fig_phases", "fig_planner_time", "fig_sensitivity", "fig_speedup_vs_gpu_types",
-    "fig_speedup_vs_length", "fig_systems", "representative_cell", "sensitivity_sweeps", "si_label",
+    "fig_calibration",
+    "fig_measured_comparison",
+    "fig_pairs",
+    "fig_phases",
+    "fig_planner_time",
+    "fig_sensitivity",
+    "fig_speedup_vs_gpu_types",
+    "fig_speedup_vs_length",
+    "fig_systems",
+    "representative_cell",
+    "sensitivity_sweeps",
+    "si_label",
 ]

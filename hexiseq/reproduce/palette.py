@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Iterable
+from collections.abc import Iterable
 
 IDLE_COLOR = "#d9d9d9"  # waiting for others: not a phase of the cost model
 UNUSED_COLOR = "#f0f0f0"  # a device the plan leaves out

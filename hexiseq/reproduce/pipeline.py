@@ -20,9 +20,10 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pandas as pd
 
@@ -38,15 +39,31 @@ FIXED_FIGURES = ("speedup_vs_length", "speedup_vs_gpu_types", "flop_comparable_p
 
 
 def cluster_to_dict(c: ClusterSpec) -> dict[str, Any]:
-    return {"name": c.name, "description": c.description, "inter_node_latency_us": c.inter_node_latency_us,
-            "nodes": [{"gpu": n.gpu.name, "count": n.count, "nic_gbps": n.nic_gbps, "link_bandwidth_gbps": n.link_bandwidth_gbps} for n in c.nodes],
-            "overrides": [{"a": o.a, "b": o.b, "bandwidth_gbps": o.bandwidth_gbps, "latency_us": o.latency_us} for o in c.overrides]}
+    return {
+        "name": c.name,
+        "description": c.description,
+        "inter_node_latency_us": c.inter_node_latency_us,
+        "nodes": [
+            {"gpu": n.gpu.name, "count": n.count, "nic_gbps": n.nic_gbps, "link_bandwidth_gbps": n.link_bandwidth_gbps}
+            for n in c.nodes
+        ],
+        "overrides": [
+            {"a": o.a, "b": o.b, "bandwidth_gbps": o.bandwidth_gbps, "latency_us": o.latency_us} for o in c.overrides
+        ],
+    }
 
 
 def cluster_from_dict(d: dict[str, Any]) -> ClusterSpec:
-    nodes = tuple(NodeSpec(get_gpu(n["gpu"]), n["count"], n["nic_gbps"], n.get("link_bandwidth_gbps")) for n in d["nodes"])
-    return ClusterSpec(d["name"], nodes, d.get("inter_node_latency_us", 10.0), tuple(LinkOverride(**o) for o in d.get("overrides", ())),
-                       d.get("description", ""))
+    nodes = tuple(
+        NodeSpec(get_gpu(n["gpu"]), n["count"], n["nic_gbps"], n.get("link_bandwidth_gbps")) for n in d["nodes"]
+    )
+    return ClusterSpec(
+        d["name"],
+        nodes,
+        d.get("inter_node_latency_us", 10.0),
+        tuple(LinkOverride(**o) for o in d.get("overrides", ())),
+        d.get("description", ""),
+    )
 
 
 @dataclass
@@ -211,17 +228,34 @@ def reproduce(
         kept = previous.table[~previous.table["scenario"].isin(names)]
         table = pd.concat([kept, table], ignore_index=True) if len(kept) else table
         meta_scenarios = {k: v for k, v in previous.meta.get("scenarios", {}).items() if k not in names}
-    now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    now = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     for sc in loaded:
-        meta_scenarios[sc.name] = {"file": str(Path(sc.path).resolve().relative_to(REPO_DIR)) if Path(sc.path).resolve().is_relative_to(REPO_DIR) else sc.path,
-                                   "description": sc.description, "quick": sc.quick, "cells": len(sc.cells), "version": version, "at": now}
+        meta_scenarios[sc.name] = {
+            "file": str(Path(sc.path).resolve().relative_to(REPO_DIR))
+            if Path(sc.path).resolve().is_relative_to(REPO_DIR)
+            else sc.path,
+            "description": sc.description,
+            "quick": sc.quick,
+            "cells": len(sc.cells),
+            "version": version,
+            "at": now,
+        }
     meta = {
-        "command": command or " ".join(["hexiseq reproduce", *names]) + (" --quick" if quick else "") + (f" --out {out}" if out != RESULT_DIR else ""),
+        "command": command
+        or " ".join(["hexiseq reproduce", *names])
+        + (" --quick" if quick else "")
+        + (f" --out {out}" if out != RESULT_DIR else ""),
         "version": version,
         "version_inputs": version_inputs(),
         "cells": int(table["system"].eq("hexiseq").sum()),
         "scenarios": meta_scenarios,
-        "last_run": {"at": now, "computed": computed, "cached": len(cells) - computed, "wall_s": None, "machine": machine_info()},
+        "last_run": {
+            "at": now,
+            "computed": computed,
+            "cached": len(cells) - computed,
+            "wall_s": None,
+            "machine": machine_info(),
+        },
     }
     out.mkdir(parents=True, exist_ok=True)
     write_csv(table, out / "results.csv")
@@ -256,11 +290,27 @@ def _save_plans(results: Results, loaded: list[Any], by_cell: dict[tuple, dict[s
         if row is None:
             path.unlink(missing_ok=True)
             continue
-        cell = next(c for c in sc.cells if c.cluster.name == row["cluster"] and c.model == row["model"] and c.seq_len == row["seq_len"]
-                    and c.role == row["pair_role"] and c.sweep == row["sweep"])
+        cell = next(
+            c
+            for c in sc.cells
+            if c.cluster.name == row["cluster"]
+            and c.model == row["model"]
+            and c.seq_len == row["seq_len"]
+            and c.role == row["pair_role"]
+            and c.sweep == row["sweep"]
+        )
         rec = by_cell[_identity(cell)]
-        doc = {"cell": {"scenario": sc.name, "label": cell_label(row), "cluster": row["cluster"], "model": row["model"], "seq_len": int(row["seq_len"])},
-               "cluster": cluster_to_dict(cell.cluster.build()), "plan": rec["plan"]}
+        doc = {
+            "cell": {
+                "scenario": sc.name,
+                "label": cell_label(row),
+                "cluster": row["cluster"],
+                "model": row["model"],
+                "seq_len": int(row["seq_len"]),
+            },
+            "cluster": cluster_to_dict(cell.cluster.build()),
+            "plan": rec["plan"],
+        }
         write_atomic(path, json.dumps(doc) + "\n")
 
 
@@ -294,12 +344,16 @@ def redraw(directory: Path | str = RESULT_DIR) -> Results:
     return results
 
 
-def notebook_results(directory: Path | str = RESULT_DIR, quick_out: Path | str = QUICK_DIR, progress: bool = True) -> Results:
+def notebook_results(
+    directory: Path | str = RESULT_DIR, quick_out: Path | str = QUICK_DIR, progress: bool = True
+) -> Results:
     """What the paper-figures notebook shows: the results in `directory` when there are any,
     else the quick grid, computed (or taken from its cache) into `quick_out`."""
     found = load_results(directory)
     if found is not None:
         return found
-    print(f"{directory} holds no results: computing the quick grid into {quick_out} "
-          "(the full grid: `hexiseq reproduce`)", flush=True)
+    print(
+        f"{directory} holds no results: computing the quick grid into {quick_out} (the full grid: `hexiseq reproduce`)",
+        flush=True,
+    )
     return reproduce(quick=True, out=quick_out, progress=progress)

@@ -8,9 +8,10 @@ fraction; both sum to 1 over the ranks). Large plans are drawn per node and per 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from .palette import HEXISEQ_COLOR, IDLE_COLOR, BEST_BASELINE_COLOR, gpu_color, phase_colors
+from .palette import BEST_BASELINE_COLOR, HEXISEQ_COLOR, IDLE_COLOR, gpu_color, phase_colors
 from .style import empty, legend_outside, new_figure, note, si_label, styled, throughput_axis, tokens_label
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -23,7 +24,7 @@ DETAIL_MAX_RANKS = 64  # up to this many ranks every rank is drawn; beyond, node
 DETAIL_MAX_GROUPS = 24
 
 
-def rank_shares(plan: "Plan", cluster: "ClusterSpec") -> list[dict[str, Any]]:
+def rank_shares(plan: Plan, cluster: ClusterSpec) -> list[dict[str, Any]]:
     """Per rank: device, node, GPU type, group, token share and attention share (module doc)."""
     lay = plan.layout()
     S, H = plan.seq_len, plan.num_heads
@@ -31,13 +32,24 @@ def rank_shares(plan: "Plan", cluster: "ClusterSpec") -> list[dict[str, Any]]:
     for r in lay:
         dev = cluster.devices[r.device]
         L = plan.groups[r.group].chunk_len
-        out.append({"rank": r.rank, "device": r.device, "node": dev.node, "gpu": dev.gpu.name, "group": r.group,
-                    "tokens": r.num_tokens, "heads": r.num_heads, "token_share": r.num_tokens / S,
-                    "attention_share": 2.0 * r.num_heads * L / (H * S), "layout": r})
+        out.append(
+            {
+                "rank": r.rank,
+                "device": r.device,
+                "node": dev.node,
+                "gpu": dev.gpu.name,
+                "group": r.group,
+                "tokens": r.num_tokens,
+                "heads": r.num_heads,
+                "token_share": r.num_tokens / S,
+                "attention_share": 2.0 * r.num_heads * L / (H * S),
+                "layout": r,
+            }
+        )
     return out
 
 
-def type_summary(plan: "Plan", cluster: "ClusterSpec") -> dict[str, dict[str, float]]:
+def type_summary(plan: Plan, cluster: ClusterSpec) -> dict[str, dict[str, float]]:
     """Per GPU type: devices used / available, its share of the cluster's matmul FLOP/s, of the
     tokens and of the attention work."""
     shares = rank_shares(plan, cluster)
@@ -46,12 +58,17 @@ def type_summary(plan: "Plan", cluster: "ClusterSpec") -> dict[str, dict[str, fl
     for name, count in cluster.gpu_types.items():
         mine = [s for s in shares if s["gpu"] == name]
         flops = sum(d.gpu.matmul_flops for d in cluster.devices if d.gpu.name == name)
-        out[name] = {"devices": count, "used": len(mine), "compute_share": flops / total_flops,
-                     "token_share": sum(s["token_share"] for s in mine), "attention_share": sum(s["attention_share"] for s in mine)}
+        out[name] = {
+            "devices": count,
+            "used": len(mine),
+            "compute_share": flops / total_flops,
+            "token_share": sum(s["token_share"] for s in mine),
+            "attention_share": sum(s["attention_share"] for s in mine),
+        }
     return out
 
 
-def left_out(plan: "Plan", cluster: "ClusterSpec") -> dict[str, list[int]]:
+def left_out(plan: Plan, cluster: ClusterSpec) -> dict[str, list[int]]:
     """{GPU type: device indices the plan does not use}."""
     used = set(plan.rank_devices)
     out: dict[str, list[int]] = {}
@@ -61,18 +78,29 @@ def left_out(plan: "Plan", cluster: "ClusterSpec") -> dict[str, list[int]]:
     return out
 
 
-def _summary_panel(ax: Any, plan: "Plan", cluster: "ClusterSpec") -> list[Any]:
+def _summary_panel(ax: Any, plan: Plan, cluster: ClusterSpec) -> list[Any]:
     import numpy as np
 
     summ = type_summary(plan, cluster)
     names = list(summ)
     y = np.arange(len(names))
     h = 0.26
-    metrics = (("compute_share", "type: share of cluster matmul FLOP/s", "///"), ("token_share", "type: share of tokens (linear layers)", ""),
-               ("attention_share", "type: share of attention work", ".."))
+    metrics = (
+        ("compute_share", "type: share of cluster matmul FLOP/s", "///"),
+        ("token_share", "type: share of tokens (linear layers)", ""),
+        ("attention_share", "type: share of attention work", ".."),
+    )
     for i, (key, label, hatch) in enumerate(metrics):
         vals = [100 * summ[n][key] for n in names]
-        ax.barh(y + (i - 1) * h, vals, height=h, color=[gpu_color(n) for n in names], edgecolor="0.25", linewidth=0.6, hatch=hatch)
+        ax.barh(
+            y + (i - 1) * h,
+            vals,
+            height=h,
+            color=[gpu_color(n) for n in names],
+            edgecolor="0.25",
+            linewidth=0.6,
+            hatch=hatch,
+        )
     ax.set_yticks(y, [f"{n}\n{summ[n]['used']}/{summ[n]['devices']} used" for n in names])
     ax.invert_yaxis()
     ax.set_xlabel("share of the iteration (%)")
@@ -85,7 +113,7 @@ def _summary_panel(ax: Any, plan: "Plan", cluster: "ClusterSpec") -> list[Any]:
 
 
 @styled
-def plot_allocation(plan: "Plan", cluster: "ClusterSpec", title: str | None = None) -> "Figure":
+def plot_allocation(plan: Plan, cluster: ClusterSpec, title: str | None = None) -> Figure:
     """Where the plan's work goes. Up to 64 ranks: every rank's token ranges along the sequence
     (one row per HP group, zigzag chunks visible) and its head range; beyond: tokens and attention
     work per node. Always: per GPU type, the shares of compute, tokens and attention work, and how
@@ -99,7 +127,9 @@ def plot_allocation(plan: "Plan", cluster: "ClusterSpec", title: str | None = No
     out = left_out(plan, cluster)
     n_out = sum(len(v) for v in out.values())
     head = title or " · ".join(x for x in (plan.cluster or cluster.name, plan.model, f"{tokens_label(S)} tokens") if x)
-    sub = f"{plan.world_size} ranks in {k} groups" + (f", {n_out} of {cluster.size} devices left out" if n_out else f", all {cluster.size} devices")
+    sub = f"{plan.world_size} ranks in {k} groups" + (
+        f", {n_out} of {cluster.size} devices left out" if n_out else f", all {cluster.size} devices"
+    )
     fig.suptitle(f"{head}\n{sub}", fontsize=11, fontweight="bold")
     if plan.world_size <= DETAIL_MAX_RANKS and k <= DETAIL_MAX_GROUPS:
         ax_seq, ax_heads = fig.add_subplot(gs[0, 0]), fig.add_subplot(gs[1, 0])
@@ -142,7 +172,15 @@ def plot_allocation(plan: "Plan", cluster: "ClusterSpec", title: str | None = No
         for t in dict.fromkeys(types):
             idx = [i for i, tt in enumerate(types) if tt == t]
             ax.bar(x[idx], tok[idx], width=0.85, color=gpu_color(t), label=f"node: tokens ({t})")
-        ax.plot(x, att, ls="none", marker="_", ms=max(2.0, min(8.0, 400 / len(nodes))), color="0.1", label="node: attention work")
+        ax.plot(
+            x,
+            att,
+            ls="none",
+            marker="_",
+            ms=max(2.0, min(8.0, 400 / len(nodes))),
+            color="0.1",
+            label="node: attention work",
+        )
         unused = [i for i, n in enumerate(nodes) if tok[i] == 0 and att[i] == 0]
         if unused:
             ax.plot(unused, [0] * len(unused), ls="none", marker="x", ms=4, color="0.4", label="node left out")
@@ -156,7 +194,7 @@ def plot_allocation(plan: "Plan", cluster: "ClusterSpec", title: str | None = No
 
 
 @styled
-def plot_rank_phases(estimate: Any, title: str | None = None) -> "Figure":
+def plot_rank_phases(estimate: Any, title: str | None = None) -> Figure:
     """Time by cost-model phase and memory against capacity: per rank up to 64 ranks, else per
     GPU type (the mean rank of the type, and its slowest rank's busy time as a tick)."""
     import numpy as np
@@ -189,9 +227,19 @@ def plot_rank_phases(estimate: Any, title: str | None = None) -> "Figure":
     if idle.any():
         ax_t.bar(x, idle, bottom=bottom, color=IDLE_COLOR, label="waiting", width=0.8)
     if not per_rank:
-        ax_t.plot(x, [max(r.busy_s for r in g) for g in groups], ls="none", marker="_", ms=18, color="k", label="slowest rank busy")
+        ax_t.plot(
+            x,
+            [max(r.busy_s for r in g) for g in groups],
+            ls="none",
+            marker="_",
+            ms=18,
+            color="k",
+            label="slowest rank busy",
+        )
     ax_t.axhline(estimate.iteration_time_s, color="k", lw=1, ls="--", label="iteration")
-    ax_t.set_xticks(x, labels if (not per_rank or len(x) <= 32) else [s if i % 4 == 0 else "" for i, s in enumerate(labels)])
+    ax_t.set_xticks(
+        x, labels if (not per_rank or len(x) <= 32) else [s if i % 4 == 0 else "" for i, s in enumerate(labels)]
+    )
     ax_t.set_xlabel("rank" if per_rank else "GPU type")
     ax_t.set_ylabel("seconds per iteration")
     ax_t.set_title(title or "time by phase")
@@ -199,9 +247,17 @@ def plot_rank_phases(estimate: Any, title: str | None = None) -> "Figure":
     mem = np.array([max(r.memory_gib for r in g) for g in groups])
     cap = np.array([min(r.capacity_gib for r in g) for g in groups])
     over = mem > cap
-    ax_m.bar(x, mem, color=np.where(over, HEXISEQ_COLOR, BEST_BASELINE_COLOR), width=0.8, label="memory" if per_rank else "largest rank")
+    ax_m.bar(
+        x,
+        mem,
+        color=np.where(over, HEXISEQ_COLOR, BEST_BASELINE_COLOR),
+        width=0.8,
+        label="memory" if per_rank else "largest rank",
+    )
     ax_m.plot(x, cap, ls="none", marker="_", ms=14, color="k", label="capacity")
-    ax_m.set_xticks(x, labels if (not per_rank or len(x) <= 16) else [s if i % 4 == 0 else "" for i, s in enumerate(labels)])
+    ax_m.set_xticks(
+        x, labels if (not per_rank or len(x) <= 16) else [s if i % 4 == 0 else "" for i, s in enumerate(labels)]
+    )
     ax_m.set_xlabel("rank" if per_rank else "GPU type")
     ax_m.set_ylabel("GiB")
     ax_m.set_title("memory")
@@ -210,7 +266,9 @@ def plot_rank_phases(estimate: Any, title: str | None = None) -> "Figure":
 
 
 @styled
-def plot_cell_systems(systems: Iterable[Mapping[str, Any]], title: str = "", bound_tokens_per_s: float | None = None) -> "Figure":
+def plot_cell_systems(
+    systems: Iterable[Mapping[str, Any]], title: str = "", bound_tokens_per_s: float | None = None
+) -> Figure:
     """Tokens/s of HexiSeq and every baseline of one cell, best first; the systems that do not
     fit are named under the axes. `systems`: rows with system, feasible, tokens_per_s."""
     from .cells import HEXISEQ
@@ -224,7 +282,10 @@ def plot_cell_systems(systems: Iterable[Mapping[str, Any]], title: str = "", bou
         return fig
     base = [r for r in fits if r["system"] != HEXISEQ]
     best = max(base, key=lambda r: r["tokens_per_s"])["system"] if base else None
-    colors = [HEXISEQ_COLOR if r["system"] == HEXISEQ else BEST_BASELINE_COLOR if r["system"] == best else "#a1b4d3" for r in fits]
+    colors = [
+        HEXISEQ_COLOR if r["system"] == HEXISEQ else BEST_BASELINE_COLOR if r["system"] == best else "#a1b4d3"
+        for r in fits
+    ]
     ax.barh([r["system"] for r in fits], [r["tokens_per_s"] for r in fits], color=colors)
     best_tps = max((r["tokens_per_s"] for r in base), default=None)
     for i, r in enumerate(fits):
@@ -234,8 +295,16 @@ def plot_cell_systems(systems: Iterable[Mapping[str, Any]], title: str = "", bou
         ax.text(r["tokens_per_s"], i, " " + label, va="center", fontsize=8)
     if bound_tokens_per_s:
         ax.axvline(bound_tokens_per_s, color="k", ls="--", lw=1)
-        ax.annotate("compute bound", (bound_tokens_per_s, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -2),
-                    textcoords="offset points", fontsize=8, va="top", rotation=90)
+        ax.annotate(
+            "compute bound",
+            (bound_tokens_per_s, 1.0),
+            xycoords=("data", "axes fraction"),
+            xytext=(3, -2),
+            textcoords="offset points",
+            fontsize=8,
+            va="top",
+            rotation=90,
+        )
     throughput_axis(ax.xaxis)
     ax.set_xlabel("tokens/s")
     ax.set_title(title or "HexiSeq and the baselines")
@@ -243,5 +312,10 @@ def plot_cell_systems(systems: Iterable[Mapping[str, Any]], title: str = "", bou
     ax.grid(axis="y", visible=False)
     nofit = [r["system"] for r in rows if not r.get("feasible")]
     if nofit:
-        note(ax, "does not fit in memory: " + ", ".join(nofit[:8]) + (f" and {len(nofit) - 8} more" if len(nofit) > 8 else ""))
+        note(
+            ax,
+            "does not fit in memory: "
+            + ", ".join(nofit[:8])
+            + (f" and {len(nofit) - 8} more" if len(nofit) > 8 else ""),
+        )
     return fig

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import SpecError
 from ..specs import DATA_DIR, ClusterSpec, Workload, get_model, load_cluster, parse_tokens, read_yaml
@@ -40,7 +41,9 @@ def mixed_cluster(gpus: int, types: tuple[str, ...] = MIXED_TYPES, node_size: in
         raise SpecError(f"{gpus} GPUs do not split into {len(types)} types x nodes of {node_size}")
     nodes_per_type = gpus // (len(types) * node_size)
     nodes = [(t, node_size, MIXED_NIC_GBPS.get(t, 25.0)) for t in types for _ in range(nodes_per_type)]
-    return ClusterSpec.from_nodes(f"mixed-{gpus}", nodes, description=f"{gpus} GPUs, {' / '.join(types)} in equal shares, nodes of {node_size}")
+    return ClusterSpec.from_nodes(
+        f"mixed-{gpus}", nodes, description=f"{gpus} GPUs, {' / '.join(types)} in equal shares, nodes of {node_size}"
+    )
 
 
 # ----------------------------------------------------------------------------- clusters
@@ -82,7 +85,9 @@ def _digest(recipe: ClusterRecipe) -> str:
 def _fingerprint(recipe: ClusterRecipe, digest: str) -> str:
     c = recipe.build()
     params = tuple((k, v.fingerprint() if isinstance(v, ClusterRecipe) else v) for k, v in recipe.params)
-    return hashlib.sha256((digest + repr((recipe.kind, params, c.nodes, c.inter_node_latency_us, c.overrides))).encode()).hexdigest()
+    return hashlib.sha256(
+        (digest + repr((recipe.kind, params, c.nodes, c.inter_node_latency_us, c.overrides))).encode()
+    ).hexdigest()
 
 
 @functools.lru_cache(maxsize=256)
@@ -102,9 +107,15 @@ def cluster_recipe(entry: Any, where: str) -> ClusterRecipe:
     if isinstance(entry, Mapping):
         unknown = set(entry) - {"mixed", "types", "node_size"}
         if "mixed" not in entry or unknown:
-            raise SpecError(f"{where}: a generated cluster is {{mixed: N, types: [...], node_size: 8}}; got {dict(entry)!r}")
+            raise SpecError(
+                f"{where}: a generated cluster is {{mixed: N, types: [...], node_size: 8}}; got {dict(entry)!r}"
+            )
         types = tuple(entry.get("types", MIXED_TYPES))
-        recipe = ClusterRecipe(f"mixed-{entry['mixed']}", "mixed", params=(("gpus", entry["mixed"]), ("types", types), ("node_size", entry.get("node_size", 8))))
+        recipe = ClusterRecipe(
+            f"mixed-{entry['mixed']}",
+            "mixed",
+            params=(("gpus", entry["mixed"]), ("types", types), ("node_size", entry.get("node_size", 8))),
+        )
     elif isinstance(entry, str):
         p = Path(entry)
         path = p if p.suffix and p.exists() else CLUSTER_DIR / f"{entry}.yaml"
@@ -151,8 +162,13 @@ class Cell:
 
     def compute_params(self) -> dict[str, Any]:
         """All the inputs of the computation of this cell (the cache key hashes them)."""
-        return {"cluster": self.cluster.name, "cluster_fingerprint": self.cluster.fingerprint(), "model": self.model,
-                "seq_len": self.seq_len, "workload": dict(self.workload)}
+        return {
+            "cluster": self.cluster.name,
+            "cluster_fingerprint": self.cluster.fingerprint(),
+            "model": self.model,
+            "seq_len": self.seq_len,
+            "workload": dict(self.workload),
+        }
 
 
 @dataclass(frozen=True)
@@ -243,7 +259,10 @@ def load_scenario(name_or_path: str | Path, quick: bool = False) -> Scenario:
         label = f"{mixed.name} vs {homo.name}"
         for m in models:
             for s in lens:
-                cells += [Cell(name, mixed, m, s, wl, pair=label, role="mixed"), Cell(name, homo, m, s, wl, pair=label, role="homogeneous")]
+                cells += [
+                    Cell(name, mixed, m, s, wl, pair=label, role="mixed"),
+                    Cell(name, homo, m, s, wl, pair=label, role="homogeneous"),
+                ]
     sweeps = raw.get("sweeps") or {}
     if not isinstance(sweeps, Mapping):
         raise SpecError(f"{where}: sweeps must map a sweep name to its parameters")

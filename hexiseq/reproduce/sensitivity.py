@@ -11,8 +11,9 @@ the sequence length. Each sweep of a scenario's `sweeps:` becomes cells with `sw
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ..errors import SpecError
 from ..specs import ClusterSpec, get_gpu, parse_tokens
@@ -30,11 +31,27 @@ class Sweep:
 SWEEPS: dict[str, Sweep] = {
     s.name: s
     for s in (
-        Sweep("inter_node_bandwidth", "speedup vs inter-node bandwidth", "inter-node bandwidth per GPU (GB/s)", "gbps",
-              frozenset({"cluster", "model", "seq_len", "nic_gbps"})),
-        Sweep("old_fraction", "speedup vs the share of old GPUs", "fraction of old GPUs", "fraction",
-              frozenset({"nodes", "node_size", "new", "old", "nic_gbps", "model", "seq_len", "fractions"})),
-        Sweep("seq_len", "speedup vs sequence length", "sequence length (tokens)", "tokens", frozenset({"cluster", "model", "seq_lens"})),
+        Sweep(
+            "inter_node_bandwidth",
+            "speedup vs inter-node bandwidth",
+            "inter-node bandwidth per GPU (GB/s)",
+            "gbps",
+            frozenset({"cluster", "model", "seq_len", "nic_gbps"}),
+        ),
+        Sweep(
+            "old_fraction",
+            "speedup vs the share of old GPUs",
+            "fraction of old GPUs",
+            "fraction",
+            frozenset({"nodes", "node_size", "new", "old", "nic_gbps", "model", "seq_len", "fractions"}),
+        ),
+        Sweep(
+            "seq_len",
+            "speedup vs sequence length",
+            "sequence length (tokens)",
+            "tokens",
+            frozenset({"cluster", "model", "seq_lens"}),
+        ),
     )
 }
 
@@ -42,8 +59,11 @@ SWEEPS: dict[str, Sweep] = {
 def _need(params: Mapping[str, Any], sweep: Sweep, where: str) -> None:
     missing, unknown = sweep.keys - set(params), set(params) - sweep.keys
     if missing or unknown:
-        raise SpecError(f"{where}: {sweep.name} takes {sorted(sweep.keys)}" + (f"; missing {sorted(missing)}" if missing else "")
-                        + (f"; unknown {sorted(unknown)}" if unknown else ""))
+        raise SpecError(
+            f"{where}: {sweep.name} takes {sorted(sweep.keys)}"
+            + (f"; missing {sorted(missing)}" if missing else "")
+            + (f"; unknown {sorted(unknown)}" if unknown else "")
+        )
 
 
 def _numbers(values: Any, where: str, key: str, lo: float, hi: float) -> list[float]:
@@ -103,8 +123,17 @@ def sweep_cells(scenario: str, name: str, params: Any, workload: tuple, where: s
         old = f * nodes
         if abs(old - round(old)) > 1e-9:
             raise SpecError(f"{where}: fraction {f:g} of {nodes} nodes is not a whole number of nodes")
-        p = (("nodes", nodes), ("node_size", size), ("new", params["new"]), ("old", params["old"]), ("nic_gbps", nic), ("old_nodes", int(round(old))))
-        r = ClusterRecipe(f"{params['new']}+{params['old']} {f:.0%} old ({nodes * size} GPUs)", "old_fraction", params=p)
+        p = (
+            ("nodes", nodes),
+            ("node_size", size),
+            ("new", params["new"]),
+            ("old", params["old"]),
+            ("nic_gbps", nic),
+            ("old_nodes", int(round(old))),
+        )
+        r = ClusterRecipe(
+            f"{params['new']}+{params['old']} {f:.0%} old ({nodes * size} GPUs)", "old_fraction", params=p
+        )
         out.append(cell(_checked(r, where), seq_len, f))
     return out
 
@@ -121,15 +150,24 @@ def _nic_variant(recipe: Any) -> ClusterSpec:
     p = dict(recipe.params)
     base: ClusterSpec = p["base"].build()
     nodes = tuple(replace(n, nic_gbps=p["nic_gbps"]) for n in base.nodes)
-    return ClusterSpec(recipe.name, nodes, base.inter_node_latency_us, base.overrides,
-                       f"{base.name} with every NIC at {p['nic_gbps']:g} GB/s per GPU")
+    return ClusterSpec(
+        recipe.name,
+        nodes,
+        base.inter_node_latency_us,
+        base.overrides,
+        f"{base.name} with every NIC at {p['nic_gbps']:g} GB/s per GPU",
+    )
 
 
 def _old_fraction_variant(recipe: Any) -> ClusterSpec:
     p = dict(recipe.params)
     old = p["old_nodes"]
-    nodes = [(p["new"], p["node_size"], p["nic_gbps"])] * (p["nodes"] - old) + [(p["old"], p["node_size"], p["nic_gbps"])] * old
-    return ClusterSpec.from_nodes(recipe.name, nodes, description=f"{p['nodes'] - old} {p['new']} + {old} {p['old']} nodes of {p['node_size']}")
+    nodes = [(p["new"], p["node_size"], p["nic_gbps"])] * (p["nodes"] - old) + [
+        (p["old"], p["node_size"], p["nic_gbps"])
+    ] * old
+    return ClusterSpec.from_nodes(
+        recipe.name, nodes, description=f"{p['nodes'] - old} {p['new']} + {old} {p['old']} nodes of {p['node_size']}"
+    )
 
 
 BUILDERS: dict[str, Callable[[Any], ClusterSpec]] = {"nic": _nic_variant, "old_fraction": _old_fraction_variant}

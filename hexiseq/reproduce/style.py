@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 STYLE = {
     "axes.spines.top": False,
@@ -125,19 +126,21 @@ def legend_outside(target: Any, title: str | None = None, loc: str = "right", **
     so it never covers data. Returns None, and draws no box, when nothing is listed."""
     is_fig = hasattr(target, "add_axes")
     handles, labels = [], []
-    for ax in (target.axes if is_fig else [target]):
+    for ax in target.axes if is_fig else [target]:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             if lab and not lab.startswith("_") and lab not in labels and has_data(h):
                 handles.append(h)
                 labels.append(lab)
     handles += kw.pop("extra_handles", [])
-    labels += [h.get_label() for h in handles[len(labels):]]
+    labels += [h.get_label() for h in handles[len(labels) :]]
     if not handles:
         return None
     if not is_fig:
         return target.legend(handles, labels, title=title, loc="upper left", bbox_to_anchor=(1.01, 1.0), **kw)
     if loc == "below":
-        return target.legend(handles, labels, title=title, loc="outside lower center", **{"ncol": min(len(labels), 4), **kw})
+        return target.legend(
+            handles, labels, title=title, loc="outside lower center", **{"ncol": min(len(labels), 4), **kw}
+        )
     return target.legend(handles, labels, title=title, loc="outside right upper", **kw)
 
 
@@ -166,7 +169,12 @@ def save(fig: Any, directory: Path, name: str) -> list[Path]:
         for ext in ("png", "pdf"):
             p = directory / f"{name}.{ext}"
             # no timestamps in the files: the same results give the same bytes
-            fig.savefig(p, metadata={"Software": "hexiseq reproduce"} if ext == "png" else {"Creator": "hexiseq reproduce", "CreationDate": None})
+            fig.savefig(
+                p,
+                metadata={"Software": "hexiseq reproduce"}
+                if ext == "png"
+                else {"Creator": "hexiseq reproduce", "CreationDate": None},
+            )
             out.append(p)
     return out
 
@@ -174,8 +182,17 @@ def save(fig: Any, directory: Path, name: str) -> list[Path]:
 def note(ax: Any, text: str) -> None:
     """A small grey note under the axes (e.g. what is not drawn and why); never over the data."""
     # anchored under the x label (whatever the tick labels' height), at the axes' left edge
-    ax.annotate(text, xy=(0, 0), xycoords=("axes fraction", ax.xaxis.label), xytext=(0, -3), textcoords="offset points",
-                fontsize=7, color="0.35", ha="left", va="top")
+    ax.annotate(
+        text,
+        xy=(0, 0),
+        xycoords=("axes fraction", ax.xaxis.label),
+        xytext=(0, -3),
+        textcoords="offset points",
+        fontsize=7,
+        color="0.35",
+        ha="left",
+        va="top",
+    )
 
 
 def empty(ax: Any, text: str) -> None:

@@ -11,8 +11,9 @@ Phase columns (`time_<phase>_s`, the critical rank's time by phase) follow the c
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pandas as pd
 
@@ -20,10 +21,40 @@ from .cache import write_atomic
 from .cells import HEXISEQ
 
 BASE_COLUMNS = (
-    "scenario", "cluster", "gpus", "gpu_types", "gpu_mix", "peak_pflops", "matmul_pflops", "memory_gib", "model", "seq_len", "global_batch", "pair", "pair_role", "sweep",
-    "sweep_value", "system", "feasible", "tokens_per_s", "step_time_s", "speedup", "best_symmetric", "speedup_vs_all",
-    "best_baseline", "hexiseq_over_system", "memory_headroom_gib", "memory_peak_frac", "devices_used", "recompute", "config",
-    "plan_time_s", "gap", "lower_bound_s", "efficiency_vs_bound", "critical_phase",
+    "scenario",
+    "cluster",
+    "gpus",
+    "gpu_types",
+    "gpu_mix",
+    "peak_pflops",
+    "matmul_pflops",
+    "memory_gib",
+    "model",
+    "seq_len",
+    "global_batch",
+    "pair",
+    "pair_role",
+    "sweep",
+    "sweep_value",
+    "system",
+    "feasible",
+    "tokens_per_s",
+    "step_time_s",
+    "speedup",
+    "best_symmetric",
+    "speedup_vs_all",
+    "best_baseline",
+    "hexiseq_over_system",
+    "memory_headroom_gib",
+    "memory_peak_frac",
+    "devices_used",
+    "recompute",
+    "config",
+    "plan_time_s",
+    "gap",
+    "lower_bound_s",
+    "efficiency_vs_bound",
+    "critical_phase",
 )
 TAIL_COLUMNS = ("reason", "machine", "version")
 CELL_KEYS = ("scenario", "cluster", "model", "seq_len", "pair", "pair_role", "sweep", "sweep_value")
@@ -49,14 +80,27 @@ def gpu_mix(types: dict[str, int]) -> str:
 def rows_of(cell: Any, record: dict[str, Any], version: str) -> list[dict[str, Any]]:
     """The table rows of one computed cell (one per system)."""
     base = {
-        "scenario": cell.scenario, "cluster": record["cluster"]["name"], "gpus": record["cluster"]["gpus"],
-        "gpu_types": len(record["cluster"]["types"]), "gpu_mix": gpu_mix(record["cluster"]["types"]), "model": cell.model,
-        "seq_len": cell.seq_len, "global_batch": record.get("global_batch"), "pair": cell.pair, "pair_role": cell.role,
-        "sweep": cell.sweep, "sweep_value": cell.sweep_value, "speedup": record.get("speedup"),
-        "best_symmetric": record.get("best_symmetric"), "speedup_vs_all": record.get("speedup_vs_all"),
-        "best_baseline": record.get("best_baseline"), "version": version,
-        "peak_pflops": record["cluster"].get("peak_pflops"), "matmul_pflops": record["cluster"].get("matmul_pflops"),
-        "memory_gib": record["cluster"].get("memory_gib"), "machine": machine_label(record.get("machine") or {}),
+        "scenario": cell.scenario,
+        "cluster": record["cluster"]["name"],
+        "gpus": record["cluster"]["gpus"],
+        "gpu_types": len(record["cluster"]["types"]),
+        "gpu_mix": gpu_mix(record["cluster"]["types"]),
+        "model": cell.model,
+        "seq_len": cell.seq_len,
+        "global_batch": record.get("global_batch"),
+        "pair": cell.pair,
+        "pair_role": cell.role,
+        "sweep": cell.sweep,
+        "sweep_value": cell.sweep_value,
+        "speedup": record.get("speedup"),
+        "best_symmetric": record.get("best_symmetric"),
+        "speedup_vs_all": record.get("speedup_vs_all"),
+        "best_baseline": record.get("best_baseline"),
+        "version": version,
+        "peak_pflops": record["cluster"].get("peak_pflops"),
+        "matmul_pflops": record["cluster"].get("matmul_pflops"),
+        "memory_gib": record["cluster"].get("memory_gib"),
+        "machine": machine_label(record.get("machine") or {}),
     }
     systems = record["systems"]
     hexiseq_tps = next((s.get("tokens_per_s") for s in systems if s["system"] == HEXISEQ and s.get("feasible")), None)
@@ -86,9 +130,27 @@ def frame(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
 
 
 NUMERIC_COLUMNS = (
-    "gpus", "gpu_types", "seq_len", "global_batch", "sweep_value", "tokens_per_s", "step_time_s", "speedup", "speedup_vs_all",
-    "hexiseq_over_system", "memory_headroom_gib", "memory_peak_frac", "devices_used", "plan_time_s", "gap", "lower_bound_s",
-    "efficiency_vs_bound", "estimate_time_s", "peak_pflops", "matmul_pflops", "memory_gib",
+    "gpus",
+    "gpu_types",
+    "seq_len",
+    "global_batch",
+    "sweep_value",
+    "tokens_per_s",
+    "step_time_s",
+    "speedup",
+    "speedup_vs_all",
+    "hexiseq_over_system",
+    "memory_headroom_gib",
+    "memory_peak_frac",
+    "devices_used",
+    "plan_time_s",
+    "gap",
+    "lower_bound_s",
+    "efficiency_vs_bound",
+    "estimate_time_s",
+    "peak_pflops",
+    "matmul_pflops",
+    "memory_gib",
 )
 
 
@@ -150,14 +212,31 @@ def pair_ratios(df: pd.DataFrame) -> pd.DataFrame:
     NaN where either side does not fit."""
     h = hexiseq_rows(df)
     h = h[h["pair"] != ""]
-    cols = ["scenario", "pair", "model", "seq_len", "mixed_tokens_per_s", "homogeneous_best", "homogeneous_tokens_per_s", "ratio"]
+    cols = [
+        "scenario",
+        "pair",
+        "model",
+        "seq_len",
+        "mixed_tokens_per_s",
+        "homogeneous_best",
+        "homogeneous_tokens_per_s",
+        "ratio",
+    ]
     out = []
     for (sc, pair, model, seq), g in h.groupby(["scenario", "pair", "model", "seq_len"], sort=False):
         mixed = g[g["pair_role"] == "mixed"]
-        homo_cell = df[(df["scenario"] == sc) & (df["pair"] == pair) & (df["model"] == model) & (df["seq_len"] == seq) & (df["pair_role"] == "homogeneous")]
+        homo_cell = df[
+            (df["scenario"] == sc)
+            & (df["pair"] == pair)
+            & (df["model"] == model)
+            & (df["seq_len"] == seq)
+            & (df["pair_role"] == "homogeneous")
+        ]
         best = homo_cell["best_baseline"].iloc[0] if len(homo_cell) else ""
         best_row = homo_cell[(homo_cell["system"] == best) & homo_cell["feasible"]] if best else homo_cell.iloc[0:0]
         m = float(mixed["tokens_per_s"].iloc[0]) if len(mixed) and bool(mixed["feasible"].iloc[0]) else math.nan
         b = float(best_row["tokens_per_s"].iloc[0]) if len(best_row) else math.nan
-        out.append([sc, pair, model, seq, m, best, b, m / b if b and not math.isnan(m) and not math.isnan(b) else math.nan])
+        out.append(
+            [sc, pair, model, seq, m, best, b, m / b if b and not math.isnan(m) and not math.isnan(b) else math.nan]
+        )
     return pd.DataFrame(out, columns=cols)

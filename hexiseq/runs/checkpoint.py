@@ -51,7 +51,9 @@ def checkpoints(directory: Path) -> list[Path]:
     """Checkpoint directories of a run, oldest first (temporaries excluded)."""
     if not directory.is_dir():
         return []
-    return sorted(p for p in directory.iterdir() if p.is_dir() and p.name.startswith(PREFIX) and p.name[len(PREFIX):].isdigit())
+    return sorted(
+        p for p in directory.iterdir() if p.is_dir() and p.name.startswith(PREFIX) and p.name[len(PREFIX) :].isdigit()
+    )
 
 
 def verify(path: Path) -> dict[str, Any]:
@@ -59,19 +61,25 @@ def verify(path: Path) -> dict[str, Any]:
     trainer state. SpecError naming the checkpoint and the file otherwise."""
     manifest = path / MANIFEST
     if not manifest.is_file():
-        raise SpecError(f"checkpoint {path} is incomplete: it has no {MANIFEST} (it was not written by a finished save); "
-                        "use another checkpoint (--checkpoint NAME)")
+        raise SpecError(
+            f"checkpoint {path} is incomplete: it has no {MANIFEST} (it was not written by a finished save); "
+            "use another checkpoint (--checkpoint NAME)"
+        )
     try:
         files = json.loads(manifest.read_text())["files"]
     except (ValueError, KeyError, TypeError) as e:
-        raise SpecError(f"checkpoint {path}: {MANIFEST} is unreadable ({type(e).__name__}): the checkpoint is corrupt") from None
+        raise SpecError(
+            f"checkpoint {path}: {MANIFEST} is unreadable ({type(e).__name__}): the checkpoint is corrupt"
+        ) from None
     for name, want in sorted(files.items()):
         f = path / name
         if not f.is_file():
             raise SpecError(f"checkpoint {path} is incomplete: {name} is missing")
         got = _describe(f)
         if got["bytes"] != want["bytes"]:
-            raise SpecError(f"checkpoint {path} is corrupt: {name} has {got['bytes']:,} bytes, the manifest says {want['bytes']:,}")
+            raise SpecError(
+                f"checkpoint {path} is corrupt: {name} has {got['bytes']:,} bytes, the manifest says {want['bytes']:,}"
+            )
         if got["crc32"] != want["crc32"]:
             raise SpecError(f"checkpoint {path} is corrupt: {name} does not match its checksum (CRC-32)")
     try:
@@ -107,8 +115,11 @@ def rng_state() -> dict[str, Any]:
 
     version, mt, gauss = random.getstate()
     name, keys, pos, has_gauss, cached = np.random.get_state()
-    state = {"torch": torch.get_rng_state(), "python": [version, list(mt), gauss],
-             "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached]}
+    state = {
+        "torch": torch.get_rng_state(),
+        "python": [version, list(mt), gauss],
+        "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state()
     return state
@@ -126,8 +137,14 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
-def save(directory: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, trainer: dict[str, Any],
-         keep: int = 2) -> Path:
+def save(
+    directory: Path,
+    step: int,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    trainer: dict[str, Any],
+    keep: int = 2,
+) -> Path:
     """Save a checkpoint of `step` (every rank calls this; collectives inside). Keeps the newest
     `keep` checkpoints. Returns its path."""
     import torch.distributed.checkpoint as dcp
@@ -184,9 +201,9 @@ def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -
 
 def model_state(path: Path, model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The full model weights of a checkpoint, in one process (for export): `model`'s state dict filled."""
-    import torch.distributed.checkpoint as dcp
-
     import warnings
+
+    import torch.distributed.checkpoint as dcp
 
     sd = model.state_dict()
     with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is

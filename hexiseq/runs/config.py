@@ -43,7 +43,9 @@ class RunConfig:
     tensorboard: bool = True
     predicted: dict[str, Any] = field(default_factory=dict)  # step time from the cost model (predict())
     notes: tuple[str, ...] = ()
-    emulation: dict[str, Any] | None = None  # runtime.emulation.Emulation.to_dict(): CPU ranks emulating the plan's cluster
+    emulation: dict[str, Any] | None = (
+        None  # runtime.emulation.Emulation.to_dict(): CPU ranks emulating the plan's cluster
+    )
     version: int = CONFIG_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -52,9 +54,11 @@ class RunConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
+    def from_dict(cls, d: dict[str, Any]) -> RunConfig:
         if d.get("version") != CONFIG_VERSION:
-            raise HexiSeqError(f"run config has version {d.get('version')!r}; this HexiSeq reads version {CONFIG_VERSION}")
+            raise HexiSeqError(
+                f"run config has version {d.get('version')!r}; this HexiSeq reads version {CONFIG_VERSION}"
+            )
         known = set(cls.__dataclass_fields__)
         return cls(**{k: (tuple(v) if k == "notes" else v) for k, v in d.items() if k in known})
 
@@ -109,15 +113,21 @@ def resolve_model(plan: Plan, model: str | None, init_from: str | None, vocab_ne
         vocab = max(512, _round_up(vocab_needed, 64))
         cfg = proxy_config(plan.num_heads, plan.num_kv_heads, vocab=vocab)
         name = f"proxy-{plan.num_heads}h{plan.num_kv_heads}kv"
-        notes.append(f"model: a 2-layer proxy with the plan's {plan.num_heads} heads / {plan.num_kv_heads} KV heads "
-                     f"({plan.model or 'unnamed model'}), vocabulary {vocab}")
+        notes.append(
+            f"model: a 2-layer proxy with the plan's {plan.num_heads} heads / {plan.num_kv_heads} KV heads "
+            f"({plan.model or 'unnamed model'}), vocabulary {vocab}"
+        )
     if init_from or model:
         if (cfg.heads, cfg.kv_heads) != (plan.num_heads, plan.num_kv_heads):
-            raise PlanError(f"plan has {plan.num_heads} heads / {plan.num_kv_heads} KV heads but model {name!r} has "
-                            f"{cfg.heads} / {cfg.kv_heads}: plan for this model (hexiseq plan --model ...)")
+            raise PlanError(
+                f"plan has {plan.num_heads} heads / {plan.num_kv_heads} KV heads but model {name!r} has "
+                f"{cfg.heads} / {cfg.kv_heads}: plan for this model (hexiseq plan --model ...)"
+            )
         if vocab_needed > cfg.vocab:
-            raise SpecError(f"the data holds token ids up to {vocab_needed - 1} but model {name!r} has a vocabulary of "
-                            f"{cfg.vocab}: use the model's own tokenizer (--tokenizer) or another model")
+            raise SpecError(
+                f"the data holds token ids up to {vocab_needed - 1} but model {name!r} has a vocabulary of "
+                f"{cfg.vocab}: use the model's own tokenizer (--tokenizer) or another model"
+            )
     return cfg, name, notes
 
 
@@ -125,8 +135,18 @@ def model_spec(cfg, name: str):
     """The cost model's ModelSpec of a runtime LlamaConfig."""
     from ..specs import ModelSpec
 
-    return ModelSpec(name=name, layers=cfg.layers, hidden=cfg.hidden, heads=cfg.heads, kv_heads=cfg.kv_heads, ffn=cfg.ffn,
-                     vocab=cfg.vocab, tie_embeddings=cfg.tie_embeddings, rope_theta=cfg.rope_theta, head_dim=cfg.head_dim)
+    return ModelSpec(
+        name=name,
+        layers=cfg.layers,
+        hidden=cfg.hidden,
+        heads=cfg.heads,
+        kv_heads=cfg.kv_heads,
+        ffn=cfg.ffn,
+        vocab=cfg.vocab,
+        tie_embeddings=cfg.tie_embeddings,
+        rope_theta=cfg.rope_theta,
+        head_dim=cfg.head_dim,
+    )
 
 
 def predict(plan: Plan, cfg, name: str, global_batch: int, recompute: str, fsdp: bool) -> dict[str, Any]:
@@ -144,17 +164,46 @@ def predict(plan: Plan, cfg, name: str, global_batch: int, recompute: str, fsdp:
     except HexiSeqError as e:
         return {"step_time_s": None, "cluster": plan.cluster, "note": f"no prediction: {e}"}
     gpus = ", ".join(f"{n}x {t}" for t, n in cluster.gpu_types.items())
-    return {"step_time_s": float(sim.iteration_time_s), "cluster": cluster.name, "gpus": gpus, "critical_rank": sim.critical_rank,
-            "note": f"simulated iteration of this plan on {cluster.name} ({gpus})"}
+    return {
+        "step_time_s": float(sim.iteration_time_s),
+        "cluster": cluster.name,
+        "gpus": gpus,
+        "critical_rank": sim.critical_rank,
+        "note": f"simulated iteration of this plan on {cluster.name} ({gpus})",
+    }
 
 
-def resolve(plan: Plan, workdir: Path, *, model: str | None = None, init_from: str | None = None, seq_len: int | None = None,
-            full_length: bool = False, data: str | None = None, tokenizer: str | None = None, labels: str | None = None,
-            token_dtype: str | None = None, steps: int = 20, global_batch: int = 1, seed: int = 0, dtype: str = "float32",
-            lr: float = 1e-3, warmup_steps: int | None = None, schedule: str = "cosine", min_lr_ratio: float = 0.1,
-            weight_decay: float = 0.1, grad_clip: float | None = 1.0, recompute: str | None = None, fsdp: bool = False,
-            loss_chunk: int = 4096, checkpoint_every: int = 0, keep_checkpoints: int = 2, strict_gpus: bool = False,
-            tensorboard: bool = True, timeout_s: float = 300.0) -> RunConfig:
+def resolve(
+    plan: Plan,
+    workdir: Path,
+    *,
+    model: str | None = None,
+    init_from: str | None = None,
+    seq_len: int | None = None,
+    full_length: bool = False,
+    data: str | None = None,
+    tokenizer: str | None = None,
+    labels: str | None = None,
+    token_dtype: str | None = None,
+    steps: int = 20,
+    global_batch: int = 1,
+    seed: int = 0,
+    dtype: str = "float32",
+    lr: float = 1e-3,
+    warmup_steps: int | None = None,
+    schedule: str = "cosine",
+    min_lr_ratio: float = 0.1,
+    weight_decay: float = 0.1,
+    grad_clip: float | None = 1.0,
+    recompute: str | None = None,
+    fsdp: bool = False,
+    loss_chunk: int = 4096,
+    checkpoint_every: int = 0,
+    keep_checkpoints: int = 2,
+    strict_gpus: bool = False,
+    tensorboard: bool = True,
+    timeout_s: float = 300.0,
+) -> RunConfig:
     """The RunConfig of a new run; data are prepared into `workdir` (tokenized text). Everything is
     checked here, before any rank starts."""
     from ..commands.common import plan_recompute
@@ -180,20 +229,43 @@ def resolve(plan: Plan, workdir: Path, *, model: str | None = None, init_from: s
         plan, scale_notes = scale_for_check(plan, plan.seq_len if full_length else seq_len)
         notes += scale_notes
     if spec.kind == "sequences" and spec.seq_len > plan.seq_len:
-        raise PlanError(f"the data's sequences have {spec.seq_len:,} tokens but the plan holds {plan.seq_len:,}: "
-                        f"give --seq-len {spec.seq_len} or more (rounded up to the plan's alignment)")
+        raise PlanError(
+            f"the data's sequences have {spec.seq_len:,} tokens but the plan holds {plan.seq_len:,}: "
+            f"give --seq-len {spec.seq_len} or more (rounded up to the plan's alignment)"
+        )
     cfg, name, model_notes = resolve_model(plan, model, init_from, spec.vocab)
     notes = model_notes + notes
     if spec.kind != "synthetic":
         notes.insert(0, f"data: {spec.describe()}")
-    train = TrainConfig(lr=lr, weight_decay=weight_decay, grad_clip=grad_clip or None, timeout_s=timeout_s, warmup_steps=warmup,
-                        schedule=schedule, min_lr_ratio=min_lr_ratio)
+    train = TrainConfig(
+        lr=lr,
+        weight_decay=weight_decay,
+        grad_clip=grad_clip or None,
+        timeout_s=timeout_s,
+        warmup_steps=warmup,
+        schedule=schedule,
+        min_lr_ratio=min_lr_ratio,
+    )
     options = ParallelOptions(fsdp=fsdp, activation_checkpointing=policy, loss_chunk=loss_chunk)
     return RunConfig(
-        plan=plan.to_dict(), model=asdict(cfg), model_name=name, data=spec.to_dict(), steps=steps, global_batch=global_batch,
-        seed=seed, dtype=dtype, train=asdict(train), options=asdict(options), init_from=init_from,
-        checkpoint_every=checkpoint_every, keep_checkpoints=keep_checkpoints, strict_gpus=strict_gpus, tensorboard=tensorboard,
-        predicted=predict(plan, cfg, name, global_batch, policy, fsdp), notes=tuple(notes), emulation=emulation_of(plan),
+        plan=plan.to_dict(),
+        model=asdict(cfg),
+        model_name=name,
+        data=spec.to_dict(),
+        steps=steps,
+        global_batch=global_batch,
+        seed=seed,
+        dtype=dtype,
+        train=asdict(train),
+        options=asdict(options),
+        init_from=init_from,
+        checkpoint_every=checkpoint_every,
+        keep_checkpoints=keep_checkpoints,
+        strict_gpus=strict_gpus,
+        tensorboard=tensorboard,
+        predicted=predict(plan, cfg, name, global_batch, policy, fsdp),
+        notes=tuple(notes),
+        emulation=emulation_of(plan),
     )
 
 
@@ -216,7 +288,9 @@ def emulation_of(plan: Plan) -> dict[str, Any] | None:
     return emulation_for(plan, cluster).to_dict()
 
 
-def for_resume(cfg: RunConfig, plan: Plan | None = None, steps: int | None = None, timeout_s: float | None = None) -> tuple[RunConfig, list[str]]:
+def for_resume(
+    cfg: RunConfig, plan: Plan | None = None, steps: int | None = None, timeout_s: float | None = None
+) -> tuple[RunConfig, list[str]]:
     """The config of a resumed run: the same, under a new plan (elastic: any world size and shape
     with the same sequence length and heads) and/or with more steps. Returns it with notes."""
     notes: list[str] = []
@@ -227,19 +301,31 @@ def for_resume(cfg: RunConfig, plan: Plan | None = None, steps: int | None = Non
             try:
                 scaled = plan.scaled(old.seq_len)
             except PlanError as e:
-                raise PlanError(f"the run trains sequences of {old.seq_len:,} tokens and the new plan ({plan.seq_len:,} tokens) "
-                                f"cannot be scaled to that: {e}") from None
+                raise PlanError(
+                    f"the run trains sequences of {old.seq_len:,} tokens and the new plan ({plan.seq_len:,} tokens) "
+                    f"cannot be scaled to that: {e}"
+                ) from None
             notes.append(f"plan: {plan.name!r} scaled from {plan.seq_len:,} to the run's {old.seq_len:,} tokens")
             plan = scaled
         if (plan.num_heads, plan.num_kv_heads) != (old.num_heads, old.num_kv_heads):
-            raise PlanError(f"the run's model has {old.num_heads} heads / {old.num_kv_heads} KV heads but the new plan "
-                            f"{plan.name!r} has {plan.num_heads} / {plan.num_kv_heads}")
+            raise PlanError(
+                f"the run's model has {old.num_heads} heads / {old.num_kv_heads} KV heads but the new plan "
+                f"{plan.name!r} has {plan.num_heads} / {plan.num_kv_heads}"
+            )
         plan.check()
-        notes.append(f"plan: resuming under {plan.name!r} ({plan.world_size} ranks, {plan.num_groups} groups), was "
-                     f"{old.name!r} ({old.world_size} ranks, {old.num_groups} groups); the checkpoint is resharded")
+        notes.append(
+            f"plan: resuming under {plan.name!r} ({plan.world_size} ranks, {plan.num_groups} groups), was "
+            f"{old.name!r} ({old.world_size} ranks, {old.num_groups} groups); the checkpoint is resharded"
+        )
         opts = cfg.options_obj()
-        cfg = replace(cfg, plan=plan.to_dict(), emulation=emulation_of(plan),
-                      predicted=predict(plan, cfg.model_cfg(), cfg.model_name, cfg.global_batch, opts.activation_checkpointing, opts.fsdp))
+        cfg = replace(
+            cfg,
+            plan=plan.to_dict(),
+            emulation=emulation_of(plan),
+            predicted=predict(
+                plan, cfg.model_cfg(), cfg.model_name, cfg.global_batch, opts.activation_checkpointing, opts.fsdp
+            ),
+        )
     if steps is not None and steps != cfg.steps:
         if cfg.train.get("schedule") == "cosine":
             notes.append(f"steps: {cfg.steps} -> {steps}; the cosine schedule now decays over {steps} steps")

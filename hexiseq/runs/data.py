@@ -25,9 +25,10 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -63,7 +64,7 @@ class DataSpec:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "DataSpec":
+    def from_dict(cls, d: dict[str, Any]) -> DataSpec:
         return cls(**d)
 
     def describe(self) -> str:
@@ -115,14 +116,18 @@ class Tokenizer:
         except ImportError:
             raise SpecError("--tokenizer needs the `tokenizers` package: pip install tokenizers") from None
         except Exception as e:
-            raise SpecError(f"--tokenizer {p}: not a readable tokenizer.json ({type(e).__name__}: {str(e)[:160]})") from None
+            raise SpecError(
+                f"--tokenizer {p}: not a readable tokenizer.json ({type(e).__name__}: {str(e)[:160]})"
+            ) from None
         self.name = str(p)
         self.vocab = int(self._tok.get_vocab_size(with_added_tokens=True))
         ids = [self._tok.token_to_id(n) for n in _EOS_NAMES]
         eos = next((i for i in ids if i is not None), None)
         if eos is None:
-            raise SpecError(f"--tokenizer {p}: defines none of the end-of-text tokens {', '.join(_EOS_NAMES)}; "
-                            "documents could not be separated")
+            raise SpecError(
+                f"--tokenizer {p}: defines none of the end-of-text tokens {', '.join(_EOS_NAMES)}; "
+                "documents could not be separated"
+            )
         self.eos_id = int(eos)
 
     def encode(self, text: str) -> list[int]:
@@ -177,13 +182,20 @@ def _check_ids(arr: np.ndarray, vocab: int | None, what: str) -> int:
     if lo < 0:
         raise SpecError(f"{what} holds a negative token id ({lo})")
     if vocab is not None and hi >= vocab:
-        raise SpecError(f"{what} holds token id {hi}, but the model's vocabulary has {vocab} entries: use a model with a larger "
-                        "vocabulary (--model) or the tokenizer the ids came from")
+        raise SpecError(
+            f"{what} holds token id {hi}, but the model's vocabulary has {vocab} entries: use a model with a larger "
+            "vocabulary (--model) or the tokenizer the ids came from"
+        )
     return hi + 1
 
 
-def prepare_data(source: str | Path, workdir: Path, tokenizer: str | Path | None = None, labels: str | Path | None = None,
-                 token_dtype: str | None = None) -> DataSpec:
+def prepare_data(
+    source: str | Path,
+    workdir: Path,
+    tokenizer: str | Path | None = None,
+    labels: str | Path | None = None,
+    token_dtype: str | None = None,
+) -> DataSpec:
     """Resolve `--data` (and `--tokenizer`, `--labels`, `--token-dtype`); text is tokenized into
     `workdir` once. Refuses unreadable or inconsistent input with the file named."""
     src = Path(source)
@@ -199,10 +211,24 @@ def prepare_data(source: str | Path, workdir: Path, tokenizer: str | Path | None
         n, dtype = tokenize_text(src, out, tok)
         if n < 2:
             raise SpecError(f"--data {src}: too little text ({n} tokens)")
-        return DataSpec("stream", str(out), dtype, None, str(src), tok.name, tok.vocab, tok.eos_id, n, 0, 0,
-                        _sha256(text_files(src)))
+        return DataSpec(
+            "stream",
+            str(out),
+            dtype,
+            None,
+            str(src),
+            tok.name,
+            tok.vocab,
+            tok.eos_id,
+            n,
+            0,
+            0,
+            _sha256(text_files(src)),
+        )
     if src.suffix not in (".bin", ".npy"):
-        raise SpecError(f"--data {src}: expected a text file or folder ({', '.join(TEXT_SUFFIXES)}), or tokens (.bin, .npy)")
+        raise SpecError(
+            f"--data {src}: expected a text file or folder ({', '.join(TEXT_SUFFIXES)}), or tokens (.bin, .npy)"
+        )
     if tokenizer is not None:
         raise SpecError("--tokenizer goes with text data; token files are already tokenized")
     arr = _open_array(src, token_dtype or "")
@@ -211,7 +237,9 @@ def prepare_data(source: str | Path, workdir: Path, tokenizer: str | Path | None
     if arr.ndim == 1:
         if labels is not None:
             raise SpecError("--labels goes with 2-D token arrays [N, S]; a 1-D stream has next-token labels")
-        return DataSpec("stream", str(src.resolve()), str(arr.dtype), None, str(src), "", vocab, None, int(arr.size), 0, 0, digest)
+        return DataSpec(
+            "stream", str(src.resolve()), str(arr.dtype), None, str(src), "", vocab, None, int(arr.size), 0, 0, digest
+        )
     if arr.ndim != 2:
         raise SpecError(f"--data {src}: expected 1-D tokens (a stream) or 2-D [N, S] sequences, got shape {arr.shape}")
     lab = None
@@ -225,7 +253,20 @@ def prepare_data(source: str | Path, workdir: Path, tokenizer: str | Path | None
         vocab = max(vocab, int(lab_arr.max()) + 1)
         lab = str(Path(labels).resolve())
     n, s = arr.shape
-    return DataSpec("sequences", str(src.resolve()), str(arr.dtype), lab, str(src), "", vocab, None, int(n * s), int(n), int(s), digest)
+    return DataSpec(
+        "sequences",
+        str(src.resolve()),
+        str(arr.dtype),
+        lab,
+        str(src),
+        "",
+        vocab,
+        None,
+        int(n * s),
+        int(n),
+        int(s),
+        digest,
+    )
 
 
 def save_sequences(tokens: Any, labels: Any, workdir: Path) -> tuple[Path, Path | None]:
@@ -240,7 +281,9 @@ def save_sequences(tokens: Any, labels: Any, workdir: Path) -> tuple[Path, Path 
         return workdir / "tokens.npy", None
     lab = _as_2d(labels, "labels")
     if lab.shape != t.shape:
-        raise SpecError(f"labels have shape {tuple(np.shape(labels))}, tokens {tuple(np.shape(tokens))}: they must match")
+        raise SpecError(
+            f"labels have shape {tuple(np.shape(labels))}, tokens {tuple(np.shape(tokens))}: they must match"
+        )
     np.save(workdir / "labels.npy", lab.astype(np.int64))
     return workdir / "tokens.npy", workdir / "labels.npy"
 
@@ -274,8 +317,10 @@ def fit_plan(plan: Plan, length: int) -> tuple[Plan, list[str]]:
         return plan, []
     fitted = plan.scaled(target, plan.block_size)
     pad = target - length
-    return fitted, [f"sequence: the data's {length:,}-token sequences run under the plan scaled to {target:,} tokens"
-                    + (f" ({pad} padding position{'s' * (pad != 1)} per sequence, labels ignored)" if pad else "")]
+    return fitted, [
+        f"sequence: the data's {length:,}-token sequences run under the plan scaled to {target:,} tokens"
+        + (f" ({pad} padding position{'s' * (pad != 1)} per sequence, labels ignored)" if pad else "")
+    ]
 
 
 class PackedStream:
@@ -286,13 +331,17 @@ class PackedStream:
         self.seq_len = seq_len
         self.samples = (self.arr.size - 1) // seq_len
         if self.samples < 1:
-            raise SpecError(f"--data {spec.source}: {self.arr.size:,} tokens make no sequence of {seq_len + 1:,} "
-                            "(a sequence and its last label); give more data or a shorter plan")
+            raise SpecError(
+                f"--data {spec.source}: {self.arr.size:,} tokens make no sequence of {seq_len + 1:,} "
+                "(a sequence and its last label); give more data or a shorter plan"
+            )
 
     def read(self, index: int, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(tokens, labels) at the global `positions` of sample `index`: only those rows are read."""
         base = index * self.seq_len
-        return np.asarray(self.arr[base + positions], dtype=np.int64), np.asarray(self.arr[base + positions + 1], dtype=np.int64)
+        return np.asarray(self.arr[base + positions], dtype=np.int64), np.asarray(
+            self.arr[base + positions + 1], dtype=np.int64
+        )
 
 
 class GivenSequences:
@@ -304,8 +353,10 @@ class GivenSequences:
         self.labels = _open_array(Path(spec.labels)) if spec.labels else None
         self.samples, self.length = self.arr.shape
         if self.length > seq_len:
-            raise PlanError(f"the data's sequences have {self.length:,} tokens but the plan holds {seq_len:,}: plan for "
-                            f"at least {self.length:,} tokens, or give --seq-len")
+            raise PlanError(
+                f"the data's sequences have {self.length:,} tokens but the plan holds {seq_len:,}: plan for "
+                f"at least {self.length:,} tokens, or give --seq-len"
+            )
         self.seq_len, self.pad_id = seq_len, pad_id
 
     def read(self, index: int, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -24,7 +24,9 @@ def export(run_dir: Path | str, to: Path | str, checkpoint: str | None = None, d
     cfg = RunConfig.from_dict(run.read_json(run.config) or {})
     found = ckpt.find(run.checkpoints, checkpoint)
     if found is None:
-        raise HexiSeqError(f"{run.path} has no checkpoint yet (they are written every --checkpoint-every steps and at the end)")
+        raise HexiSeqError(
+            f"{run.path} has no checkpoint yet (they are written every --checkpoint-every steps and at the end)"
+        )
     path, _ = found
     with torch.device("meta"):
         model = Llama(cfg.model_cfg())

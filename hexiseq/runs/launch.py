@@ -49,8 +49,16 @@ def _on_sigterm(handler: Any) -> Any:
         return None
 
 
-def execute_spawned(run: RunDir, cfg: RunConfig, resume: Path | None, session: int, console: Console, start: int,
-                    timeout_s: float, time_limit_s: float | None) -> dict[str, Any]:
+def execute_spawned(
+    run: RunDir,
+    cfg: RunConfig,
+    resume: Path | None,
+    session: int,
+    console: Console,
+    start: int,
+    timeout_s: float,
+    time_limit_s: float | None,
+) -> dict[str, Any]:
     """Spawn the plan's ranks on this machine; this process shows the progress and keeps the record."""
     from ..runtime.launch import WorldError, local_backend, spawn_world
     from .loop import RunJob, run_worker, write_summary
@@ -70,7 +78,15 @@ def execute_spawned(run: RunDir, cfg: RunConfig, resume: Path | None, session: i
     previous = _on_sigterm(lambda *_: (run.path / "STOP").touch())  # a graceful stop, at a step boundary
     job = RunJob(str(run.path), cfg, str(resume) if resume else None, session)
     try:
-        spawn_world(run_worker, world, job, timeout_s=time_limit_s, pg_timeout_s=timeout_s, backend=local_backend(world), poll=poll)
+        spawn_world(
+            run_worker,
+            world,
+            job,
+            timeout_s=time_limit_s,
+            pg_timeout_s=timeout_s,
+            backend=local_backend(world),
+            poll=poll,
+        )
     except WorldError as e:
         poll()
         progress.close()
@@ -87,9 +103,20 @@ def execute_spawned(run: RunDir, cfg: RunConfig, resume: Path | None, session: i
     return summary
 
 
-def execute_torchrun(run: RunDir, cfg: RunConfig, resume: Path | None, session: int, console: Console, start: int,
-                     placement: Any, cluster: Any, timeout_s: float, time_limit_s: float | None,
-                     on_time_limit: Any = None, before_training: Any = None) -> dict[str, Any] | None:
+def execute_torchrun(
+    run: RunDir,
+    cfg: RunConfig,
+    resume: Path | None,
+    session: int,
+    console: Console,
+    start: int,
+    placement: Any,
+    cluster: Any,
+    timeout_s: float,
+    time_limit_s: float | None,
+    on_time_limit: Any = None,
+    before_training: Any = None,
+) -> dict[str, Any] | None:
     """This process is one rank of a torchrun launch (placement: runtime.placement). Rank 0 writes the
     run's files (`before_training(rank)`, once every process has joined, so that all of them checked
     the input first) and prints the progress; returns its summary (None on other ranks)."""
@@ -110,8 +137,13 @@ def execute_torchrun(run: RunDir, cfg: RunConfig, resume: Path | None, session: 
     if lead:
         progress = Progress(console, cfg.steps, start)
         progress.beat_in_background()
-        console.print("  ranks: " + ", ".join(f"{p['rank']}=node {p['node']}/local {p['local_rank']} (device {p['device']}, "
-                                                f"{p['host']})" for p in placements))
+        console.print(
+            "  ranks: "
+            + ", ".join(
+                f"{p['rank']}=node {p['node']}/local {p['local_rank']} (device {p['device']}, {p['host']})"
+                for p in placements
+            )
+        )
     job = RunJob(str(run.path), cfg, str(resume) if resume else None, session, placement.__dict__, console=True)
     run_worker(rank, world, job, progress=progress)
     dist.barrier()
@@ -211,14 +243,43 @@ class RunHandle:
         return watch(self, every)
 
 
-_FLAG_VALUE = {"model", "init_from", "seq_len", "global_batch", "lr", "warmup_steps", "schedule", "min_lr_ratio", "weight_decay",
-               "grad_clip", "seed", "dtype", "recompute", "loss_chunk", "checkpoint_every", "keep_checkpoints", "tokenizer",
-               "token_dtype", "timeout", "time_limit", "save"}
+_FLAG_VALUE = {
+    "model",
+    "init_from",
+    "seq_len",
+    "global_batch",
+    "lr",
+    "warmup_steps",
+    "schedule",
+    "min_lr_ratio",
+    "weight_decay",
+    "grad_clip",
+    "seed",
+    "dtype",
+    "recompute",
+    "loss_chunk",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "tokenizer",
+    "token_dtype",
+    "timeout",
+    "time_limit",
+    "save",
+}
 _FLAG_BOOL = {"fsdp", "full_length", "strict_gpus", "plot", "no_tensorboard"}
 
 
-def launch(plan: Any, data: Any = None, *, labels: Any = None, steps: int = 20, out: str | Path | None = None,
-           launcher: str = "spawn", background: bool = True, **options: Any) -> RunHandle:
+def launch(
+    plan: Any,
+    data: Any = None,
+    *,
+    labels: Any = None,
+    steps: int = 20,
+    out: str | Path | None = None,
+    launcher: str = "spawn",
+    background: bool = True,
+    **options: Any,
+) -> RunHandle:
     """Start a run of `plan` (a Plan or a plan file) in the background and return its handle.
 
     `data`: a text file/folder or token file path (as `hexiseq run --data`), or token ids ([S], [1, S]
@@ -237,7 +298,9 @@ def launch(plan: Any, data: Any = None, *, labels: Any = None, steps: int = 20, 
         raise HexiSeqError(f"launch: launcher must be 'spawn' or 'torchrun', got {launcher!r}")
     run = RunDir(out if out is not None else default_run_dir())
     if run.path.exists() and any(run.path.iterdir()):
-        raise HexiSeqError(f"launch: {run.path} already holds files; give another out= (or resume it with hexiseq run --resume)")
+        raise HexiSeqError(
+            f"launch: {run.path} already holds files; give another out= (or resume it with hexiseq run --resume)"
+        )
     run.inputs.mkdir(parents=True, exist_ok=True)
     plan = plan if isinstance(plan, Plan) else Plan.load(plan)
     plan.save(run.inputs / "plan.json")
@@ -256,8 +319,15 @@ def launch(plan: Any, data: Any = None, *, labels: Any = None, steps: int = 20, 
         elif value is not None:
             argv += [f"--{key.replace('_', '-')}={value}"]
     if launcher == "torchrun":
-        cmd = [str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc-per-node", str(plan.world_size),
-               "-m", "hexiseq.cli", *argv]
+        cmd = [
+            str(Path(sys.executable).with_name("torchrun")),
+            "--standalone",
+            "--nproc-per-node",
+            str(plan.world_size),
+            "-m",
+            "hexiseq.cli",
+            *argv,
+        ]
     else:
         cmd = [sys.executable, "-m", "hexiseq.cli", *argv]
     log = run.inputs / "launcher.log"

@@ -14,9 +14,10 @@ import resource
 import signal
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -100,7 +101,9 @@ class _TensorBoard:
             self.writer.close()
 
 
-def run_worker(rank: int, world: int, job: RunJob, progress: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
+def run_worker(
+    rank: int, world: int, job: RunJob, progress: Callable[[str, Any], None] | None = None
+) -> dict[str, Any]:
     """Train the run of `job` on this rank; returns rank 0's records (other ranks: an empty list)."""
     from ..runtime import emulation
     from ..runtime.checkpoint import load_hf_checkpoint
@@ -144,8 +147,15 @@ def run_worker(rank: int, world: int, job: RunJob, progress: Callable[[str, Any]
     positions = np.asarray(runner.positions(), dtype=np.int64)
     pos_t = torch.from_numpy(positions).to(device)
     env: list[Any] = [None] * world
-    dist.all_gather_object(env, {"host": os.uname().nodename, "pid": os.getpid(), "device": str(device),
-                                 "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"})
+    dist.all_gather_object(
+        env,
+        {
+            "host": os.uname().nodename,
+            "pid": os.getpid(),
+            "device": str(device),
+            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        },
+    )
     tb = _TensorBoard(run.tensorboard, cfg.tensorboard) if lead else None
     stop_file = run.path / "STOP"
     records: list[dict[str, Any]] = []
@@ -166,24 +176,43 @@ def run_worker(rank: int, world: int, job: RunJob, progress: Callable[[str, Any]
         with emulation.activate(None, rank, pacer):  # off without an emulation
             stats = train_step(runner, opt, batch, train, step, lr=lr, tokens=B * S)
         # outside the timed step: peak memory of every rank and whether any was asked to stop
-        mine = torch.tensor([peak_memory_mb(device), float(_STOP["asked"] or (lead and stop_file.exists()))],
-                            dtype=torch.float64, device=device)
+        mine = torch.tensor(
+            [peak_memory_mb(device), float(_STOP["asked"] or (lead and stop_file.exists()))],
+            dtype=torch.float64,
+            device=device,
+        )
         every = [torch.zeros_like(mine) for _ in range(world)]
         dist.all_gather(every, mine)
         stopped = any(float(t[1]) > 0 for t in every)
-        record = {"step": step + 1, "loss": stats.loss, "lr": lr, "grad_norm": stats.grad_norm, "step_time_s": stats.seconds,
-                  "tokens_per_s": stats.tokens_per_s, "tokens": stats.tokens, "data_s": data_s,
-                  "peak_mem_mb": [round(float(t[0]), 1) for t in every], "session": job.session,
-                  "warmup": step - start < WARMUP_EXCLUDED, "time": time.time()}
+        record = {
+            "step": step + 1,
+            "loss": stats.loss,
+            "lr": lr,
+            "grad_norm": stats.grad_norm,
+            "step_time_s": stats.seconds,
+            "tokens_per_s": stats.tokens_per_s,
+            "tokens": stats.tokens,
+            "data_s": data_s,
+            "peak_mem_mb": [round(float(t[0]), 1) for t in every],
+            "session": job.session,
+            "warmup": step - start < WARMUP_EXCLUDED,
+            "time": time.time(),
+        }
         done = step + 1
         save = done == cfg.steps or stopped or (cfg.checkpoint_every and done % cfg.checkpoint_every == 0)
         if save:
             if lead:
                 run.set_status("checkpoint", step=done, steps=cfg.steps)
             t1 = time.perf_counter()
-            trainer = {"samples": done * B, "session": job.session,  # data position: samples used, in the Sampler's order
-                       "schedule": {**{k: cfg.train[k] for k in ("lr", "warmup_steps", "schedule", "min_lr_ratio")},
-                                    "total_steps": cfg.steps, "next_lr": lr_at(train, done, cfg.steps)}}
+            trainer = {
+                "samples": done * B,
+                "session": job.session,  # data position: samples used, in the Sampler's order
+                "schedule": {
+                    **{k: cfg.train[k] for k in ("lr", "warmup_steps", "schedule", "min_lr_ratio")},
+                    "total_steps": cfg.steps,
+                    "next_lr": lr_at(train, done, cfg.steps),
+                },
+            }
             ckpt.save(run.checkpoints, done, runner.model, opt, trainer, keep=cfg.keep_checkpoints)
             record["checkpoint_s"] = time.perf_counter() - t1
         if lead:
@@ -199,8 +228,13 @@ def run_worker(rank: int, world: int, job: RunJob, progress: Callable[[str, Any]
         dist.all_gather_object(paced, pacer.stats.to_dict())
     if lead:
         tb.close()
-        write_summary(run, cfg, env, "stopped" if stopped and step + 1 < cfg.steps else "completed",
-                      pacing=paced if pacer is not None else None)
+        write_summary(
+            run,
+            cfg,
+            env,
+            "stopped" if stopped and step + 1 < cfg.steps else "completed",
+            pacing=paced if pacer is not None else None,
+        )
     return {"rank": rank, "steps": records, "stopped": stopped}
 
 
@@ -236,15 +270,33 @@ def environment(env: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), None)
     except OSError:
         pass
-    out = {"torch": torch.__version__, "cuda": torch.version.cuda, "flash_attn": flash, "python": platform.python_version(),
-           "cpu": cpu, "cpu_count": os.cpu_count()}
+    out = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "flash_attn": flash,
+        "python": platform.python_version(),
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+    }
     if env:
-        out.update({"hostnames": [e["host"] for e in env], "gpus": [e["gpu"] for e in env], "devices": [e["device"] for e in env]})
+        out.update(
+            {
+                "hostnames": [e["host"] for e in env],
+                "gpus": [e["gpu"] for e in env],
+                "devices": [e["device"] for e in env],
+            }
+        )
     return out
 
 
-def write_summary(run: RunDir, cfg: RunConfig, env: list[dict[str, Any]] | None, status: str, error: str | None = None,
-                  pacing: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def write_summary(
+    run: RunDir,
+    cfg: RunConfig,
+    env: list[dict[str, Any]] | None,
+    status: str,
+    error: str | None = None,
+    pacing: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """summary.json from the config and every record of metrics.jsonl. An emulated run (CPU ranks
     emulating the plan's cluster) says so: `emulated` true, `emulation` its factors, links and what
     the pacing did on each rank (`pacing`)."""
@@ -253,16 +305,32 @@ def write_summary(run: RunDir, cfg: RunConfig, env: list[dict[str, Any]] | None,
     plan = cfg.plan_obj()
     backend = "nccl" if env and env[0]["gpu"] != "cpu" else "gloo"
     summary = {
-        "status": status, "error": error, "run_dir": str(run.path), "plan": plan.name, "world_size": plan.world_size,
-        "groups": plan.num_groups, "seq_len": plan.seq_len, "global_batch": cfg.global_batch, "model": cfg.model_name,
-        "data": cfg.data_spec().describe(), "steps": cfg.steps, "steps_done": records[-1]["step"] if records else 0,
-        "loss_first": records[0]["loss"] if records else None, "loss_last": records[-1]["loss"] if records else None,
-        "predicted_step_time_s": cfg.predicted.get("step_time_s"), "prediction": cfg.predicted,
-        "measured_step_time_s": measured, "measured_steps": n, "warmup_steps_excluded_per_session": WARMUP_EXCLUDED,
+        "status": status,
+        "error": error,
+        "run_dir": str(run.path),
+        "plan": plan.name,
+        "world_size": plan.world_size,
+        "groups": plan.num_groups,
+        "seq_len": plan.seq_len,
+        "global_batch": cfg.global_batch,
+        "model": cfg.model_name,
+        "data": cfg.data_spec().describe(),
+        "steps": cfg.steps,
+        "steps_done": records[-1]["step"] if records else 0,
+        "loss_first": records[0]["loss"] if records else None,
+        "loss_last": records[-1]["loss"] if records else None,
+        "predicted_step_time_s": cfg.predicted.get("step_time_s"),
+        "prediction": cfg.predicted,
+        "measured_step_time_s": measured,
+        "measured_steps": n,
+        "warmup_steps_excluded_per_session": WARMUP_EXCLUDED,
         "measured_tokens_per_s": cfg.tokens_per_step / measured if measured else None,
         "measured_on": f"{plan.world_size} {'GPU' if backend == 'nccl' else 'CPU'} processes ({backend})"
-                       + (f", emulating {cfg.emulation.get('source')}" if cfg.emulation else ""),
-        "emulated": bool(cfg.emulation), "emulation": _emulation_record(cfg, pacing), "dtype": cfg.dtype if backend == "gloo" else "bf16 autocast", "environment": environment(env),
+        + (f", emulating {cfg.emulation.get('source')}" if cfg.emulation else ""),
+        "emulated": bool(cfg.emulation),
+        "emulation": _emulation_record(cfg, pacing),
+        "dtype": cfg.dtype if backend == "gloo" else "bf16 autocast",
+        "environment": environment(env),
         "finished_at": time.time(),
     }
     run.write_json(run.summary, summary)

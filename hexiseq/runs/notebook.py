@@ -25,8 +25,10 @@ def status_line(handle: Any) -> str:
     if not len(m):
         return f"{handle.run_dir}: {handle.status}"
     last = m.iloc[-1]
-    return (f"{handle.run_dir}: {handle.status}, step {int(last['step'])}, loss {last['loss']:.4f}, "
-            f"{last['tokens_per_s']:,.0f} tokens/s")
+    return (
+        f"{handle.run_dir}: {handle.status}, step {int(last['step'])}, loss {last['loss']:.4f}, "
+        f"{last['tokens_per_s']:,.0f} tokens/s"
+    )
 
 
 def watch(handle: Any, every: float = 1.0) -> dict[str, Any] | None:

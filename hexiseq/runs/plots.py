@@ -13,7 +13,13 @@ def plot_run(metrics: Any, summary: dict[str, Any] | None = None, title: str | N
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.2))
     if len(metrics):
         a.plot(metrics["step"], metrics["loss"], marker="o" if len(metrics) <= 40 else None, ms=3)
-        b.plot(metrics["step"], metrics["tokens_per_s"], marker="o" if len(metrics) <= 40 else None, ms=3, color="tab:green")
+        b.plot(
+            metrics["step"],
+            metrics["tokens_per_s"],
+            marker="o" if len(metrics) <= 40 else None,
+            ms=3,
+            color="tab:green",
+        )
     a.set(xlabel="step", ylabel="loss", title="loss")
     b.set(xlabel="step", ylabel="tokens/s", title="throughput")
     b.set_ylim(bottom=0)

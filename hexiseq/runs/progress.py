@@ -36,14 +36,18 @@ class Console:
 
 
 def step_line(r: dict[str, Any], steps: int) -> str:
-    return (f"step {r['step']}/{steps}  loss {r['loss']:.5f}  grad_norm {r['grad_norm']:.3f}  {r['tokens_per_s']:,.0f} tokens/s  "
-            f"({r['step_time_s']:.3f} s)  lr {r['lr']:.2e}")
+    return (
+        f"step {r['step']}/{steps}  loss {r['loss']:.5f}  grad_norm {r['grad_norm']:.3f}  {r['tokens_per_s']:,.0f} tokens/s  "
+        f"({r['step_time_s']:.3f} s)  lr {r['lr']:.2e}"
+    )
 
 
 class Progress:
     """Receives ("phase", text) and ("step", record) events; `heartbeat()` is called while waiting."""
 
-    def __init__(self, console: Console, steps: int, start: int = 0, every_s: float = 5.0, bar: bool | None = None) -> None:
+    def __init__(
+        self, console: Console, steps: int, start: int = 0, every_s: float = 5.0, bar: bool | None = None
+    ) -> None:
         self.console, self.steps, self.every_s = console, steps, every_s
         self.t0 = self._last = time.monotonic()
         self.phase_text, self.started = "starting the ranks", False
@@ -87,6 +91,7 @@ class Progress:
 
     def beat_in_background(self) -> None:
         """Heartbeats from a thread (torchrun rank 0, which is busy starting itself)."""
+
         def loop() -> None:
             while not self.started:
                 time.sleep(0.5)
@@ -110,15 +115,27 @@ def closing_lines(summary: dict[str, Any]) -> list[str]:
     out = []
     if summary.get("loss_first") is not None:
         tok = summary.get("measured_tokens_per_s")
-        out.append(f"done: loss {summary['loss_first']:.4f} -> {summary['loss_last']:.4f} over {summary['steps_done']} steps"
-                   + (f"; {tok:,.0f} tokens/s" if tok else "") + f" ({summary['status']})")
+        out.append(
+            f"done: loss {summary['loss_first']:.4f} -> {summary['loss_last']:.4f} over {summary['steps_done']} steps"
+            + (f"; {tok:,.0f} tokens/s" if tok else "")
+            + f" ({summary['status']})"
+        )
     measured, predicted = summary.get("measured_step_time_s"), summary.get("predicted_step_time_s")
-    m = f"{measured:.4f} s measured on {summary['measured_on']} (median of {summary['measured_steps']} steps after warm-up)" \
-        if measured is not None else "not measured"
+    m = (
+        f"{measured:.4f} s measured on {summary['measured_on']} (median of {summary['measured_steps']} steps after warm-up)"
+        if measured is not None
+        else "not measured"
+    )
     pred = summary.get("prediction") or {}
-    p = f"{predicted:.6f} s predicted ({pred.get('note')})" if predicted is not None else f"no prediction ({pred.get('note')})"
+    p = (
+        f"{predicted:.6f} s predicted ({pred.get('note')})"
+        if predicted is not None
+        else f"no prediction ({pred.get('note')})"
+    )
     out.append(f"step time: {m} vs {p}")
     if predicted is not None and not summary.get("emulated") and "CPU" in summary.get("measured_on", ""):
-        out.append("  (the prediction is for the plan's GPUs; these CPU ranks do not emulate them, so the two differ by design)")
+        out.append(
+            "  (the prediction is for the plan's GPUs; these CPU ranks do not emulate them, so the two differ by design)"
+        )
     out.append(f"run directory: {summary['run_dir']}")
     return out

@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..specs import write_text_atomic as write_text
 from ..errors import HexiSeqError
+from ..specs import write_text_atomic as write_text
 
 METRIC_KEYS = ("step", "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s", "peak_mem_mb")
 
@@ -60,7 +60,7 @@ class RunDir:
     loss_png = property(lambda self: self.path / "loss.png")
 
     @classmethod
-    def create(cls, path: Path | str | None) -> "RunDir":
+    def create(cls, path: Path | str | None) -> RunDir:
         """A new run directory; refuses one that already holds a run (resume it instead)."""
         run = cls(path if path is not None else default_run_dir())
         if run.path.exists() and not run.path.is_dir():
@@ -72,7 +72,7 @@ class RunDir:
         return run
 
     @classmethod
-    def existing(cls, path: Path | str) -> "RunDir":
+    def existing(cls, path: Path | str) -> RunDir:
         run = cls(path)
         if not run.config.is_file():
             raise HexiSeqError(f"--resume {run.path}: not a run directory (no config.json)")

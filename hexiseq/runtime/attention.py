@@ -108,13 +108,22 @@ class _ExchangeAttention(torch.autograd.Function):
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None
 
 
-def _post_grads(ctx: RankContext, rd: Round, dk: Tensor | None, dv: Tensor | None, width: int, device: torch.device,
-                acc: torch.dtype) -> P2PBatch:
+def _post_grads(
+    ctx: RankContext,
+    rd: Round,
+    dk: Tensor | None,
+    dv: Tensor | None,
+    width: int,
+    device: torch.device,
+    acc: torch.dtype,
+) -> P2PBatch:
     """Send the dK/dV of the blocks I received in round `rd` back to their owners (in the accumulation
     dtype, so the owner sums k-1 contributions without bf16 rounding); receive those of the K/V I sent."""
     batch, k0, tag = P2PBatch(), ctx.layout.kv_head_range[0], 2 * rd.index + 1
     for t in rd.recv:
-        batch.send(torch.cat([_heads(dk, k0, t.kv_heads).reshape(-1), _heads(dv, k0, t.kv_heads).reshape(-1)]), t.src, tag)
+        batch.send(
+            torch.cat([_heads(dk, k0, t.kv_heads).reshape(-1), _heads(dv, k0, t.kv_heads).reshape(-1)]), t.src, tag
+        )
     for t in rd.send:
         batch.recv(torch.empty(t.tokens * t.num_kv_heads * width, dtype=acc, device=device), t.dst, tag)
     return batch.start()
@@ -153,19 +162,32 @@ def _reducer(ctx: RankContext, device: torch.device):
     return lambda g: g.new_zeros(g.shape[0], hk, g.shape[2]).index_add_(1, idx, g)
 
 
-def _attend(pairs: tuple[BlockPair, ...], q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, scale: float | None) -> None:
+def _attend(
+    pairs: tuple[BlockPair, ...], q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, scale: float | None
+) -> None:
     for p in pairs:
         (qa, qb), (ka, kb) = p.q_rows, p.k_rows
         merge_(out[qa:qb], lse[:, qa:qb], *local_attention(q[qa:qb], k[ka:kb], v[ka:kb], p.kind, p.offset, scale))
 
 
-def _attend_backward(pairs: tuple[BlockPair, ...], dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
-                     scale: float | None, dq: Tensor) -> tuple[Tensor, Tensor]:
+def _attend_backward(
+    pairs: tuple[BlockPair, ...],
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    scale: float | None,
+    dq: Tensor,
+) -> tuple[Tensor, Tensor]:
     dk = torch.zeros(k.shape, dtype=acc_dtype(q.dtype), device=q.device)
     dv = torch.zeros(v.shape, dtype=acc_dtype(q.dtype), device=q.device)
     for p in pairs:
         (qa, qb), (ka, kb) = p.q_rows, p.k_rows
-        a, b, c = local_attention_backward(dout[qa:qb], q[qa:qb], k[ka:kb], v[ka:kb], out[qa:qb], lse[:, qa:qb], p.kind, p.offset, scale)
+        a, b, c = local_attention_backward(
+            dout[qa:qb], q[qa:qb], k[ka:kb], v[ka:kb], out[qa:qb], lse[:, qa:qb], p.kind, p.offset, scale
+        )
         dq[qa:qb] += a
         dk[ka:kb] += b
         dv[ka:kb] += c
@@ -181,7 +203,12 @@ def plan_attention(q: Tensor, k: Tensor, v: Tensor, ctx: RankContext, scale: flo
     ranks with no tokens (s_r = 0) or no heads, and must take part in the backward.
     """
     plan, s = ctx.plan, ctx.layout.num_tokens
-    if q.dim() != 3 or q.shape[:2] != (s, plan.num_heads) or k.shape[:2] != (s, plan.num_kv_heads) or v.shape[:2] != k.shape[:2]:
+    if (
+        q.dim() != 3
+        or q.shape[:2] != (s, plan.num_heads)
+        or k.shape[:2] != (s, plan.num_kv_heads)
+        or v.shape[:2] != k.shape[:2]
+    ):
         raise PlanError(
             f"rank {ctx.rank}: plan {plan.name!r} expects q [{s}, {plan.num_heads}, d] and k, v [{s}, {plan.num_kv_heads}, d]; "
             f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"

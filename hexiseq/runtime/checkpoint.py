@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -111,16 +112,22 @@ def _weight_files(directory: Path, index_name: str, single: str, pattern: str) -
     index = directory / index_name
     if index.exists():
         if (directory / single).exists():
-            raise SpecError(f"{directory} holds both {index_name} and {single}: two checkpoints are mixed in one directory; "
-                            "keep one of them (delete the other, or save into an empty directory)")
+            raise SpecError(
+                f"{directory} holds both {index_name} and {single}: two checkpoints are mixed in one directory; "
+                "keep one of them (delete the other, or save into an empty directory)"
+            )
         try:
             names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise SpecError(f"{index}: not a readable checkpoint index ({type(e).__name__}: {e}); re-save the checkpoint") from None
+            raise SpecError(
+                f"{index}: not a readable checkpoint index ({type(e).__name__}: {e}); re-save the checkpoint"
+            ) from None
         missing = [n for n in names if not (directory / n).is_file()]
         if missing:
-            raise SpecError(f"{index} names {len(missing)} shard{'s' * (len(missing) > 1)} that {'are' if len(missing) > 1 else 'is'} "
-                            f"not in {directory}: {', '.join(missing[:4])}{'...' * (len(missing) > 4)}; the checkpoint is incomplete")
+            raise SpecError(
+                f"{index} names {len(missing)} shard{'s' * (len(missing) > 1)} that {'are' if len(missing) > 1 else 'is'} "
+                f"not in {directory}: {', '.join(missing[:4])}{'...' * (len(missing) > 4)}; the checkpoint is incomplete"
+            )
         return [directory / n for n in names]
     if (directory / single).exists():
         return [directory / single]
@@ -140,8 +147,10 @@ def weight_files(directory: Path) -> tuple[str, list[Path]]:
 
 
 def _corrupt(f: Path, e: Exception) -> SpecError:
-    return SpecError(f"{f}: cannot be read as a checkpoint file ({type(e).__name__}: {str(e).strip()[:200]}); it is corrupt or "
-                     "was cut short: re-save or re-download it")
+    return SpecError(
+        f"{f}: cannot be read as a checkpoint file ({type(e).__name__}: {str(e).strip()[:200]}); it is corrupt or "
+        "was cut short: re-save or re-download it"
+    )
 
 
 def _read_weights(directory: Path, header_only: bool = False) -> dict[str, Any]:
@@ -167,8 +176,10 @@ def _read_weights(directory: Path, header_only: bool = False) -> dict[str, Any]:
             raise
         except Exception as e:
             if kind == "torch" and "weights_only" in str(e):
-                raise SpecError(f"{f}: refused: it holds pickled objects other than tensors, and unpickling them could run "
-                                f"code (torch.load weights_only: {str(e).strip().splitlines()[0][:160]})") from None
+                raise SpecError(
+                    f"{f}: refused: it holds pickled objects other than tensors, and unpickling them could run "
+                    f"code (torch.load weights_only: {str(e).strip().splitlines()[0][:160]})"
+                ) from None
             raise _corrupt(f, e) from None
         if not isinstance(sd, Mapping):
             raise SpecError(f"{f}: expected a state dict (name -> tensor), got {type(sd).__name__}")
@@ -181,17 +192,33 @@ def _read_weights(directory: Path, header_only: bool = False) -> dict[str, Any]:
 
 def _st_dtype(name: str) -> torch.dtype:
     """torch dtype of a safetensors dtype name (F32, BF16, I64, ...)."""
-    table = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-             "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool}
+    table = {
+        "F64": torch.float64,
+        "F32": torch.float32,
+        "F16": torch.float16,
+        "BF16": torch.bfloat16,
+        "I64": torch.int64,
+        "I32": torch.int32,
+        "I16": torch.int16,
+        "I8": torch.int8,
+        "U8": torch.uint8,
+        "BOOL": torch.bool,
+    }
     return table.get(name, torch.uint8)
 
 
-def _check_entry(name: str, shape: tuple[int, ...], dtype: torch.dtype, want: tuple[int, ...], where: Path | str) -> None:
+def _check_entry(
+    name: str, shape: tuple[int, ...], dtype: torch.dtype, want: tuple[int, ...], where: Path | str
+) -> None:
     if tuple(shape) != tuple(want):
-        raise SpecError(f"checkpoint tensor {name} has shape {tuple(shape)}, the config implies {tuple(want)} ({where})")
+        raise SpecError(
+            f"checkpoint tensor {name} has shape {tuple(shape)}, the config implies {tuple(want)} ({where})"
+        )
     if not dtype.is_floating_point:
-        raise SpecError(f"checkpoint tensor {name} has dtype {str(dtype).removeprefix('torch.')}; weights must be floating "
-                        f"point ({where})")
+        raise SpecError(
+            f"checkpoint tensor {name} has dtype {str(dtype).removeprefix('torch.')}; weights must be floating "
+            f"point ({where})"
+        )
 
 
 def check_finite(sd: Mapping[str, Tensor], where: Path | str) -> None:
@@ -199,8 +226,10 @@ def check_finite(sd: Mapping[str, Tensor], where: Path | str) -> None:
     for name, t in sd.items():
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             bad = int((~torch.isfinite(t)).sum())
-            raise SpecError(f"checkpoint tensor {name} has {bad} NaN/Inf entr{'ies' if bad > 1 else 'y'} of {t.numel()} ({where}); "
-                            "the checkpoint is broken: use an earlier one")
+            raise SpecError(
+                f"checkpoint tensor {name} has {bad} NaN/Inf entr{'ies' if bad > 1 else 'y'} of {t.numel()} ({where}); "
+                "the checkpoint is broken: use an earlier one"
+            )
 
 
 def inspect_checkpoint(path: Path | str) -> LlamaConfig:
@@ -233,13 +262,19 @@ def hf_to_ours(sd: Mapping[str, Tensor], cfg: LlamaConfig) -> dict[str, Tensor]:
     expected = {k for k in names if not (cfg.tie_embeddings and k == "lm_head.weight")}
     missing, unexpected = sorted(expected - set(ours)), sorted(set(ours) - expected)
     if missing or unexpected:
-        raise SpecError(f"checkpoint does not match the config: missing {missing[:6]}{'...' * (len(missing) > 6)}, "
-                        f"unexpected {unexpected[:6]}{'...' * (len(unexpected) > 6)}")
+        raise SpecError(
+            f"checkpoint does not match the config: missing {missing[:6]}{'...' * (len(missing) > 6)}, "
+            f"unexpected {unexpected[:6]}{'...' * (len(unexpected) > 6)}"
+        )
     return ours
 
 
-def load_hf_checkpoint(path: Path | str, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
-                       notes: list[str] | None = None) -> Llama:
+def load_hf_checkpoint(
+    path: Path | str,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    notes: list[str] | None = None,
+) -> Llama:
     """Our model with the weights of a Hugging Face Llama checkpoint directory. Refuses (SpecError,
     naming the file or tensor) unreadable files, mixed or incomplete directories, missing or
     misshapen tensors, integer dtypes and NaN/Inf weights. Temporaries of an interrupted save next to
@@ -250,7 +285,10 @@ def load_hf_checkpoint(path: Path | str, dtype: torch.dtype = torch.float32, dev
     if not directory.is_dir():
         raise SpecError(f"checkpoint directory not found: {directory}")
     if notes is not None:
-        notes.extend(f"ignored {p.name} next to {directory.name}: left by an interrupted save" for p in stale_temporaries(directory))
+        notes.extend(
+            f"ignored {p.name} next to {directory.name}: left by an interrupted save"
+            for p in stale_temporaries(directory)
+        )
     cfg = config_from_hf(read_hf_config(directory))
     with torch.device("meta"):
         model = Llama(cfg)
@@ -296,7 +334,10 @@ def save_hf_checkpoint(
     if cfg.tie_embeddings:
         sd.pop("lm_head.weight", None)
     dtype = dtype or next(iter(sd.values())).dtype
-    tensors = {HF_PREFIX + k if not k.startswith("lm_head.") else k: v.detach().to("cpu", dtype).contiguous() for k, v in sd.items()}
+    tensors = {
+        HF_PREFIX + k if not k.startswith("lm_head.") else k: v.detach().to("cpu", dtype).contiguous()
+        for k, v in sd.items()
+    }
     shards: list[dict[str, Tensor]] = [{}]
     size = 0
     for k, v in tensors.items():
@@ -317,12 +358,20 @@ def save_hf_checkpoint(
                 save_file(shard, str(tmp / fname), metadata={"format": "pt"})
                 weight_map.update({k: fname for k in shard})
             total = sum(v.numel() * v.element_size() for v in tensors.values())
-            (tmp / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+            (tmp / "model.safetensors.index.json").write_text(
+                json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2)
+            )
     return directory
 
 
-_CHECKPOINT_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                     "pytorch_model.bin.index.json", "generation_config.json")
+_CHECKPOINT_FILES = (
+    "config.json",
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+    "generation_config.json",
+)
 
 
 def check_save_target(path: Path | str) -> Path:
@@ -331,14 +380,22 @@ def check_save_target(path: Path | str) -> Path:
     parent. An existing checkpoint directory is fine: a save replaces it atomically."""
     directory = Path(path)
     if directory.exists() and not directory.is_dir():
-        raise SpecError(f"cannot save to {directory}: it is an existing file; give a directory path (a checkpoint is a directory)")
+        raise SpecError(
+            f"cannot save to {directory}: it is an existing file; give a directory path (a checkpoint is a directory)"
+        )
     if directory.is_dir():
-        others = sorted(p.name for p in directory.iterdir()
-                        if p.name not in _CHECKPOINT_FILES and not (p.name.startswith("model-") and p.name.endswith(".safetensors"))
-                        and not (p.name.startswith("pytorch_model-") and p.name.endswith(".bin")))
+        others = sorted(
+            p.name
+            for p in directory.iterdir()
+            if p.name not in _CHECKPOINT_FILES
+            and not (p.name.startswith("model-") and p.name.endswith(".safetensors"))
+            and not (p.name.startswith("pytorch_model-") and p.name.endswith(".bin"))
+        )
         if others:
-            raise SpecError(f"cannot save to {directory}: it holds files that are not a checkpoint ({', '.join(others[:4])}"
-                            f"{'...' * (len(others) > 4)}) and a save replaces the whole directory; give a new or empty directory")
+            raise SpecError(
+                f"cannot save to {directory}: it holds files that are not a checkpoint ({', '.join(others[:4])}"
+                f"{'...' * (len(others) > 4)}) and a save replaces the whole directory; give a new or empty directory"
+            )
     parent = directory.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent

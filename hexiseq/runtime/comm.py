@@ -7,7 +7,8 @@ refuses uneven shapes), on flat buffers packed peer by peer.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -52,7 +53,7 @@ def ragged_all_to_all(x: Tensor, in_splits: Sequence[int], out_splits: Sequence[
     return _RaggedAllToAll.apply(x.reshape(-1), list(map(int, out_splits)), list(map(int, in_splits)), group)
 
 
-def scatter_qkv(q: Tensor, k: Tensor, v: Tensor, ctx: "RankContext") -> tuple[Tensor, Tensor, Tensor]:
+def scatter_qkv(q: Tensor, k: Tensor, v: Tensor, ctx: RankContext) -> tuple[Tensor, Tensor, Tensor]:
     """(my tokens, all heads) -> (group tokens in group order, my heads), q, k and v in ONE exchange.
 
     q [s_r, H, d], k/v [s_r, H_kv, d]  ->  q [n_g, η_r, d], k/v [n_g, kv_r, d], where kv_r are the
@@ -76,7 +77,7 @@ def scatter_qkv(q: Tensor, k: Tensor, v: Tensor, ctx: "RankContext") -> tuple[Te
     return torch.cat(qs), torch.cat(ks), torch.cat(vs)
 
 
-def gather_heads(y: Tensor, ctx: "RankContext") -> Tensor:
+def gather_heads(y: Tensor, ctx: RankContext) -> Tensor:
     """(group tokens, my heads) -> (my tokens, all heads): the inverse of the q part of scatter_qkv."""
     if ctx.hp_group is None:
         return y
@@ -125,7 +126,7 @@ class P2PBatch:
         self.recv_bufs.append(t)
         return t
 
-    def start(self) -> "P2PBatch":
+    def start(self) -> P2PBatch:
         if self.ops:
             if self.links is not None:
                 self.links.post()

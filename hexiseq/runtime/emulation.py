@@ -29,8 +29,9 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -38,7 +39,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..errors import HexiSeqError
 
 QUANTUM_S = 5e-3  # the rank sleeps off what it owes once it exceeds this: each sleep costs a wake-up, so not too often
-MIN_SLEEP_S = 2e-4  # before a message, less than this stays owed: a sleep costs Linux's timer slack (50 us) and a wake-up
+MIN_SLEEP_S = (
+    2e-4  # before a message, less than this stays owed: a sleep costs Linux's timer slack (50 us) and a wake-up
+)
 CREDIT_S = 0.05  # at most this much time lost to contention is made up later by sleeping less
 MODEL_BYTES_PER_ELEMENT = 2.0  # the cost model's activations are bf16
 _COMM_NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional")
@@ -62,8 +65,10 @@ class Emulation:
             raise HexiSeqError("an emulation needs at least one rank")
         for r, f in enumerate(self.slowdown):
             if not (isinstance(f, (int, float)) and math.isfinite(f) and f >= 1.0):
-                raise HexiSeqError(f"emulation: rank {r} has slowdown {f!r}; a CPU rank can only be slowed down, "
-                                   f"so the factor must be a number >= 1 (1 = one unpaced core)")
+                raise HexiSeqError(
+                    f"emulation: rank {r} has slowdown {f!r}; a CPU rank can only be slowed down, "
+                    f"so the factor must be a number >= 1 (1 = one unpaced core)"
+                )
         for name in ("link_gbps", "link_latency_us"):
             m = getattr(self, name)
             if m and (len(m) != n or any(len(row) != n for row in m)):
@@ -90,12 +95,19 @@ class Emulation:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        return {k: [list(r) for r in v] if k.startswith("link") else (list(v) if isinstance(v, tuple) else v) for k, v in d.items()}
+        return {
+            k: [list(r) for r in v] if k.startswith("link") else (list(v) if isinstance(v, tuple) else v)
+            for k, v in d.items()
+        }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Emulation":
-        return cls(tuple(d["slowdown"]), tuple(tuple(r) for r in d.get("link_gbps", ())),
-                   tuple(tuple(r) for r in d.get("link_latency_us", ())), d.get("source", ""))
+    def from_dict(cls, d: dict[str, Any]) -> Emulation:
+        return cls(
+            tuple(d["slowdown"]),
+            tuple(tuple(r) for r in d.get("link_gbps", ())),
+            tuple(tuple(r) for r in d.get("link_latency_us", ())),
+            d.get("source", ""),
+        )
 
 
 @dataclass
@@ -229,7 +241,9 @@ def activate(emulation: Emulation | dict | None, rank: int, pacer: Pacer | None 
 # ---------------------------------------------------------------------- hooks the runtime calls
 
 
-def after_collective(kind: str, ranks: Sequence[int], elems: int = 0, send: Sequence[int] = (), recv: Sequence[int] = ()) -> None:
+def after_collective(
+    kind: str, ranks: Sequence[int], elems: int = 0, send: Sequence[int] = (), recv: Sequence[int] = ()
+) -> None:
     """Called after a synchronous collective returns: hold for its emulated link time, if any.
     kind: "all_to_all" (per-peer `send` / `recv` element counts, group order) or "all_reduce" (`elems`)."""
     pacer = active()
@@ -249,7 +263,9 @@ class P2PLinks:
 
     pacer: Pacer
     stamps: list[tuple[torch.Tensor, int]] = field(default_factory=list)  # send buffers whose tail holds the post time
-    recvs: list[tuple[torch.Tensor, int]] = field(default_factory=list)  # receive buffers (with a tail) and payload length
+    recvs: list[tuple[torch.Tensor, int]] = field(
+        default_factory=list
+    )  # receive buffers (with a tail) and payload length
     send_s: float = 0.0
     recv_s: float = 0.0
     latency_s: float = 0.0
@@ -302,7 +318,9 @@ class P2PLinks:
             return
         start = self.posted
         for buf, n in self.recvs:
-            start = max(start, float(buf[n:].clone().view(torch.float64)[0]))  # clone: an odd offset cannot be viewed as float64
+            start = max(
+                start, float(buf[n:].clone().view(torch.float64)[0])
+            )  # clone: an odd offset cannot be viewed as float64
         self.pacer.stats.messages += len(self.stamps) + len(self.recvs)
         self.pacer.hold_until(start + self.latency_s + max(self.send_s, self.recv_s))
 

@@ -34,8 +34,18 @@ INPUT, ERROR, DIED, STOPPED, HUNG, LIMIT = "input", "error", "died", "stopped", 
 TIMEOUT, PEER = "timeout", "peer"
 CONSEQUENCES = (TIMEOUT, PEER)
 
-_PEER_WORDS = ("connection reset", "connection closed", "closed by peer", "broken pipe", "connection refused",
-               "socket closed", "end of file", "econnreset", "read error", "write error")
+_PEER_WORDS = (
+    "connection reset",
+    "connection closed",
+    "closed by peer",
+    "broken pipe",
+    "connection refused",
+    "socket closed",
+    "end of file",
+    "econnreset",
+    "read error",
+    "write error",
+)
 _TIMEOUT_WORDS = ("timed out", "timeout", "deadline exceeded")
 
 
@@ -66,17 +76,33 @@ def classify(rank: int, exc: BaseException, pg_timeout_s: float | None = None) -
     if isinstance(exc, HexiSeqError):
         return RankFailure(rank, INPUT, str(exc), detail, pid=os.getpid())
     if isinstance(exc, MemoryError) or "out of memory" in low:
-        return RankFailure(rank, ERROR, f"ran out of memory ({type(exc).__name__}: {first[:200]}); use a stronger --recompute "
-                           "policy, a shorter --seq-len or a plan over more devices", detail, pid=os.getpid())
+        return RankFailure(
+            rank,
+            ERROR,
+            f"ran out of memory ({type(exc).__name__}: {first[:200]}); use a stronger --recompute "
+            "policy, a shorter --seq-len or a plan over more devices",
+            detail,
+            pid=os.getpid(),
+        )
     if isinstance(exc, (RuntimeError, ConnectionError, OSError)) and any(w in low for w in _TIMEOUT_WORDS):
         after = f" after {pg_timeout_s:g} s" if pg_timeout_s else ""
-        return RankFailure(rank, TIMEOUT, f"a collective timed out{after} waiting for a peer (--timeout)", detail, pid=os.getpid())
+        return RankFailure(
+            rank, TIMEOUT, f"a collective timed out{after} waiting for a peer (--timeout)", detail, pid=os.getpid()
+        )
     if isinstance(exc, (RuntimeError, ConnectionError, OSError)) and any(w in low for w in _PEER_WORDS):
-        return RankFailure(rank, PEER, "a peer closed its connection (it failed or died first)", detail, pid=os.getpid())
+        return RankFailure(
+            rank, PEER, "a peer closed its connection (it failed or died first)", detail, pid=os.getpid()
+        )
     if isinstance(exc, KeyboardInterrupt):
         return RankFailure(rank, ERROR, "interrupted (Ctrl-C / SIGINT)", detail, pid=os.getpid())
-    return RankFailure(rank, ERROR, f"{type(exc).__name__}: {first[:300]} — an internal fault, not your input: rerun with "
-                       "--debug for every rank's traceback and report it", detail, pid=os.getpid())
+    return RankFailure(
+        rank,
+        ERROR,
+        f"{type(exc).__name__}: {first[:300]} — an internal fault, not your input: rerun with "
+        "--debug for every rank's traceback and report it",
+        detail,
+        pid=os.getpid(),
+    )
 
 
 def died(rank: int, exitcode: int, pid: int | None = None) -> RankFailure:
@@ -86,10 +112,16 @@ def died(rank: int, exitcode: int, pid: int | None = None) -> RankFailure:
             name = signal.Signals(-exitcode).name
         except ValueError:
             name = f"signal {-exitcode}"
-        hint = (" — the out-of-memory killer or another process ended it (see `dmesg`)" if name == "SIGKILL" else "")
-        return RankFailure(rank, DIED, f"was killed by {name}{hint}; rerun (or --resume RUN_DIR from its last checkpoint)", pid=pid)
-    return RankFailure(rank, DIED, f"exited with code {exitcode} without reporting an error (a crash in native code?); "
-                       "rerun with --debug", pid=pid)
+        hint = " — the out-of-memory killer or another process ended it (see `dmesg`)" if name == "SIGKILL" else ""
+        return RankFailure(
+            rank, DIED, f"was killed by {name}{hint}; rerun (or --resume RUN_DIR from its last checkpoint)", pid=pid
+        )
+    return RankFailure(
+        rank,
+        DIED,
+        f"exited with code {exitcode} without reporting an error (a crash in native code?); rerun with --debug",
+        pid=pid,
+    )
 
 
 def process_state(pid: int) -> str | None:
@@ -105,12 +137,22 @@ def silent(rank: int, pid: int | None, pg_timeout_s: float | None, others_failed
     """A rank still running when the launcher gives up on it: stopped (state T) or hung."""
     after = f"{pg_timeout_s:g} s" if pg_timeout_s else "the process-group timeout"
     if pid is not None and process_state(pid) == "T":
-        return RankFailure(rank, STOPPED, f"(pid {pid}) was stopped (SIGSTOP / Ctrl-Z) and held up the run: the other ranks "
-                           f"timed out after {after} waiting for it (--timeout); it was killed. Do not stop ranks of a running "
-                           "job; rerun (or --resume RUN_DIR)", pid=pid)
+        return RankFailure(
+            rank,
+            STOPPED,
+            f"(pid {pid}) was stopped (SIGSTOP / Ctrl-Z) and held up the run: the other ranks "
+            f"timed out after {after} waiting for it (--timeout); it was killed. Do not stop ranks of a running "
+            "job; rerun (or --resume RUN_DIR)",
+            pid=pid,
+        )
     what = "the other ranks failed" if others_failed else "the run ended"
-    return RankFailure(rank, HUNG, f"(pid {pid}) did not respond after {what} (waited {after}, --timeout); it was killed. "
-                       "If it recurs, rerun with --debug", pid=pid)
+    return RankFailure(
+        rank,
+        HUNG,
+        f"(pid {pid}) did not respond after {what} (waited {after}, --timeout); it was killed. "
+        "If it recurs, rerun with --debug",
+        pid=pid,
+    )
 
 
 def _ranks(rs: list[int]) -> str:
@@ -174,7 +216,9 @@ class RankBoard:
         self._stop.set()
 
     def post(self, failure: RankFailure) -> None:
-        self.store.set(f"fail/{failure.rank}", json.dumps({"kind": failure.kind, "message": failure.message, "at": failure.at}))
+        self.store.set(
+            f"fail/{failure.rank}", json.dumps({"kind": failure.kind, "message": failure.message, "at": failure.at})
+        )
 
     def _read(self, key: str) -> dict[int, dict[str, Any]]:
         out = {}
@@ -204,8 +248,9 @@ def open_board(host: str, port: int, rank: int, world: int, prefix: str) -> Rank
     return _BOARD
 
 
-def torchrun_line(exc: BaseException, rank: int, world: int, pg_timeout_s: float | None,
-                  wait_s: float = 3.0) -> tuple[str, int, list[int]]:
+def torchrun_line(
+    exc: BaseException, rank: int, world: int, pg_timeout_s: float | None, wait_s: float = 3.0
+) -> tuple[str, int, list[int]]:
     """The one line a torchrun process prints for its failure, its exit code, and the pids of
     stopped peers on this host to kill once the line is out (else torchrun waits its 30 s shutdown
     grace on a stopped process). A rank that only saw a peer's failure waits up to `wait_s` for the

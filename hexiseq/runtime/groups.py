@@ -75,10 +75,14 @@ class RankContext:
     @property
     def peers(self) -> tuple[int, ...]:
         """Every rank this rank exchanges K/V with (either direction), sorted."""
-        return tuple(sorted({t.src for r in self.rounds for t in r.recv} | {t.dst for r in self.rounds for t in r.send}))
+        return tuple(
+            sorted({t.src for r in self.rounds for t in r.recv} | {t.dst for r in self.rounds for t in r.send})
+        )
 
 
-def exchange_rounds(plan: Plan, rank: int, layouts: list[RankLayout] | tuple[RankLayout, ...] | None = None) -> tuple[Round, ...]:
+def exchange_rounds(
+    plan: Plan, rank: int, layouts: list[RankLayout] | tuple[RankLayout, ...] | None = None
+) -> tuple[Round, ...]:
     """The k-1 rounds of the cross-group K/V exchange for `rank` (hexiseq.schedule, the one schedule)."""
     return rank_rounds(plan, rank, layouts)
 
@@ -94,7 +98,12 @@ def derive_context(plan: Plan, rank: int) -> RankContext:
     h0, h1 = me.head_range
     kv_index = tuple(h // gq - me.kv_head_range[0] for h in range(h0, h1))
     return RankContext(
-        plan=plan, rank=rank, layout=me, layouts=lay, group=me.group, group_ranks=ranks,
+        plan=plan,
+        rank=rank,
+        layout=me,
+        layouts=lay,
+        group=me.group,
+        group_ranks=ranks,
         token_counts=tuple(lay[r].num_tokens for r in ranks),
         head_ranges=tuple(lay[r].head_range for r in ranks),
         kv_ranges=tuple(lay[r].kv_head_range for r in ranks),
@@ -111,8 +120,10 @@ def world_violations(plan: Plan, rank: int, world_size: int) -> list[str]:
     """Why this world cannot run this plan (empty when it can). Local: no communication."""
     v = list(plan.validate())
     if world_size != plan.world_size:
-        v.append(f"plan {plan.name!r} has {plan.world_size} ranks (HP groups of sizes {list(plan.group_sizes)}) "
-                 f"but the torch.distributed world has {world_size} processes")
+        v.append(
+            f"plan {plan.name!r} has {plan.world_size} ranks (HP groups of sizes {list(plan.group_sizes)}) "
+            f"but the torch.distributed world has {world_size} processes"
+        )
     if not 0 <= rank < world_size:
         v.append(f"rank {rank} is outside the world of {world_size}")
     return v

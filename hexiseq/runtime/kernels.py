@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -97,7 +97,9 @@ def _math_fwd(q: Tensor, k: Tensor, v: Tensor, kind: str, offset: int, scale: fl
     return out.to(q.dtype), lse
 
 
-def _math_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, kind: str, offset: int, scale: float):
+def _math_bwd(
+    do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, kind: str, offset: int, scale: float
+):
     hq, hk = q.shape[1], k.shape[1]
     acc = acc_dtype(q.dtype)
     kf, vf, qf, dof = _expand_kv(k, hq).to(acc), _expand_kv(v, hq).to(acc), q.to(acc), do.to(acc)
@@ -139,8 +141,16 @@ def _cpu_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor
     is_causal = kind == CAUSAL and offset == 0 and q.shape[0] == k.shape[0]
     bias = _causal_bias(q.shape[0], k.shape[0], offset, q.dtype, q.device) if kind == CAUSAL and not is_causal else None
     dq, dk, dv = _CPU_BWD(
-        _bhld(do).contiguous(), _bhld(q), _bhld(ke), _bhld(ve), _bhld(o.to(q.dtype)).contiguous(),
-        lse.unsqueeze(0).contiguous(), 0.0, is_causal, attn_mask=bias, scale=scale,
+        _bhld(do).contiguous(),
+        _bhld(q),
+        _bhld(ke),
+        _bhld(ve),
+        _bhld(o.to(q.dtype)).contiguous(),
+        lse.unsqueeze(0).contiguous(),
+        0.0,
+        is_causal,
+        attn_mask=bias,
+        scale=scale,
     )
     f = lambda t: t[0].transpose(0, 1)  # noqa: E731
     acc = acc_dtype(q.dtype)
@@ -172,22 +182,53 @@ def _call_by_name(fn: Callable, kwargs: dict) -> object:
 def _flash_fwd(q: Tensor, k: Tensor, v: Tensor, kind: str, offset: int, scale: float) -> tuple[Tensor, Tensor]:
     from flash_attn import flash_attn_interface as fi
 
-    kw = dict(q=q[None].contiguous(), k=k[None].contiguous(), v=v[None].contiguous(), dropout_p=0.0, softmax_scale=scale,
-              causal=kind == CAUSAL, window_size=(-1, -1), window_size_left=-1, window_size_right=-1, softcap=0.0,
-              alibi_slopes=None, return_softmax=False)
+    kw = dict(
+        q=q[None].contiguous(),
+        k=k[None].contiguous(),
+        v=v[None].contiguous(),
+        dropout_p=0.0,
+        softmax_scale=scale,
+        causal=kind == CAUSAL,
+        window_size=(-1, -1),
+        window_size_left=-1,
+        window_size_right=-1,
+        softcap=0.0,
+        alibi_slopes=None,
+        return_softmax=False,
+    )
     res = _call_by_name(fi._flash_attn_forward, kw)
     out, lse = (res[0], res[5]) if len(res) == 8 else (res[0], res[1])  # 2.5/2.6 vs 2.7+ return tuples
     return out[0], lse[0].float()
 
 
-def _flash_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, kind: str, offset: int, scale: float):
+def _flash_bwd(
+    do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, kind: str, offset: int, scale: float
+):
     from flash_attn import flash_attn_interface as fi
 
     q4, k4, v4 = q[None].contiguous(), k[None].contiguous(), v[None].contiguous()
     dq, dk, dv = torch.empty_like(q4), torch.empty_like(k4), torch.empty_like(v4)
-    kw = dict(dout=do[None].contiguous(), q=q4, k=k4, v=v4, out=o.to(q.dtype)[None].contiguous(), softmax_lse=lse[None].contiguous(),
-              dq=dq, dk=dk, dv=dv, dropout_p=0.0, softmax_scale=scale, causal=kind == CAUSAL, window_size=(-1, -1),
-              window_size_left=-1, window_size_right=-1, softcap=0.0, alibi_slopes=None, deterministic=False, rng_state=None)
+    kw = dict(
+        dout=do[None].contiguous(),
+        q=q4,
+        k=k4,
+        v=v4,
+        out=o.to(q.dtype)[None].contiguous(),
+        softmax_lse=lse[None].contiguous(),
+        dq=dq,
+        dk=dk,
+        dv=dv,
+        dropout_p=0.0,
+        softmax_scale=scale,
+        causal=kind == CAUSAL,
+        window_size=(-1, -1),
+        window_size_left=-1,
+        window_size_right=-1,
+        softcap=0.0,
+        alibi_slopes=None,
+        deterministic=False,
+        rng_state=None,
+    )
     _call_by_name(fi._flash_attn_backward, kw)  # writes dq, dk, dv in place (GQA summed by the kernel)
     return dq[0], dk[0], dv[0]
 
@@ -221,13 +262,21 @@ def _tiles(piece: tuple[int, int, int, str, int], heads: int, backend: str) -> l
 
 def _check(q: Tensor, k: Tensor, v: Tensor) -> None:
     if q.dim() != 3 or k.dim() != 3 or v.shape[:2] != k.shape[:2]:
-        raise ValueError(f"expected q [Lq,Hq,d], k and v [Lk,Hk,d]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+        raise ValueError(
+            f"expected q [Lq,Hq,d], k and v [Lk,Hk,d]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
     if k.shape[1] == 0 or q.shape[1] % k.shape[1]:
         raise ValueError(f"query heads {q.shape[1]} are not a multiple of key heads {k.shape[1]}")
 
 
 def local_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask_kind: str = FULL, offset: int = 0, scale: float | None = None, backend: str | None = None
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask_kind: str = FULL,
+    offset: int = 0,
+    scale: float | None = None,
+    backend: str | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Attention of one query block against one key block: (out [Lq,Hq,d], lse [Hq,Lq] fp32)."""
     _check(q, k, v)
@@ -246,8 +295,16 @@ def local_attention(
 
 
 def local_attention_backward(
-    dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, mask_kind: str = FULL, offset: int = 0,
-    scale: float | None = None, backend: str | None = None,
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    mask_kind: str = FULL,
+    offset: int = 0,
+    scale: float | None = None,
+    backend: str | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Gradients of one block. `out`/`lse` are the merged ones of these queries over *all* key blocks,
     so the block's dq/dk/dv are its exact share of the full gradients. Returned in `acc_dtype(q.dtype)`."""

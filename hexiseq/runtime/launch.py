@@ -12,9 +12,10 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -38,7 +39,9 @@ class WorldError(RuntimeError):
 
     def details(self) -> str:
         """Every rank's traceback (for --debug)."""
-        return "\n".join(f"--- rank {r} ({f.kind}) ---\n{f.detail or f.message}" for r, f in sorted(self.failures.items()))
+        return "\n".join(
+            f"--- rank {r} ({f.kind}) ---\n{f.detail or f.message}" for r, f in sorted(self.failures.items())
+        )
 
 
 @dataclass
@@ -82,15 +85,26 @@ def _die_with_parent() -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def _worker(fn: Callable, rank: int, nproc: int, port: int, backend: str, pg_timeout_s: float, threads: int,
-            args: tuple, results: "mp.Queue") -> None:
+def _worker(
+    fn: Callable,
+    rank: int,
+    nproc: int,
+    port: int,
+    backend: str,
+    pg_timeout_s: float,
+    threads: int,
+    args: tuple,
+    results: mp.Queue,
+) -> None:
     _die_with_parent()
     try:
         torch.set_num_threads(threads)
         if backend == "nccl":  # bind the GPU before NCCL creates its communicator
             torch.cuda.set_device(rank % torch.cuda.device_count())
         store = dist.TCPStore("127.0.0.1", port, nproc, is_master=False, timeout=timedelta(seconds=pg_timeout_s))
-        dist.init_process_group(backend, store=store, rank=rank, world_size=nproc, timeout=timedelta(seconds=pg_timeout_s))
+        dist.init_process_group(
+            backend, store=store, rank=rank, world_size=nproc, timeout=timedelta(seconds=pg_timeout_s)
+        )
         value = fn(rank, nproc, *args)
         results.put((rank, True, value))
     except BaseException as e:  # report everything, including KeyboardInterrupt / SystemExit
@@ -115,9 +129,16 @@ _DEATH_GRACE_S = 0.3  # a dead process may still have its result in the pipe
 _AFTER_FAILURE_S = 5.0  # beyond the process-group timeout, how long the others get to fail after a cause
 
 
-def run_world(fn: Callable, nproc: int, *args: Any, timeout_s: float | None = 120.0, backend: str = "gloo",
-              pg_timeout_s: float | None = None, threads: int | None = None,
-              poll: Callable[[float], None] | None = None) -> WorldResult:
+def run_world(
+    fn: Callable,
+    nproc: int,
+    *args: Any,
+    timeout_s: float | None = 120.0,
+    backend: str = "gloo",
+    pg_timeout_s: float | None = None,
+    threads: int | None = None,
+    poll: Callable[[float], None] | None = None,
+) -> WorldResult:
     """Run `fn(rank, nproc, *args)` on `nproc` spawned ranks and collect every outcome without raising
     on rank failures (for tests that kill a rank on purpose).
 
@@ -134,11 +155,15 @@ def run_world(fn: Callable, nproc: int, *args: Any, timeout_s: float | None = 12
     # the cores shared out so that the ranks do not oversubscribe the machine
     threads = threads or int(os.environ.get("HEXISEQ_RANK_THREADS") or 0) or max(1, (os.cpu_count() or 1) // nproc)
     # The parent hosts the store on a free port it picked itself, so two worlds never collide.
-    store = dist.TCPStore("127.0.0.1", 0, nproc, is_master=True, timeout=timedelta(seconds=pg_timeout_s), wait_for_workers=False)
+    store = dist.TCPStore(
+        "127.0.0.1", 0, nproc, is_master=True, timeout=timedelta(seconds=pg_timeout_s), wait_for_workers=False
+    )
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     procs = [
-        ctx.Process(target=_worker, args=(fn, r, nproc, store.port, backend, pg_timeout_s, threads, args, results), daemon=True)
+        ctx.Process(
+            target=_worker, args=(fn, r, nproc, store.port, backend, pg_timeout_s, threads, args, results), daemon=True
+        )
         for r in range(nproc)
     ]
     for p in procs:
@@ -178,8 +203,12 @@ def run_world(fn: Callable, nproc: int, *args: Any, timeout_s: float | None = 12
             if now > deadline:
                 out.timed_out = True
                 for r in out.missing(nproc):
-                    out.failures[r] = RankFailure(r, LIMIT, f"was still running at the time limit of {timeout_s:g} s and was killed",
-                                                  pid=procs[r].pid)
+                    out.failures[r] = RankFailure(
+                        r,
+                        LIMIT,
+                        f"was still running at the time limit of {timeout_s:g} s and was killed",
+                        pid=procs[r].pid,
+                    )
                 break
     finally:
         # Finished ranks get a moment to tear their process group down; the rest are killed.
@@ -195,8 +224,15 @@ def run_world(fn: Callable, nproc: int, *args: Any, timeout_s: float | None = 12
     return out
 
 
-def spawn_world(fn: Callable, nproc: int, *args: Any, timeout_s: float | None = 120.0, backend: str = "gloo",
-                pg_timeout_s: float | None = None, poll: Callable[[float], None] | None = None) -> list:
+def spawn_world(
+    fn: Callable,
+    nproc: int,
+    *args: Any,
+    timeout_s: float | None = 120.0,
+    backend: str = "gloo",
+    pg_timeout_s: float | None = None,
+    poll: Callable[[float], None] | None = None,
+) -> list:
     """Run `fn(rank, world_size, *args)` on `nproc` spawned processes, each with the default process
     group initialized (loopback, parent-hosted store, `timeout=` set); return the values in rank order.
 
@@ -216,8 +252,12 @@ def torchrun_env() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def init_from_env(backend: str | None = None, timeout_s: float = DEFAULT_PG_TIMEOUT_S, rank: int | None = None,
-                  device_index: int | None = None) -> tuple[int, int]:
+def init_from_env(
+    backend: str | None = None,
+    timeout_s: float = DEFAULT_PG_TIMEOUT_S,
+    rank: int | None = None,
+    device_index: int | None = None,
+) -> tuple[int, int]:
     """Initialize the default group from torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR/PORT);
     NCCL with the local GPU when CUDA is present, gloo otherwise. `rank` overrides RANK (the plan's
     rank of this process's device), `device_index` the GPU it binds (default LOCAL_RANK). `timeout_s`

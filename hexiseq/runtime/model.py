@@ -19,8 +19,9 @@ step, and the distributed attention works on one sequence. Parameter names follo
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -65,12 +66,25 @@ class LlamaConfig:
             raise SpecError(f"rope scaling {kind!r} is not supported (supported: none/default, llama3)")
 
     @classmethod
-    def from_spec(cls, spec: ModelSpec, norm_eps: float = 1e-5) -> "LlamaConfig":
+    def from_spec(cls, spec: ModelSpec, norm_eps: float = 1e-5) -> LlamaConfig:
         """The Llama config of a catalog ModelSpec; GPT-style specs (GELU, LayerNorm) are refused."""
         if spec.mlp != "swiglu" or spec.norm != "rmsnorm":
-            raise SpecError(f"model {spec.name!r} is {spec.mlp}/{spec.norm}; the executor runs Llama-family models (swiglu/rmsnorm)")
-        return cls(spec.vocab, spec.hidden, spec.layers, spec.heads, spec.kv_heads, spec.ffn, spec.head_dim,
-                   spec.rope_theta, None, norm_eps, spec.tie_embeddings)
+            raise SpecError(
+                f"model {spec.name!r} is {spec.mlp}/{spec.norm}; the executor runs Llama-family models (swiglu/rmsnorm)"
+            )
+        return cls(
+            spec.vocab,
+            spec.hidden,
+            spec.layers,
+            spec.heads,
+            spec.kv_heads,
+            spec.ffn,
+            spec.head_dim,
+            spec.rope_theta,
+            None,
+            norm_eps,
+            spec.tie_embeddings,
+        )
 
 
 def dense_causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
@@ -224,7 +238,7 @@ class Llama(nn.Module):
     def activation_checkpointing(self, value: bool | str) -> None:
         self._recompute = recompute_policy(value, allow_auto=False, owner="model")
 
-    def init_weights(self, seed: int = 0, std: float = 0.02) -> "Llama":
+    def init_weights(self, seed: int = 0, std: float = 0.02) -> Llama:
         """Deterministic random weights (normal(0, std) matrices, unit norms) from `seed`."""
         gen = torch.Generator().manual_seed(seed)
         with torch.no_grad():
@@ -246,7 +260,9 @@ class Llama(nn.Module):
         emb = torch.cat((angles, angles), dim=-1)
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
-    def forward(self, tokens: Tensor, positions: Tensor | None = None, labels: Tensor | None = None, loss_chunk: int = 4096) -> Tensor:
+    def forward(
+        self, tokens: Tensor, positions: Tensor | None = None, labels: Tensor | None = None, loss_chunk: int = 4096
+    ) -> Tensor:
         """tokens [s] (one sequence or one shard), positions [s] global -> hidden states [s, hidden].
 
         With `labels` [s] it returns instead the *sum* of the next-token loss over these rows

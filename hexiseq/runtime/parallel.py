@@ -48,8 +48,11 @@ class ParallelOptions:
     broadcast_from: int | None = 0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "activation_checkpointing",
-                           recompute_policy(self.activation_checkpointing, allow_auto=False, owner="parallel options"))
+        object.__setattr__(
+            self,
+            "activation_checkpointing",
+            recompute_policy(self.activation_checkpointing, allow_auto=False, owner="parallel options"),
+        )
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ class Shard:
     labels: Tensor
 
 
-def shard_sequence(tokens: Tensor, layout: "RankLayout", labels: Tensor | None = None) -> Shard:
+def shard_sequence(tokens: Tensor, layout: RankLayout, labels: Tensor | None = None) -> Shard:
     """The rank's rows of a whole sequence; labels come from global positions (not the shard's order).
     `labels` [S]: the target of each position (default: the next token, none for the last)."""
     idx = torch.tensor(layout.token_indices(), dtype=torch.long, device=tokens.device)
@@ -134,7 +137,7 @@ class PlanParallel:
     forward: FSDP2 swaps sharded and unsharded parameters during a forward.
     """
 
-    def __init__(self, model: Llama, ctx: "RankContext", options: ParallelOptions = ParallelOptions()) -> None:
+    def __init__(self, model: Llama, ctx: RankContext, options: ParallelOptions = ParallelOptions()) -> None:
         from .attention import plan_attention  # the distributed attention (executor part 1)
 
         self.model, self.ctx, self.options = model, ctx, options

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import PlanError
 from ..plan import Plan
@@ -41,11 +42,15 @@ def plan_nodes(plan: Plan, cluster: Any | None) -> list[list[int]]:
         return [list(plan.rank_devices)]
     bad = sorted(d for d in used if not 0 <= d < cluster.size)
     if bad:
-        raise PlanError(f"plan {plan.name!r} uses devices {bad} that cluster {cluster.name!r} does not have (0..{cluster.size - 1})")
+        raise PlanError(
+            f"plan {plan.name!r} uses devices {bad} that cluster {cluster.name!r} does not have (0..{cluster.size - 1})"
+        )
     return [devs for devs in ([d for d in node if d in used] for node in cluster.node_devices) if devs]
 
 
-def placement_from_env(plan: Plan, cluster: Any | None, env: Mapping[str, str] = os.environ, node: int | None = None) -> Placement:
+def placement_from_env(
+    plan: Plan, cluster: Any | None, env: Mapping[str, str] = os.environ, node: int | None = None
+) -> Placement:
     """This torchrun process's place in the plan; PlanError (one line) when torchrun's world does
     not match the plan on its cluster."""
     world = int(env["WORLD_SIZE"])
@@ -55,18 +60,24 @@ def placement_from_env(plan: Plan, cluster: Any | None, env: Mapping[str, str] =
     nodes = plan_nodes(plan, cluster)
     where = f"cluster {cluster.name!r}" if cluster is not None else "no cluster"
     if world != plan.world_size:
-        raise PlanError(f"torchrun started {world} processes but plan {plan.name!r} has {plan.world_size} ranks "
-                        f"({', '.join(str(len(n)) for n in nodes)} on its {len(nodes)} node{'s' * (len(nodes) > 1)}): "
-                        "start one process per device of the plan")
+        raise PlanError(
+            f"torchrun started {world} processes but plan {plan.name!r} has {plan.world_size} ranks "
+            f"({', '.join(str(len(n)) for n in nodes)} on its {len(nodes)} node{'s' * (len(nodes) > 1)}): "
+            "start one process per device of the plan"
+        )
     if nnodes != len(nodes):
-        raise PlanError(f"torchrun has {nnodes} node{'s' * (nnodes > 1)} (--nnodes) but plan {plan.name!r} uses {len(nodes)} "
-                        f"nodes of {where}: run one torchrun agent per node")
+        raise PlanError(
+            f"torchrun has {nnodes} node{'s' * (nnodes > 1)} (--nnodes) but plan {plan.name!r} uses {len(nodes)} "
+            f"nodes of {where}: run one torchrun agent per node"
+        )
     if not 0 <= node < len(nodes):
         raise PlanError(f"node rank {node} is outside the plan's nodes 0..{len(nodes) - 1}")
     if local_world != len(nodes[node]):
-        raise PlanError(f"node {node} runs {local_world} processes (--nproc-per-node) but plan {plan.name!r} uses "
-                        f"{len(nodes[node])} devices there ({where}, devices {nodes[node]}): use --nproc-per-node {len(nodes[node])} "
-                        "on that node")
+        raise PlanError(
+            f"node {node} runs {local_world} processes (--nproc-per-node) but plan {plan.name!r} uses "
+            f"{len(nodes[node])} devices there ({where}, devices {nodes[node]}): use --nproc-per-node {len(nodes[node])} "
+            "on that node"
+        )
     device = nodes[node][local]
     cuda = cluster.devices[device].local_rank if cluster is not None else local
     return Placement(plan.rank_devices.index(device), device, node, local, cuda, socket.gethostname())
@@ -85,7 +96,9 @@ def check_placement(plan: Plan, me: Placement, cluster: Any | None) -> list[dict
     seen: dict[int, int] = {}
     for p in everyone:
         if p["device"] in seen:
-            raise PlanError(f"ranks {seen[p['device']]} and {p['rank']} both run device {p['device']} (node {p['node']}, "
-                            f"local rank {p['local_rank']}): each torchrun agent needs its own --node-rank")
+            raise PlanError(
+                f"ranks {seen[p['device']]} and {p['rank']} both run device {p['device']} (node {p['node']}, "
+                f"local rank {p['local_rank']}): each torchrun agent needs its own --node-rank"
+            )
         seen[p["device"]] = p["rank"]
     return everyone

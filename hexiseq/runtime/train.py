@@ -17,8 +17,9 @@ import os
 import sys
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -179,8 +180,9 @@ def train_step(
     return StepStats(step, value, norm, int(tokens or 0), time.perf_counter() - t0)
 
 
-def train(runner: Runner, optimizer: torch.optim.Optimizer, tokens: Tensor, steps: int, cfg: TrainConfig,
-          show: bool = True) -> list[StepStats]:
+def train(
+    runner: Runner, optimizer: torch.optim.Optimizer, tokens: Tensor, steps: int, cfg: TrainConfig, show: bool = True
+) -> list[StepStats]:
     """A short loop on one sequence (`hexiseq run`): a tqdm bar and one line per step on rank 0."""
     from tqdm import tqdm
 
@@ -193,7 +195,9 @@ def train(runner: Runner, optimizer: torch.optim.Optimizer, tokens: Tensor, step
         out.append(s)
         bar.set_postfix(loss=f"{s.loss:.4f}", tok_s=f"{s.tokens_per_s:,.0f}")
         if show and lead:
-            bar.write(f"step {i + 1}/{steps}  loss {s.loss:.5f}  grad_norm {s.grad_norm:.3f}  {s.tokens_per_s:,.0f} tokens/s  ({s.seconds:.3f} s)")
+            bar.write(
+                f"step {i + 1}/{steps}  loss {s.loss:.5f}  grad_norm {s.grad_norm:.3f}  {s.tokens_per_s:,.0f} tokens/s  ({s.seconds:.3f} s)"
+            )
     return out
 
 
@@ -232,7 +236,9 @@ def build_model(job: StepJob, device: torch.device) -> Llama:
     return Llama(job.model).init_weights(job.seed).to(device, getattr(torch, job.dtype))
 
 
-def run_job(job: StepJob, seq_len: int, runner_factory: Callable[[Llama], Runner], device: torch.device) -> dict[str, Any]:
+def run_job(
+    job: StepJob, seq_len: int, runner_factory: Callable[[Llama], Runner], device: torch.device
+) -> dict[str, Any]:
     """Build, train `job.steps` steps, and report (losses, timings; with `collect` the tensors)."""
     model = build_model(job, device)
     runner = runner_factory(model)
@@ -276,7 +282,9 @@ def run_job(job: StepJob, seq_len: int, runner_factory: Callable[[Llama], Runner
 def reference_job(job: StepJob, seq_len: int) -> dict[str, Any]:
     """The same job on one device, whole sequence, dense attention."""
     device = compute_device(0)
-    return run_job(job, seq_len, lambda m: SingleDevice(m, job.options.loss_chunk, job.options.activation_checkpointing), device)
+    return run_job(
+        job, seq_len, lambda m: SingleDevice(m, job.options.loss_chunk, job.options.activation_checkpointing), device
+    )
 
 
 def step_worker(rank: int, world_size: int, job: StepJob) -> dict[str, Any]:

@@ -38,10 +38,20 @@ class CheckSetup:
     notes: tuple[str, ...] = ()
 
 
-def proxy_config(num_heads: int, num_kv_heads: int, head_dim: int = 8, layers: int = 2, vocab: int = 512) -> LlamaConfig:
+def proxy_config(
+    num_heads: int, num_kv_heads: int, head_dim: int = 8, layers: int = 2, vocab: int = 512
+) -> LlamaConfig:
     """A tiny Llama with the given head structure (what the executor's layout depends on)."""
     hidden = num_heads * head_dim
-    return LlamaConfig(vocab=vocab, hidden=hidden, layers=layers, heads=num_heads, kv_heads=num_kv_heads, ffn=2 * hidden, head_dim=head_dim)
+    return LlamaConfig(
+        vocab=vocab,
+        hidden=hidden,
+        layers=layers,
+        heads=num_heads,
+        kv_heads=num_kv_heads,
+        ffn=2 * hidden,
+        head_dim=head_dim,
+    )
 
 
 def prepare_check(plan: Plan, model: str | None = None, seq_len: int | None = None) -> CheckSetup:
@@ -50,7 +60,9 @@ def prepare_check(plan: Plan, model: str | None = None, seq_len: int | None = No
     notes: list[str] = []
     if model is None:
         cfg, name = proxy_config(plan.num_heads, plan.num_kv_heads), f"proxy-{plan.num_heads}h{plan.num_kv_heads}kv"
-        notes.append(f"model: a 2-layer proxy with the plan's {plan.num_heads} heads / {plan.num_kv_heads} KV heads ({plan.model or 'unnamed model'})")
+        notes.append(
+            f"model: a 2-layer proxy with the plan's {plan.num_heads} heads / {plan.num_kv_heads} KV heads ({plan.model or 'unnamed model'})"
+        )
     else:
         spec: ModelSpec = get_model(model)
         plan.check(model=spec)
@@ -76,8 +88,13 @@ def rel_err(got: torch.Tensor, ref: torch.Tensor) -> float:
     return (got - ref).abs().max().item() / (scale if scale > 0 else 1.0)
 
 
-def verify_plan(setup: CheckSetup, seed: int = 0, timeout_s: float = 300.0, tolerance: float | None = None,
-                time_limit_s: float | None = None) -> dict[str, Any]:
+def verify_plan(
+    setup: CheckSetup,
+    seed: int = 0,
+    timeout_s: float = 300.0,
+    tolerance: float | None = None,
+    time_limit_s: float | None = None,
+) -> dict[str, Any]:
     """One step under the plan (spawned world) and on one device; the errors between them.
     `timeout_s` bounds each collective, `time_limit_s` (None: none) the whole distributed step."""
     from .launch import local_backend, spawn_world
@@ -86,9 +103,13 @@ def verify_plan(setup: CheckSetup, seed: int = 0, timeout_s: float = 300.0, tole
     plan = setup.plan
     backend = local_backend(plan.world_size)
     dtype = "bf16" if backend == "nccl" else "fp32"
-    job = StepJob(plan=plan.to_dict(), model=setup.model, steps=1, seed=seed, collect=True, train=TrainConfig(timeout_s=timeout_s))
+    job = StepJob(
+        plan=plan.to_dict(), model=setup.model, steps=1, seed=seed, collect=True, train=TrainConfig(timeout_s=timeout_s)
+    )
     t0 = time.perf_counter()
-    ranks = unpack(spawn_world(step_worker, plan.world_size, job, timeout_s=time_limit_s, pg_timeout_s=timeout_s, backend=backend))
+    ranks = unpack(
+        spawn_world(step_worker, plan.world_size, job, timeout_s=time_limit_s, pg_timeout_s=timeout_s, backend=backend)
+    )
     seconds = time.perf_counter() - t0
     ref = reference_job(job, plan.seq_len)
     out = torch.empty_like(ref["output"])
@@ -104,10 +125,20 @@ def verify_plan(setup: CheckSetup, seed: int = 0, timeout_s: float = 300.0, tole
     }
     tol = tolerance if tolerance is not None else TOLERANCE[dtype]
     return {
-        "plan": plan.name, "model": setup.model_name, "nproc": plan.world_size, "seq_len": plan.seq_len,
-        "dtype": dtype, "backend": backend, "notes": list(setup.notes),
-        "loss_ref": loss_ref, "loss_dist": loss_dist, **errs, "worst_grad": worst,
-        "tolerance": tol, "passed": all(v <= tol for v in errs.values()), "seconds_dist": round(seconds, 3),
+        "plan": plan.name,
+        "model": setup.model_name,
+        "nproc": plan.world_size,
+        "seq_len": plan.seq_len,
+        "dtype": dtype,
+        "backend": backend,
+        "notes": list(setup.notes),
+        "loss_ref": loss_ref,
+        "loss_dist": loss_dist,
+        **errs,
+        "worst_grad": worst,
+        "tolerance": tol,
+        "passed": all(v <= tol for v in errs.values()),
+        "seconds_dist": round(seconds, 3),
     }
 
 

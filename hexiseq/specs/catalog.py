@@ -2,9 +2,10 @@
 profiles that override catalog efficiencies (`data/profiles/`)."""
 
 import functools
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, Mapping, Optional, TypeVar
+from typing import Annotated, Any, Optional, TypeVar
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError, create_model
 from pydantic.dataclasses import dataclass
@@ -94,8 +95,10 @@ def get_model(name: str) -> ModelSpec:
         return model_from_hf_config(p)
     if p.suffix == ".json" or (p.is_dir() and (p / "config.json").exists()):
         return model_from_hf_config(p)  # a missing file or a checkpoint directory: its own error
-    raise SpecError(f"unknown model {name!r}{did_you_mean(name, catalog)}; known models: {', '.join(catalog)} "
-                    f"(or a path to a Hugging Face config.json)")
+    raise SpecError(
+        f"unknown model {name!r}{did_you_mean(name, catalog)}; known models: {', '.join(catalog)} "
+        f"(or a path to a Hugging Face config.json)"
+    )
 
 
 # --------------------------------------------------------------------------- profiles
@@ -107,7 +110,10 @@ def _profile_entry() -> type:
     fields: dict[str, Any] = {}
     for name in profile_fields():
         info = GPUType.__pydantic_fields__[name]
-        fields[name] = (Optional[Annotated[(info.annotation, *info.metadata)]], Field(None, description=info.description))
+        fields[name] = (
+            Optional[Annotated[(info.annotation, *info.metadata)]],
+            Field(None, description=info.description),
+        )
     return create_model("ProfileEntry", __base__=_StrictModel, **fields)
 
 
@@ -122,29 +128,42 @@ ProfileEntry = _profile_entry()
 class ProfileFile(KnownKeys):
     """A profile: measured efficiencies per GPU type, overriding the catalog's defaults."""
 
-    gpus: Annotated[dict[StrictStr, ProfileEntry], Field(description="{GPU type name of data/gpus.yaml: {field: measured value}}")]  # type: ignore[valid-type]
-    notes: Annotated[Optional[StrictStr], Field(description="free text: where, when and how it was measured")] = None
-    measured: Annotated[Optional[dict[StrictStr, Any]], Field(
-        description="the record of `hexiseq profile`: what was run, when, on what machine, and every raw figure "
-                    "(not read by the cost model)")] = None
+    gpus: Annotated[
+        dict[StrictStr, ProfileEntry], Field(description="{GPU type name of data/gpus.yaml: {field: measured value}}")
+    ]  # type: ignore[valid-type]
+    notes: Annotated[StrictStr | None, Field(description="free text: where, when and how it was measured")] = None
+    measured: Annotated[
+        dict[StrictStr, Any] | None,
+        Field(
+            description="the record of `hexiseq profile`: what was run, when, on what machine, and every raw figure "
+            "(not read by the cost model)"
+        ),
+    ] = None
 
 
 _PROFILE_FILE = TypeAdapter(ProfileFile)
 
 
-def check_profile(profile: Any, where: str = "profile", catalog: Mapping[str, GPUType] | None = None) -> dict[str, dict[str, float]]:
+def check_profile(
+    profile: Any, where: str = "profile", catalog: Mapping[str, GPUType] | None = None
+) -> dict[str, dict[str, float]]:
     """{gpu name: {field: value}} of a profile's `gpus` mapping, every name and value checked (names
     against the catalog, values against the GPU field declarations); else a SpecError naming each."""
     return _check_profile_file({"gpus": profile}, where, catalog)
 
 
-def _check_profile_file(raw: Any, where: str, catalog: Mapping[str, GPUType] | None = None) -> dict[str, dict[str, float]]:
+def _check_profile_file(
+    raw: Any, where: str, catalog: Mapping[str, GPUType] | None = None
+) -> dict[str, dict[str, float]]:
     catalog = catalog if catalog is not None else gpu_catalog()
     if not isinstance(raw, Mapping) or "gpus" not in raw:
         raise SpecError(f"{where}: a profile needs a top-level 'gpus' mapping (data/profiles/README.md)")
     entries = validate(_PROFILE_FILE, dict(raw), where).gpus
-    unknown = [f"gpus.{name} is not a GPU type of the catalog{did_you_mean(name, catalog)}; known types: {', '.join(sorted(catalog))}"
-               for name in entries if name not in catalog]
+    unknown = [
+        f"gpus.{name} is not a GPU type of the catalog{did_you_mean(name, catalog)}; known types: {', '.join(sorted(catalog))}"
+        for name in entries
+        if name not in catalog
+    ]
     if unknown:
         raise SpecError(join_problems(where, unknown))
     return {name: e.model_dump(exclude_none=True) for name, e in entries.items()}
@@ -169,4 +188,10 @@ def catalog_json_schema(cls: type, title: str) -> dict[str, Any]:
     entry["properties"].pop("name", None)
     entry["required"] = [k for k in entry.get("required", []) if k != "name"]
     defs = entry.pop("$defs", {})
-    return {"title": title, "type": "object", "additionalProperties": entry, "minProperties": 1, **({"$defs": defs} if defs else {})}
+    return {
+        "title": title,
+        "type": "object",
+        "additionalProperties": entry,
+        "minProperties": 1,
+        **({"$defs": defs} if defs else {}),
+    }

@@ -11,8 +11,9 @@ can cache per cluster object.
 
 import dataclasses
 import functools
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Iterable, Mapping, Optional
+from typing import Annotated, Any
 
 import numpy as np
 from pydantic import BeforeValidator, Field, TypeAdapter, ValidationInfo, WithJsonSchema, model_validator
@@ -23,7 +24,18 @@ from ..errors import SpecError
 from .catalog import check_profile, get_gpu, gpu_catalog
 from .files import data_path, read_yaml
 from .gpus import GPUType
-from .schema import MAX_BANDWIDTH_GBPS, MAX_DEVICES, MAX_LATENCY_US, STRICT, KnownKeys, StrictStr, count, number, spec_class, validate
+from .schema import (
+    MAX_BANDWIDTH_GBPS,
+    MAX_DEVICES,
+    MAX_LATENCY_US,
+    STRICT,
+    KnownKeys,
+    StrictStr,
+    count,
+    number,
+    spec_class,
+    validate,
+)
 
 _BW_WHY = "10 TB/s per direction is more than any link; is the value in bytes/s or Gbit/s instead of GB/s?"
 _SIZE_WHY = f"HexiSeq plans clusters of at most {MAX_DEVICES} GPUs"
@@ -50,9 +62,20 @@ GpuName = Annotated[
     WithJsonSchema({"type": "string", "description": "GPU model: a key of data/gpus.yaml"}),
     Field(json_schema_extra=_gpu_names),
 ]
-NicGbps = number("network bandwidth per GPU out of the node, per direction", unit="GB/s", gt=0, le=MAX_BANDWIDTH_GBPS, limit_why=_BW_WHY)
-LinkGbps = number("intra-node GPU link bandwidth per direction (overrides the GPU type's)", unit="GB/s", gt=0,
-                  le=MAX_BANDWIDTH_GBPS, limit_why=_BW_WHY)
+NicGbps = number(
+    "network bandwidth per GPU out of the node, per direction",
+    unit="GB/s",
+    gt=0,
+    le=MAX_BANDWIDTH_GBPS,
+    limit_why=_BW_WHY,
+)
+LinkGbps = number(
+    "intra-node GPU link bandwidth per direction (overrides the GPU type's)",
+    unit="GB/s",
+    gt=0,
+    le=MAX_BANDWIDTH_GBPS,
+    limit_why=_BW_WHY,
+)
 LatencyUs = number("one-message latency", unit="us", gt=0, le=MAX_LATENCY_US)
 
 
@@ -64,7 +87,7 @@ class NodeSpec(KnownKeys):
     gpu: GpuName
     count: count("GPUs in the node", le=MAX_DEVICES, limit_why=_SIZE_WHY)
     nic_gbps: NicGbps
-    link_bandwidth_gbps: Optional[LinkGbps] = None
+    link_bandwidth_gbps: LinkGbps | None = None
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -82,7 +105,7 @@ class LinkOverride(KnownKeys):
     a: count("device index (devices are numbered in file order, node 0's GPUs first)", ge=0, le=MAX_DEVICES - 1)
     b: count("device index", ge=0, le=MAX_DEVICES - 1)
     bandwidth_gbps: number("bandwidth per direction", unit="GB/s", gt=0, le=MAX_BANDWIDTH_GBPS, limit_why=_BW_WHY)
-    latency_us: Optional[LatencyUs] = None
+    latency_us: LatencyUs | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -125,10 +148,14 @@ class ClusterSpec(KnownKeys):
     def _build_devices(self) -> "ClusterSpec":
         total = sum(node.count for node in self.nodes)
         if total > MAX_DEVICES:
-            raise _fail(f"its nodes hold {total} GPUs, above the limit of {MAX_DEVICES} ({_SIZE_WHY}); plan a part of it")
+            raise _fail(
+                f"its nodes hold {total} GPUs, above the limit of {MAX_DEVICES} ({_SIZE_WHY}); plan a part of it"
+            )
         devices = []
         for n, node in enumerate(self.nodes):
-            link = float(node.link_bandwidth_gbps if node.link_bandwidth_gbps is not None else node.gpu.link_bandwidth_gbps)
+            link = float(
+                node.link_bandwidth_gbps if node.link_bandwidth_gbps is not None else node.gpu.link_bandwidth_gbps
+            )
             nic = float(node.nic_gbps)
             first = len(devices)
             devices.extend([Device(first + i, node.gpu, n, i, nic, link) for i in range(node.count)])
@@ -153,7 +180,9 @@ class ClusterSpec(KnownKeys):
         description: str = "",
     ) -> "ClusterSpec":
         """Build in code: nodes as (gpu name, count, nic_gbps) tuples or NodeSpec."""
-        specs = [node if isinstance(node, NodeSpec) else NodeSpec(get_gpu(node[0], catalog), *node[1:]) for node in nodes]
+        specs = [
+            node if isinstance(node, NodeSpec) else NodeSpec(get_gpu(node[0], catalog), *node[1:]) for node in nodes
+        ]
         return cls(name, tuple(specs), inter_node_latency_us, tuple(overrides), description)
 
     # ---- basic facts
@@ -279,17 +308,23 @@ class ClusterFile(KnownKeys):
     """A cluster YAML file (data/clusters/README.md). Devices are numbered in file order."""
 
     nodes: Annotated[list[NodeEntry], Field(min_length=1, description="the nodes, in device order")]
-    name: Annotated[Optional[StrictStr], Field(description="cluster name (default: the file name without .yaml); plans record it")] = None
+    name: Annotated[
+        StrictStr | None, Field(description="cluster name (default: the file name without .yaml); plans record it")
+    ] = None
     description: StrictStr = ""
     inter_node_latency_us: LatencyUs = 10.0
-    overrides: Annotated[list[LinkOverride], Field(
-        description="explicit links on device indices; they win over the derived value, both directions")] = dataclasses.field(default_factory=list)
+    overrides: Annotated[
+        list[LinkOverride],
+        Field(description="explicit links on device indices; they win over the derived value, both directions"),
+    ] = dataclasses.field(default_factory=list)
 
     def to_spec(self, default_name: str) -> ClusterSpec:
         nodes: list[NodeSpec] = []
         for e in self.nodes:
             nodes.extend([NodeSpec(e.gpu, e.count, e.nic_gbps, e.link_bandwidth_gbps)] * e.repeat)
-        return ClusterSpec(self.name or default_name, tuple(nodes), self.inter_node_latency_us, tuple(self.overrides), self.description)
+        return ClusterSpec(
+            self.name or default_name, tuple(nodes), self.inter_node_latency_us, tuple(self.overrides), self.description
+        )
 
 
 _CLUSTER_FILE = TypeAdapter(ClusterFile)
@@ -311,7 +346,9 @@ def load_cluster(path: Path | str, catalog: Mapping[str, GPUType] | None = None)
     raw = read_yaml(p)
     if not isinstance(raw, dict):
         got = "an empty file" if raw is None else f"a {type(raw).__name__}"
-        raise SpecError(f"{where}: a cluster file is a mapping with a 'nodes' list (data/clusters/README.md), got {got}")
+        raise SpecError(
+            f"{where}: a cluster file is a mapping with a 'nodes' list (data/clusters/README.md), got {got}"
+        )
     spec = validate(_CLUSTER_FILE, raw, where, context={"catalog": catalog})
     try:
         return spec.to_spec(p.stem)

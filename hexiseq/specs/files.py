@@ -48,10 +48,13 @@ class StrictYAMLLoader(yaml.SafeLoader):
             try:
                 first = seen.get(key)
             except TypeError:
-                raise yaml.constructor.ConstructorError(None, None, f"unhashable key {key!r}", key_node.start_mark) from None
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"unhashable key {key!r}", key_node.start_mark
+                ) from None
             if first is not None:
                 raise DuplicateKeyError(
-                    None, None,
+                    None,
+                    None,
                     f"duplicate key {key!r} (first at line {first.line + 1}): a repeated key would silently replace "
                     f"the earlier one; merge the two entries into one",
                     key_node.start_mark,

@@ -31,7 +31,14 @@ from .schema import (
 GIB = 2**30
 GB = 1e9
 
-LINK_KINDS = ("nvlink3", "nvlink4", "nvlink5", "pcie4", "pcie5", "loopback")  # loopback: gloo between CPU processes of one machine
+LINK_KINDS = (
+    "nvlink3",
+    "nvlink4",
+    "nvlink5",
+    "pcie4",
+    "pcie5",
+    "loopback",
+)  # loopback: gloo between CPU processes of one machine
 
 _BW_WHY = "10 TB/s per direction is more than any GPU link; is the value in bytes/s or Gbit/s instead of GB/s?"
 
@@ -42,27 +49,61 @@ class GPUType(KnownKeys):
     """One GPU model. Efficiencies are fractions of peak reached by training kernels."""
 
     name: StrictStr
-    peak_bf16_tflops: number("dense BF16 tensor-core peak (no sparsity)", unit="TFLOP/s", gt=0, le=MAX_TFLOPS, profile=True)
-    memory_gib: number("device memory (vendors quote GB = 1e9 bytes: 80 GB -> 74.5 GiB)", unit="GiB", gt=0, le=MAX_MEMORY_GIB)
+    peak_bf16_tflops: number(
+        "dense BF16 tensor-core peak (no sparsity)", unit="TFLOP/s", gt=0, le=MAX_TFLOPS, profile=True
+    )
+    memory_gib: number(
+        "device memory (vendors quote GB = 1e9 bytes: 80 GB -> 74.5 GiB)", unit="GiB", gt=0, le=MAX_MEMORY_GIB
+    )
     hbm_bandwidth_gbps: number("device-memory bandwidth", unit="GB/s", gt=0, le=1e6, profile=True)
     link_kind: one_of(LINK_KINDS, "GPU-GPU link inside a node")
-    link_bandwidth_gbps: number("that link, per direction, per GPU", unit="GB/s", gt=0, le=MAX_BANDWIDTH_GBPS, limit_why=_BW_WHY,
-                                profile=True)
-    link_latency_us: number("one-message latency over that link", unit="us", gt=0, le=MAX_LATENCY_US, profile=True) = 3.0
+    link_bandwidth_gbps: number(
+        "that link, per direction, per GPU", unit="GB/s", gt=0, le=MAX_BANDWIDTH_GBPS, limit_why=_BW_WHY, profile=True
+    )
+    link_latency_us: number("one-message latency over that link", unit="us", gt=0, le=MAX_LATENCY_US, profile=True) = (
+        3.0
+    )
     eff_matmul: number("fraction of peak reached by large bf16 GEMMs", gt=0, le=1, profile=True) = 0.6
-    eff_attention: number("fraction of peak reached by causal flash attention forward+backward", gt=0, le=1, profile=True) = 0.5
-    eff_hbm: number("fraction of the device-memory bandwidth reached by memory-bound kernels (norms, activations, optimizer)",
-                    gt=0, le=1, profile=True) = 1.0
-    attn_block_half_keys: number("keys at which an attention block runs at half its long-block rate (the per-row cost "
-                                 "of a kernel call: short ring-round blocks are slower)", unit="tokens", ge=0, le=1e6, profile=True) = 0.0
-    overlap_slowdown: number("seconds of compute lost per second of link time a transfer overlaps (DMA / NCCL "
-                             "contention for memory bandwidth and SMs)", ge=0, le=1, profile=True) = 0.0
-    link_efficiency: number("fraction of link_bandwidth_gbps a transfer reaches inside the node", gt=0, le=1, profile=True) = 1.0
-    nic_efficiency: number("fraction of the NIC bandwidth (the cluster's nic_gbps) a transfer between nodes reaches",
-                           gt=0, le=1, profile=True) = 1.0
-    sources: Annotated[dict[StrictStr, StrictStr], Field(
-        description="citation key (an entry of data/sources) per numeric field: {field name: key}; optional",
-        json_schema_extra=lambda s: s.update(propertyNames={"enum": numeric_fields()}))] = dataclasses.field(default_factory=dict, compare=False)
+    eff_attention: number(
+        "fraction of peak reached by causal flash attention forward+backward", gt=0, le=1, profile=True
+    ) = 0.5
+    eff_hbm: number(
+        "fraction of the device-memory bandwidth reached by memory-bound kernels (norms, activations, optimizer)",
+        gt=0,
+        le=1,
+        profile=True,
+    ) = 1.0
+    attn_block_half_keys: number(
+        "keys at which an attention block runs at half its long-block rate (the per-row cost "
+        "of a kernel call: short ring-round blocks are slower)",
+        unit="tokens",
+        ge=0,
+        le=1e6,
+        profile=True,
+    ) = 0.0
+    overlap_slowdown: number(
+        "seconds of compute lost per second of link time a transfer overlaps (DMA / NCCL "
+        "contention for memory bandwidth and SMs)",
+        ge=0,
+        le=1,
+        profile=True,
+    ) = 0.0
+    link_efficiency: number(
+        "fraction of link_bandwidth_gbps a transfer reaches inside the node", gt=0, le=1, profile=True
+    ) = 1.0
+    nic_efficiency: number(
+        "fraction of the NIC bandwidth (the cluster's nic_gbps) a transfer between nodes reaches",
+        gt=0,
+        le=1,
+        profile=True,
+    ) = 1.0
+    sources: Annotated[
+        dict[StrictStr, StrictStr],
+        Field(
+            description="citation key (an entry of data/sources) per numeric field: {field name: key}; optional",
+            json_schema_extra=lambda s: s.update(propertyNames={"enum": numeric_fields()}),
+        ),
+    ] = dataclasses.field(default_factory=dict, compare=False)
 
     @field_validator("sources")
     @classmethod
@@ -70,8 +111,10 @@ class GPUType(KnownKeys):
         numeric = numeric_fields()
         for key, cite in sources.items():
             if key not in numeric:
-                raise ValueError(f"sources names {key!r}, which is not a numeric field{did_you_mean(key, numeric)}; "
-                                 f"numeric fields: {', '.join(numeric)}")
+                raise ValueError(
+                    f"sources names {key!r}, which is not a numeric field{did_you_mean(key, numeric)}; "
+                    f"numeric fields: {', '.join(numeric)}"
+                )
             if not cite.strip():
                 raise ValueError(f"sources.{key} is empty; give a citation key")
         return sources
@@ -98,5 +141,8 @@ def numeric_fields() -> list[str]:
 
 def profile_fields() -> tuple[str, ...]:
     """GPUType fields a measured profile may override (declared with `profile=True`)."""
-    return tuple(name for name, info in GPUType.__pydantic_fields__.items()
-                 if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("profile"))
+    return tuple(
+        name
+        for name, info in GPUType.__pydantic_fields__.items()
+        if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("profile")
+    )

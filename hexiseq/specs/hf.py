@@ -6,8 +6,9 @@ configs carry many that do not concern us. `num_hidden_layers: 2.7`, `"hidden_si
 `true` for a count are refused with the key named.
 """
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, Optional, Union
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -27,22 +28,26 @@ class HFConfig(BaseModel):
     num_hidden_layers: count("transformer blocks", le=MAX_LAYERS)
     hidden_size: count("model width", le=MAX_WIDTH)
     num_attention_heads: count("query heads", le=MAX_HEADS)
-    num_key_value_heads: Optional[count("key/value heads (absent or null: as many as query heads)", le=MAX_HEADS)] = None
+    num_key_value_heads: count("key/value heads (absent or null: as many as query heads)", le=MAX_HEADS) | None = None
     intermediate_size: count("MLP inner width", le=MAX_WIDTH)
     vocab_size: count("vocabulary size", le=MAX_VOCAB)
-    head_dim: Optional[count("per-head dimension (absent or null: hidden_size / num_attention_heads)", le=MAX_WIDTH)] = None
+    head_dim: count("per-head dimension (absent or null: hidden_size / num_attention_heads)", le=MAX_WIDTH) | None = (
+        None
+    )
     tie_word_embeddings: StrictBool = False
-    rope_theta: Optional[number("RoPE base (transformers 4 layout)", gt=0, le=1e12)] = None
-    rope_parameters: Optional[dict[str, Any]] = Field(None, description="RoPE settings (transformers 5 layout; holds rope_theta)")
-    rope_scaling: Optional[dict[str, Any]] = None
-    rms_norm_eps: Optional[number("RMSNorm epsilon", gt=0, le=1)] = None
-    model_type: Optional[StrictStr] = None
-    hidden_act: Optional[StrictStr] = None
-    attention_bias: Optional[StrictBool] = None
-    mlp_bias: Optional[StrictBool] = None
-    sliding_window: Optional[Union[StrictBool, count("sliding-window size", ge=0, le=1 << 31)]] = None
-    use_sliding_window: Optional[StrictBool] = None
-    name_or_path: Optional[StrictStr] = Field(None, alias="_name_or_path")
+    rope_theta: number("RoPE base (transformers 4 layout)", gt=0, le=1000000000000.0) | None = None
+    rope_parameters: dict[str, Any] | None = Field(
+        None, description="RoPE settings (transformers 5 layout; holds rope_theta)"
+    )
+    rope_scaling: dict[str, Any] | None = None
+    rms_norm_eps: number("RMSNorm epsilon", gt=0, le=1) | None = None
+    model_type: StrictStr | None = None
+    hidden_act: StrictStr | None = None
+    attention_bias: StrictBool | None = None
+    mlp_bias: StrictBool | None = None
+    sliding_window: StrictBool | count("sliding-window size", ge=0, le=1 << 31) | None = None
+    use_sliding_window: StrictBool | None = None
+    name_or_path: StrictStr | None = Field(None, alias="_name_or_path")
 
     @property
     def kv_heads(self) -> int:

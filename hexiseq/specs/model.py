@@ -1,13 +1,24 @@
 """A decoder-only transformer (`data/models.yaml`, or a Hugging Face config: `hf.py`): its shape,
 parameter count and FLOPs per token."""
 
-from typing import Optional
-
 from pydantic import model_validator
 from pydantic.dataclasses import dataclass
 from pydantic_core import PydanticCustomError
 
-from .schema import MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH, STRICT, KnownKeys, StrictBool, StrictStr, count, number, one_of, spec_class
+from .schema import (
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_VOCAB,
+    MAX_WIDTH,
+    STRICT,
+    KnownKeys,
+    StrictBool,
+    StrictStr,
+    count,
+    number,
+    one_of,
+    spec_class,
+)
 
 
 @spec_class(lambda kw: f"model {kw.get('name', '?')!r}")
@@ -27,18 +38,30 @@ class ModelSpec(KnownKeys):
     tie_embeddings: StrictBool = False
     rope_theta: number("RoPE base", gt=0, le=1e12) = 10000.0
     head_dim: count("per-head dimension; 0: hidden / heads", ge=0, le=MAX_WIDTH) = 0
-    published_params: Optional[number("parameter count from the model card (tests compare against it)", gt=0, le=1e15)] = None
+    published_params: (
+        number("parameter count from the model card (tests compare against it)", gt=0, le=1000000000000000.0) | None
+    ) = None
 
     @model_validator(mode="after")
     def _shape(self) -> "ModelSpec":
         if self.heads % self.kv_heads:
-            raise PydanticCustomError("hexiseq", "{reason}", {"reason": (
-                f"heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads}); "
-                f"{self.heads} % {self.kv_heads} = {self.heads % self.kv_heads}")})
+            raise PydanticCustomError(
+                "hexiseq",
+                "{reason}",
+                {
+                    "reason": (
+                        f"heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads}); "
+                        f"{self.heads} % {self.kv_heads} = {self.heads % self.kv_heads}"
+                    )
+                },
+            )
         if not self.head_dim:
             if self.hidden % self.heads:
-                raise PydanticCustomError("hexiseq", "{reason}", {"reason": (
-                    f"hidden ({self.hidden}) not divisible by heads ({self.heads}); give head_dim")})
+                raise PydanticCustomError(
+                    "hexiseq",
+                    "{reason}",
+                    {"reason": (f"hidden ({self.hidden}) not divisible by heads ({self.heads}); give head_dim")},
+                )
             object.__setattr__(self, "head_dim", self.hidden // self.heads)
         return self
 
@@ -118,7 +141,10 @@ class ModelSpec(KnownKeys):
 
     def forward_flops(self, seq_len: int) -> float:
         """Forward FLOPs of one sequence: matmuls on every token + causal attention in every layer."""
-        return seq_len * self.linear_flops_per_token + self.layers * self.heads * self.attention_flops_per_pair * self.causal_pairs(seq_len)
+        return (
+            seq_len * self.linear_flops_per_token
+            + self.layers * self.heads * self.attention_flops_per_pair * self.causal_pairs(seq_len)
+        )
 
     def training_flops(self, seq_len: int) -> float:
         """Useful FLOPs of forward + backward of one sequence (3x forward; recompute not counted)."""
@@ -128,4 +154,3 @@ class ModelSpec(KnownKeys):
         """Bytes of model states for mixed-precision AdamW: bf16 weights and grads, fp32 master + 2 moments."""
         p = self.param_count
         return {"weights_bf16": 2.0 * p, "grads_bf16": 2.0 * p, "master_fp32": 4.0 * p, "adam_fp32": 8.0 * p}
-

@@ -21,7 +21,8 @@ import difflib
 import functools
 import math
 import numbers
-from typing import Annotated, Any, Callable, Iterable, Mapping, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import Annotated, Any, TypeVar
 
 import pydantic
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationError, model_validator
@@ -73,7 +74,14 @@ def _num(x: float) -> str:
     return f"{x:g}"
 
 
-_ARTICLE = {"int": "an integer", "float": "a number", "list": "a list", "dict": "a mapping", "tuple": "a list", "NoneType": "null"}
+_ARTICLE = {
+    "int": "an integer",
+    "float": "a number",
+    "list": "a list",
+    "dict": "a mapping",
+    "tuple": "a list",
+    "NoneType": "null",
+}
 
 
 def _kind(v: Any) -> str:
@@ -147,12 +155,16 @@ def number(
             raise _fail(f"must be at most {_num(le)}{' ' + unit if unit else ''}, got {_fmt(v)}{why}")
         return v
 
-    schema: dict[str, Any] = {k: x for k, x in (("exclusiveMinimum", gt), ("minimum", ge), ("maximum", le)) if x is not None}
+    schema: dict[str, Any] = {
+        k: x for k, x in (("exclusiveMinimum", gt), ("minimum", ge), ("maximum", le)) if x is not None
+    }
     if unit:
         schema["unit"] = unit
     schema.update(extra)
     text = description + (f" [{unit}]" if unit else "")
-    return Annotated[int if integer else float, BeforeValidator(check), Field(description=text, json_schema_extra=schema)]
+    return Annotated[
+        int if integer else float, BeforeValidator(check), Field(description=text, json_schema_extra=schema)
+    ]
 
 
 def count(description: str, *, ge: int = 1, le: int | None = None, unit: str = "", limit_why: str = "") -> Any:
@@ -170,7 +182,9 @@ def one_of(values: Iterable[str], description: str) -> Any:
             raise _fail(f"must be one of {', '.join(repr(a) for a in allowed)}, got {_fmt(v)}{hint}")
         return v
 
-    return Annotated[str, BeforeValidator(check), Field(description=description, json_schema_extra={"enum": list(allowed)})]
+    return Annotated[
+        str, BeforeValidator(check), Field(description=description, json_schema_extra={"enum": list(allowed)})
+    ]
 
 
 def did_you_mean(word: str, known: Iterable[str]) -> str:
@@ -203,7 +217,8 @@ class KnownKeys:
         for key in keys:
             if key not in known:
                 raise PydanticCustomError(
-                    "unknown_key", "{reason}",
+                    "unknown_key",
+                    "{reason}",
                     {"reason": f"has unknown key {key!r}{did_you_mean(key, known)}; known keys: {', '.join(known)}"},
                 )
         return data
@@ -278,11 +293,15 @@ def join_problems(where: str, lines: list[str], limit: int = 12) -> str:
     """'where: problem' for one problem; a short list for several."""
     if len(lines) == 1:
         return f"{where}: {lines[0]}"
-    shown = [f"  - {x}" for x in lines[:limit]] + ([f"  - ... and {len(lines) - limit} more"] if len(lines) > limit else [])
+    shown = [f"  - {x}" for x in lines[:limit]] + (
+        [f"  - ... and {len(lines) - limit} more"] if len(lines) > limit else []
+    )
     return f"{where}: {len(lines)} problems:\n" + "\n".join(shown)
 
 
-def validate(adapter: pydantic.TypeAdapter, data: Any, where: str, error: type[HexiSeqError] = SpecError, context: Any = None) -> Any:
+def validate(
+    adapter: pydantic.TypeAdapter, data: Any, where: str, error: type[HexiSeqError] = SpecError, context: Any = None
+) -> Any:
     """`adapter.validate_python(data)`, any problem raised as one `error` naming `where`."""
     try:
         return adapter.validate_python(data, context=context)

@@ -4,7 +4,7 @@ parameter sharding, chunk alignment. Also the token-count parser of the CLI (`12
 from dataclasses import replace
 from enum import StrEnum
 from fractions import Fraction
-from typing import Annotated, Any, Union
+from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
 from pydantic.dataclasses import dataclass
@@ -44,8 +44,10 @@ def recompute_policy(value: bool | str, allow_auto: bool = True, owner: str = "w
     allowed = RECOMPUTE_POLICIES + ((RecomputePolicy.AUTO,) if allow_auto else ())
     if isinstance(value, str) and value in allowed:
         return RecomputePolicy(value)
-    raise SpecError(f"{owner}: activation_checkpointing (recompute policy) must be True, False or one of "
-                    f"{', '.join(repr(str(x)) for x in allowed)}; got {value!r}")
+    raise SpecError(
+        f"{owner}: activation_checkpointing (recompute policy) must be True, False or one of "
+        f"{', '.join(repr(str(x)) for x in allowed)}; got {value!r}"
+    )
 
 
 def _canonical_recompute(value: Any) -> Any:
@@ -83,7 +85,7 @@ class Workload(KnownKeys):
     seq_len: SeqLen
     global_batch: GlobalBatch = 1
     activation_checkpointing: Annotated[
-        Union[bool, str],
+        bool | str,
         BeforeValidator(_canonical_recompute),
         Field(description="recompute policy: none | selective | full | auto (true = selective, false = none)"),
     ] = False

@@ -22,8 +22,10 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(os.environ.get("HEXISEQ_BROWSER_TEST") != "1",
-                                reason="real-browser test: run `make test-browser` (needs Debian's chromium and playwright)")
+pytestmark = pytest.mark.skipif(
+    os.environ.get("HEXISEQ_BROWSER_TEST") != "1",
+    reason="real-browser test: run `make test-browser` (needs Debian's chromium and playwright)",
+)
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = "01_plan_explorer.ipynb"
@@ -45,15 +47,31 @@ def lab(tmp_path_factory):
     root = tmp_path_factory.mktemp("lab")
     shutil.copy(REPO / "notebooks" / NOTEBOOK, root / NOTEBOOK)
     settings = root / ".settings" / "@jupyterlab"
-    for plugin, values in (("apputils-extension/notification", {"fetchNews": "false", "checkForUpdates": False}),
-                           ("docmanager-extension/plugin", {"autoStartDefaultKernel": True})):  # no kernel-choice dialog
+    for plugin, values in (
+        ("apputils-extension/notification", {"fetchNews": "false", "checkForUpdates": False}),
+        ("docmanager-extension/plugin", {"autoStartDefaultKernel": True}),
+    ):  # no kernel-choice dialog
         (settings / plugin).parent.mkdir(parents=True, exist_ok=True)
         (settings / f"{plugin}.jupyterlab-settings").write_text(json.dumps(values))
     port, token = _free_port(), secrets.token_hex(16)
-    env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(root / ".settings"), "JUPYTERLAB_WORKSPACES_DIR": str(root / ".workspaces")}
+    env = {
+        **os.environ,
+        "JUPYTERLAB_SETTINGS_DIR": str(root / ".settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(root / ".workspaces"),
+    }
     env.pop("MPLBACKEND", None)
-    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--ServerApp.port_retries=0"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyter",
+        "lab",
+        "--no-browser",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}",
+        "--ServerApp.port_retries=0",
+    ]
     if os.geteuid() == 0:
         cmd.append("--allow-root")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -88,12 +106,16 @@ def test_plan_explorer_in_chromium(lab):
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+        )
         page = browser.new_page(viewport={"width": 1400, "height": 1100})
         try:
             page.goto(f"{url}/lab/tree/{NOTEBOOK}?token={token}")
             page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=T_START_S * 1000)
-            dialog = page.get_by_role("button", name="Select", exact=True)  # the kernel dialog, should settings not apply
+            dialog = page.get_by_role(
+                "button", name="Select", exact=True
+            )  # the kernel dialog, should settings not apply
             try:
                 dialog.click(timeout=3000)
             except Exception:
@@ -109,7 +131,9 @@ def test_plan_explorer_in_chromium(lab):
             expect(explorer).to_be_visible(timeout=T_RUN_S * 1000)
             alloc = explorer.locator("img.hexiseq-allocation")
             expect(alloc).to_be_visible(timeout=T_RUN_S * 1000)
-            expect(explorer.locator(".hexiseq-result")).to_contain_text("testbed-8 · llama2-7b · 128K tokens: HexiSeq", timeout=30_000)
+            expect(explorer.locator(".hexiseq-result")).to_contain_text(
+                "testbed-8 · llama2-7b · 128K tokens: HexiSeq", timeout=30_000
+            )
             timings["run all"] = time.monotonic() - t0
             alloc.scroll_into_view_if_needed()
             page.screenshot(path=str(ARTIFACTS / "2-run-all.png"), full_page=True)
@@ -117,7 +141,9 @@ def test_plan_explorer_in_chromium(lab):
             assert tracebacks.count() == 0, tracebacks.first.inner_text()
 
             # change a control: the old result goes at once
-            explorer.locator(".widget-dropdown", has=page.locator("label", has_text="cluster")).locator("select").select_option("sim-32")
+            explorer.locator(".widget-dropdown", has=page.locator("label", has_text="cluster")).locator(
+                "select"
+            ).select_option("sim-32")
             expect(explorer.locator(".hexiseq-status")).to_contain_text("Settings changed", timeout=10_000)
             expect(alloc).to_have_count(0)
             page.screenshot(path=str(ARTIFACTS / "3-changed.png"))
@@ -128,7 +154,9 @@ def test_plan_explorer_in_chromium(lab):
             expect(button).to_be_disabled(timeout=10_000)
             expect(explorer.locator(".hexiseq-status")).to_contain_text("planning", timeout=10_000)
             page.screenshot(path=str(ARTIFACTS / "4-planning.png"))
-            expect(explorer.locator(".hexiseq-result")).to_contain_text("sim-32 · llama2-7b · 128K tokens: HexiSeq", timeout=T_PLAN_S * 1000)
+            expect(explorer.locator(".hexiseq-result")).to_contain_text(
+                "sim-32 · llama2-7b · 128K tokens: HexiSeq", timeout=T_PLAN_S * 1000
+            )
             expect(alloc).to_be_visible(timeout=30_000)
             expect(button).to_be_enabled()
             assert alloc.evaluate("img => img.complete && img.naturalWidth > 0")
