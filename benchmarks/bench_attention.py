@@ -133,24 +133,27 @@ def main(argv: list[str] | None = None) -> dict:
     # Same threads as one rank: dense_s is the attention work itself, comparable with the ranks' CPU sum.
     res["dense_s"] = dense_time(a.seq, a.heads, a.kv_heads, a.dim, a.repeats, res["threads_per_rank"])
     even = res["plans"]["even-usp-2x2"]
-    for name, r in res["plans"].items():
+    for r in res["plans"].values():
         r["wall_vs_even"] = r["wall_s"] / even["wall_s"]
         r["cpu_vs_even"] = r["cpu_s_all_ranks"] / even["cpu_s_all_ranks"]
         r["wall_vs_dense"] = r["wall_s"] / res["dense_s"]
         r["cpu_vs_dense"] = r["cpu_s_all_ranks"] / res["dense_s"]
     res["uneven_within_10pct"] = res["plans"]["uneven"]["wall_vs_even"] <= 1.10
     print(
-        f"S={a.seq} H={a.heads} Hkv={a.kv_heads} d={a.dim}, 4 gloo ranks x {res['threads_per_rank']} thread(s) on a {machine_threads}-thread machine, "
+        f"S={a.seq} H={a.heads} Hkv={a.kv_heads} d={a.dim}, 4 gloo ranks x {res['threads_per_rank']} thread(s) "
+        f"on a {machine_threads}-thread machine, "
         f"{a.repeats} repeats (world run {spawn_s:.1f} s)"
     )
     print(f"{'plan':<14} {'wall s':>8} {'x even':>7} {'x dense':>8} {'cpu s (sum)':>12} {'x even':>7} {'x dense':>8}")
     for name, r in res["plans"].items():
         print(
-            f"{name:<14} {r['wall_s']:8.3f} {r['wall_vs_even']:7.3f} {r['wall_vs_dense']:8.2f} {r['cpu_s_all_ranks']:12.3f} "
+            f"{name:<14} {r['wall_s']:8.3f} {r['wall_vs_even']:7.3f} {r['wall_vs_dense']:8.2f} "
+            f"{r['cpu_s_all_ranks']:12.3f} "
             f"{r['cpu_vs_even']:7.3f} {r['cpu_vs_dense']:8.2f}"
         )
     print(
-        f"{'dense (1 proc)':<14} {res['dense_s']:8.3f}   ({res['threads_per_rank']} thread, same kernel, whole sequence)"
+        f"{'dense (1 proc)':<14} {res['dense_s']:8.3f}   "
+        f"({res['threads_per_rank']} thread, same kernel, whole sequence)"
     )
     print(f"uneven within 10% of even: {res['uneven_within_10pct']}")
     if a.json:

@@ -53,7 +53,8 @@ def main() -> int:
         buf.write(line + "\n")
 
     say(
-        f"bench_calibrate on {m['cpu']} ({m['cores']} cores, {m['memory_gib']} GiB), {platform.platform()}, torch {m['torch']}, "
+        f"bench_calibrate on {m['cpu']} ({m['cores']} cores, {m['memory_gib']} GiB), {platform.platform()}, "
+        f"torch {m['torch']}, "
         f"{record['when']}; runs in {runs}"
     )
     if args.only in (None, "calibrate"):

@@ -28,7 +28,8 @@ def main() -> int:
     quick = not args.full
     cells = sum(len(s.cells) for s in load_scenarios(quick=quick))
     print(
-        f"reproduce {'--quick' if quick else '(full grid)'}: {cells} cells; {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}"
+        f"reproduce {'--quick' if quick else '(full grid)'}: {cells} cells; "
+        f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}"
     )
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()

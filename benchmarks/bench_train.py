@@ -97,13 +97,15 @@ def main() -> int:
         )
     else:
         print(
-            f"training step, model tiny ({spec.layers} layers, hidden {spec.hidden}, vocab {spec.vocab}), S={S}, CPU fp32, gloo; "
+            f"training step, model tiny ({spec.layers} layers, hidden {spec.hidden}, vocab {spec.vocab}), S={S}, "
+            "CPU fp32, gloo; "
             f"{os.cpu_count()} cores, load average {load:.1f}"
         )
         width = max(len(r["setup"]) for r in rows)
         for r in rows:
             print(
-                f"  {r['setup']:<{width}}  {r['tokens_per_s']:>9,.0f} tokens/s   x{r['ratio']:.2f} of the 1-thread single process"
+                f"  {r['setup']:<{width}}  {r['tokens_per_s']:>9,.0f} tokens/s   "
+                f"x{r['ratio']:.2f} of the 1-thread single process"
             )
     return 0
 

@@ -233,7 +233,7 @@ def test_split_follows_the_stated_rule(points):
     cases = defaultdict(dict)  # source -> case key -> points
     for p in points:
         cases[p["source"]].setdefault((_model_name(p), p["seq_len"], p.get("pair", p["id"])), []).append(p)
-    for source, by_case in cases.items():
+    for by_case in cases.values():
         ordered = sorted(by_case.items(), key=lambda kv: (kv[0][0], kv[0][1]))
         n = len(ordered)
         for i, (_, pts) in enumerate(ordered):
