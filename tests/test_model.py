@@ -17,7 +17,8 @@ from hexiseq.runtime.model import (
     reference_loss,
     shift_labels,
 )
-from hexiseq.specs import get_model
+from hexiseq.runtime.parallel import ParallelOptions
+from hexiseq.specs import RecomputePolicy, get_model
 
 pytestmark = pytest.mark.numerics
 
@@ -115,9 +116,9 @@ def test_labels_and_reference_loss(within):
 def test_activation_checkpointing_gives_the_same_gradients(within):
     tokens = torch.randint(0, CFG.vocab, (32,), generator=torch.Generator().manual_seed(5))
     grads = []
-    for ac in (False, True, "full"):
+    for ac in ("none", "selective", "full"):
         model = _model()
-        model.activation_checkpointing = ac
+        model.recompute = ac
         reference_loss(model, tokens).backward()
         grads.append({n: p.grad for n, p in model.named_parameters()})
     worst = max(rel_err(g[n], grads[0][n]) for g in grads[1:] for n in grads[0])
@@ -158,18 +159,18 @@ def test_selective_checkpointing_never_recomputes_the_attention():
     layer in forward and never again in backward (its collectives are not replayed), while the
     checkpointed projections do run again."""
     tokens = torch.randint(0, CFG.vocab, (32,), generator=torch.Generator().manual_seed(6))
-    for ac in (False, True, "full"):
+    for ac in ("none", "selective", "full"):
         model = _model()
-        model.activation_checkpointing = ac
+        model.recompute = ac
         attn_calls, qkv_calls = [], []
 
-        def counting(q, k, v):
-            attn_calls.append(torch.is_grad_enabled())
+        def counting(q, k, v, calls=attn_calls):
+            calls.append(torch.is_grad_enabled())
             return dense_causal_attention(q, k, v)
 
         model.set_attention(counting)
         for layer in model.layers:
-            layer.self_attn.q_proj.register_forward_hook(lambda *_: qkv_calls.append(1))
+            layer.self_attn.q_proj.register_forward_hook(lambda *_, calls=qkv_calls: calls.append(1))
         loss = reference_loss(model, tokens)
         assert len(attn_calls) == len(qkv_calls) == CFG.layers
         loss.backward()
@@ -177,20 +178,20 @@ def test_selective_checkpointing_never_recomputes_the_attention():
             assert attn_calls == [True] * (2 * CFG.layers) and len(qkv_calls) == 2 * CFG.layers
             continue
         assert len(attn_calls) == CFG.layers  # backward does not run the attention forward again
-        assert len(qkv_calls) == CFG.layers * (2 if ac else 1)  # the projections are recomputed
+        assert len(qkv_calls) == CFG.layers * (2 if ac == "selective" else 1)  # the projections are recomputed
 
 
 def test_recompute_policy_values():
-    """The model and ParallelOptions take the workload's policy names (and the old booleans)."""
-    from hexiseq.runtime.parallel import ParallelOptions
-
+    """The model and ParallelOptions take the workload's concrete policy names, as RecomputePolicy
+    members; "auto" (a planner request) and booleans are refused."""
     model = _model()
-    for value, policy in ((False, "none"), (True, "selective"), ("full", "full"), ("none", "none")):
-        model.activation_checkpointing = value
-        assert model.activation_checkpointing == policy
-        assert ParallelOptions(activation_checkpointing=value).activation_checkpointing == policy
-    for bad in ("auto", "yes", 1):
+    for value in ("none", "selective", "full", RecomputePolicy.FULL):
+        model.recompute = value
+        assert model.recompute == value and type(model.recompute) is RecomputePolicy
+        options = ParallelOptions(activation_checkpointing=value)
+        assert options.activation_checkpointing == value and type(options.activation_checkpointing) is RecomputePolicy
+    for bad in ("auto", "yes", 1, True, False):
         with pytest.raises(SpecError, match="recompute policy"):
-            model.activation_checkpointing = bad
+            model.recompute = bad
         with pytest.raises(SpecError, match="recompute policy"):
             ParallelOptions(activation_checkpointing=bad)

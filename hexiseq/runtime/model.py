@@ -192,7 +192,7 @@ class Block(nn.Module):
     def _plain(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         return self.post_attention(x, self.self_attn.attn_fn(*self.pre_attention(x, cos, sin)))
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, recompute: str = "none") -> Tensor:
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, recompute: RecomputePolicy = RecomputePolicy.NONE) -> Tensor:
         """`recompute` is the activation checkpointing policy (Workload.recompute):
 
         - "selective": the parts before and after the attention core are checkpointed separately
@@ -227,15 +227,15 @@ class Llama(nn.Module):
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
         self.register_buffer("inv_freq", rope_inv_freq(cfg), persistent=False)
-        self.activation_checkpointing = False
+        self.recompute = RecomputePolicy.NONE
 
     @property
-    def activation_checkpointing(self) -> str:
-        """The recompute policy: "none", "selective" or "full" (set with those or False / True = selective)."""
+    def recompute(self) -> RecomputePolicy:
+        """The recompute policy of training forwards: NONE, SELECTIVE or FULL (see `Block.forward`)."""
         return self._recompute
 
-    @activation_checkpointing.setter
-    def activation_checkpointing(self, value: bool | str) -> None:
+    @recompute.setter
+    def recompute(self, value: RecomputePolicy | str) -> None:
         self._recompute = recompute_policy(value, allow_auto=False, owner="model")
 
     def init_weights(self, seed: int = 0, std: float = 0.02) -> Llama:
@@ -274,7 +274,7 @@ class Llama(nn.Module):
         x = self.embed_tokens(tokens)
         dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
         cos, sin = self.rope(positions, dtype)
-        recompute = self.activation_checkpointing if torch.is_grad_enabled() else "none"
+        recompute = self.recompute if torch.is_grad_enabled() else RecomputePolicy.NONE
         for layer in self.layers:
             # Through the module call (checkpoints inside it) so that FSDP's hooks on the block still fire.
             x = layer(x, cos, sin, recompute)
