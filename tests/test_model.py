@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import pytest
 import torch
 import torch.nn.functional as F
 from _numerics import FP32, rel_err
 
 from hexiseq.errors import SpecError
+from hexiseq.runtime.checkpoint import (
+    config_from_hf,
+    inspect_checkpoint,
+    load_hf_checkpoint,
+    model_spec_from_checkpoint,
+    save_hf_checkpoint,
+)
 from hexiseq.runtime.model import (
     IGNORE_INDEX,
     Llama,
@@ -18,7 +28,7 @@ from hexiseq.runtime.model import (
     shift_labels,
 )
 from hexiseq.runtime.parallel import ParallelOptions
-from hexiseq.specs import RecomputePolicy, get_model
+from hexiseq.specs import DEFAULT_NORM_EPS, ModelSpec, RecomputePolicy, get_model, model_catalog, model_from_hf_config
 
 pytestmark = pytest.mark.numerics
 
@@ -195,3 +205,51 @@ def test_recompute_policy_values():
             model.recompute = bad
         with pytest.raises(SpecError, match="recompute policy"):
             ParallelOptions(activation_checkpointing=bad)
+
+
+def test_hf_config_without_rms_norm_eps_reads_transformers_default_on_every_path(tmp_path):
+    """A config.json without rms_norm_eps runs with 1e-6 (transformers' LlamaConfig default) whichever
+    way it is read: planner spec, catalog lookup, checkpoint spec, runtime config, checkpoint load."""
+    save_hf_checkpoint(Llama(CFG).init_weights(0), tmp_path)
+    cfg_file = tmp_path / "config.json"
+    raw = json.loads(cfg_file.read_text())
+    del raw["rms_norm_eps"]
+    cfg_file.write_text(json.dumps(raw))
+    specs = [model_from_hf_config(cfg_file), model_from_hf_config(raw), get_model(str(cfg_file))]
+    specs.append(model_spec_from_checkpoint(tmp_path))
+    assert [s.norm_eps for s in specs] == [1e-6] * 4
+    configs = [config_from_hf(raw), inspect_checkpoint(tmp_path), load_hf_checkpoint(tmp_path).cfg]
+    configs += [LlamaConfig.from_spec(s) for s in specs]
+    assert [c.norm_eps for c in configs] == [1e-6] * 7
+    assert config_from_hf({**raw, "rms_norm_eps": 1e-5}).norm_eps == 1e-5  # a stated value is kept
+    assert LlamaConfig.from_spec(get_model("tiny")).norm_eps == DEFAULT_NORM_EPS == 1e-5  # the catalog's
+
+
+def test_spec_to_runtime_config_round_trip():
+    """ModelSpec -> LlamaConfig -> ModelSpec gives the spec back (less the catalog's published count),
+    and LlamaConfig -> ModelSpec -> LlamaConfig the config, RoPE scaling and epsilon included."""
+    llamas = [m for m in model_catalog().values() if m.mlp == "swiglu" and m.norm == "rmsnorm"]
+    scaled = ModelSpec(
+        name="scaled",
+        layers=2,
+        hidden=64,
+        heads=4,
+        kv_heads=2,
+        ffn=96,
+        vocab=128,
+        rope_theta=500000.0,
+        norm_eps=1e-6,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+    )
+    assert len(llamas) >= 3
+    for spec in [*llamas, scaled]:
+        cfg = LlamaConfig.from_spec(spec)
+        assert cfg.to_spec(spec.name) == replace(spec, published_params=None)
+        assert LlamaConfig.from_spec(cfg.to_spec("x")) == cfg
+    assert LlamaConfig.from_spec(scaled).rope_scaling == scaled.rope_scaling

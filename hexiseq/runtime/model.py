@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from ..errors import SpecError
-from ..specs import ModelSpec, RecomputePolicy, recompute_policy
+from ..specs import DEFAULT_NORM_EPS, ModelSpec, RecomputePolicy, recompute_policy
 from .kernels import acc_dtype
 
 AttentionFn = Callable[[Tensor, Tensor, Tensor], Tensor]
@@ -49,7 +49,7 @@ class LlamaConfig:
     head_dim: int = 0  # 0 -> hidden // heads
     rope_theta: float = 10000.0
     rope_scaling: dict[str, Any] | None = field(default=None, hash=False)
-    norm_eps: float = 1e-5
+    norm_eps: float = DEFAULT_NORM_EPS
     tie_embeddings: bool = False
 
     def __post_init__(self) -> None:
@@ -66,24 +66,44 @@ class LlamaConfig:
             raise SpecError(f"rope scaling {kind!r} is not supported (supported: none/default, llama3)")
 
     @classmethod
-    def from_spec(cls, spec: ModelSpec, norm_eps: float = 1e-5) -> LlamaConfig:
-        """The Llama config of a catalog ModelSpec; GPT-style specs (GELU, LayerNorm) are refused."""
+    def from_spec(cls, spec: ModelSpec) -> LlamaConfig:
+        """The runtime config of a ModelSpec (the one bridge: catalog entries and Hugging Face configs
+        both come as ModelSpecs); GPT-style specs (GELU, LayerNorm) are refused."""
         if spec.mlp != "swiglu" or spec.norm != "rmsnorm":
             raise SpecError(
                 f"model {spec.name!r} is {spec.mlp}/{spec.norm}; the executor runs Llama-family models (swiglu/rmsnorm)"
             )
         return cls(
-            spec.vocab,
-            spec.hidden,
-            spec.layers,
-            spec.heads,
-            spec.kv_heads,
-            spec.ffn,
-            spec.head_dim,
-            spec.rope_theta,
-            None,
-            norm_eps,
-            spec.tie_embeddings,
+            vocab=spec.vocab,
+            hidden=spec.hidden,
+            layers=spec.layers,
+            heads=spec.heads,
+            kv_heads=spec.kv_heads,
+            ffn=spec.ffn,
+            head_dim=spec.head_dim,
+            rope_theta=float(spec.rope_theta),
+            rope_scaling=dict(spec.rope_scaling) if spec.rope_scaling else None,
+            norm_eps=float(spec.norm_eps),
+            tie_embeddings=spec.tie_embeddings,
+        )
+
+    def to_spec(self, name: str) -> ModelSpec:
+        """The ModelSpec of this config (for the planner and the cost model): `from_spec`'s inverse."""
+        return ModelSpec(
+            name=name,
+            layers=self.layers,
+            hidden=self.hidden,
+            heads=self.heads,
+            kv_heads=self.kv_heads,
+            ffn=self.ffn,
+            vocab=self.vocab,
+            mlp="swiglu",
+            norm="rmsnorm",
+            tie_embeddings=self.tie_embeddings,
+            rope_theta=self.rope_theta,
+            head_dim=self.head_dim,
+            norm_eps=self.norm_eps,
+            rope_scaling=dict(self.rope_scaling) if self.rope_scaling else None,
         )
 
 
