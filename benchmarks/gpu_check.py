@@ -89,12 +89,12 @@ def _block_case(lq, lk, q0, k0, hq, hk, d, backends, gen):
     res = {}
     for b in backends:
         qb, kb, vb, dob = (t.bfloat16() for t in (q, k, v, do))
-        o, l = local_attention(qb, kb, vb, kind, off, backend=b)
-        g = local_attention_backward(dob, qb, kb, vb, o, l, kind, off, backend=b)
+        o, lse = local_attention(qb, kb, vb, kind, off, backend=b)
+        g = local_attention_backward(dob, qb, kb, vb, o, lse, kind, off, backend=b)
         res[b] = {
             "out": rel(o, ro),
-            "lse_abs": (l[seen] - rl[seen]).abs().max().item() if seen.any() else 0.0,
-            "empty_rows_ok": bool(torch.equal(torch.isfinite(l), seen)),
+            "lse_abs": (lse[seen] - rl[seen]).abs().max().item() if seen.any() else 0.0,
+            "empty_rows_ok": bool(torch.equal(torch.isfinite(lse), seen)),
             **{n: rel(x, y) for n, x, y in zip(("dq", "dk", "dv"), g, rg)},
         }
     return f"{kind}{off:+d} q{lq}xk{lk} h{hq}/{hk} d{d}", res
@@ -147,6 +147,28 @@ def correctness(backends: list[str]) -> tuple[list, bool]:
         for r in per.values()
     )
     return rows, ok
+
+
+def backend_agreement(first: str, second: str) -> tuple[list, bool]:
+    """Two backends on the same bf16 inputs, no reference: relative differences of out, dq, dk, dv
+    (lse absolute, on the rows that see a key), per mask kind; ok when all are below TOL."""
+    gen = torch.Generator(device=DEVICE).manual_seed(1)
+    rows = []
+    for q0, lq, k0, lk in ((4096, 1024, 4096, 1024), (2048, 512, 1024, 1536), (9000, 384, 0, 640)):
+        q = torch.randn(lq, 16, 128, device=DEVICE, generator=gen).bfloat16()
+        k, v = (torch.randn(lk, 4, 128, device=DEVICE, generator=gen).bfloat16() for _ in range(2))
+        do = torch.randn(lq, 16, 128, device=DEVICE, generator=gen).bfloat16()
+        kind, off = block_mask(q0, lq, k0, lk)
+        res = []
+        for b in (first, second):
+            o, lse = local_attention(q, k, v, kind, off, backend=b)
+            res.append((o, lse, *local_attention_backward(do, q, k, v, o, lse, kind, off, backend=b)))
+        (o1, l1, *g1), (o2, l2, *g2) = res
+        seen = torch.isfinite(l2)
+        diff = {"out": rel(o1, o2), **{n: rel(x, y) for n, x, y in zip(("dq", "dk", "dv"), g1, g2)}}
+        diff["lse_abs"] = (l1[seen] - l2[seen]).abs().max().item() if seen.any() else 0.0
+        rows.append((f"{kind}{off:+d} q{lq}xk{lk} {first} vs {second}", diff))
+    return rows, all(max(d.values()) < TOL for _, d in rows)
 
 
 def _cuda_time(fn, iters: int) -> float:
@@ -229,8 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # reported, not fatal: the torch backend is still checked
         flash_version = f"not available ({type(e).__name__}: {e})"
     print(
-        f"device {dev!r} -> catalog {name!r}, peak bf16 {peak} TFLOP/s; torch {torch.__version__}, CUDA {torch.version.cuda}; "
-        f"flash-attn {flash_version}"
+        f"device {dev!r} -> catalog {name!r}, peak bf16 {peak} TFLOP/s; torch {torch.__version__}, "
+        f"CUDA {torch.version.cuda}; flash-attn {flash_version}"
     )
     backends = (["flash"] if flash else []) + ["math"]
     rows, ok = correctness(backends)
@@ -238,9 +260,15 @@ def main(argv: list[str] | None = None) -> int:
     for label, per in rows:
         for b, r in per.items():
             print(
-                f"  {label:<42} {b:<6} out {r['out']:.2e} lse {r['lse_abs']:.2e} dq {r['dq']:.2e} dk {r['dk']:.2e} dv {r['dv']:.2e}"
-                f"{'' if r['empty_rows_ok'] else '  EMPTY-ROW MISMATCH'}"
+                f"  {label:<42} {b:<6} out {r['out']:.2e} lse {r['lse_abs']:.2e} dq {r['dq']:.2e} "
+                f"dk {r['dk']:.2e} dv {r['dv']:.2e}{'' if r['empty_rows_ok'] else '  EMPTY-ROW MISMATCH'}"
             )
+    if flash:
+        agreement, agree = backend_agreement("flash", "math")
+        print(f"\nflash-attn vs the torch backend, same bf16 inputs, tolerance {TOL}:")
+        for label, d in agreement:
+            print(f"  {label:<42} " + " ".join(f"{n} {x:.2e}" for n, x in d.items()))
+        ok = ok and agree
     print(f"  -> {'PASS' if ok else 'FAIL'}")
     mm = matmul_tflops(4096 if a.quick else 8192)
     shapes = [(4096, 16, 128)] if a.quick else [(8192, 32, 128), (16384, 32, 128), (16384, 16, 64)]
@@ -250,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     for x in attn:
         print(
             f"causal attention ({'flash-attn' if flash else 'torch SDPA'}) S={x['seq']} H={x['heads']} d={x['dim']}: "
-            f"fwd {x['fwd_tflops']:.1f}, fwd+bwd {x['fwd_bwd_tflops']:.1f} TFLOP/s ({x['fwd_ms']:.2f} / {x['fwd_bwd_ms']:.2f} ms)"
+            f"fwd {x['fwd_tflops']:.1f}, fwd+bwd {x['fwd_bwd_tflops']:.1f} TFLOP/s "
+            f"({x['fwd_ms']:.2f} / {x['fwd_bwd_ms']:.2f} ms)"
         )
     result = {
         "device": dev,
@@ -268,15 +297,16 @@ def main(argv: list[str] | None = None) -> int:
     }
     if peak:
         result["eff_matmul"], result["eff_attention"] = round(mm / peak, 3), round(best / peak, 3)
-        print(
-            f"\nprofile entry:\ngpus:\n  {name}:\n    eff_matmul: {result['eff_matmul']}\n    eff_attention: {result['eff_attention']}"
-        )
+        effs = f"    eff_matmul: {result['eff_matmul']}\n    eff_attention: {result['eff_attention']}\n"
+        entry = f"gpus:\n  {name}:\n{effs}"
+        print(f"\nprofile entry:\n{entry}", end="")
         if a.profile:
             a.profile.parent.mkdir(parents=True, exist_ok=True)
             a.profile.write_text(
-                f"# Measured by benchmarks/gpu_check.py on {dev!r}, torch {torch.__version__}, flash-attn {flash_version}.\n"
-                f"# GEMM {mm:.1f} TFLOP/s; best causal attention fwd+bwd {best:.1f} TFLOP/s ({result['attention_kernel']}).\n"
-                f"gpus:\n  {name}:\n    eff_matmul: {result['eff_matmul']}\n    eff_attention: {result['eff_attention']}\n"
+                f"# Measured by benchmarks/gpu_check.py on {dev!r}, torch {torch.__version__}, "
+                f"flash-attn {flash_version}.\n"
+                f"# GEMM {mm:.1f} TFLOP/s; best causal attention fwd+bwd {best:.1f} TFLOP/s "
+                f"({result['attention_kernel']}).\n{entry}"
             )
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,30 @@ import pytest
 
 from hexiseq.specs import ClusterSpec, load_cluster
 
+_GPU_SKIPPED = pytest.StashKey[tuple[int, str]]()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` are skipped, with the reason, where torch sees no CUDA device (they show as
+    skipped, and the summary says how many and why, instead of vanishing)."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    import torch  # only when a GPU test was collected: the core tests run without torch
+
+    if torch.cuda.is_available():
+        return
+    reason = "needs a CUDA device: torch.cuda.is_available() is False"
+    for item in gpu_items:
+        item.add_marker(pytest.mark.skip(reason=reason))
+    config.stash[_GPU_SKIPPED] = (len(gpu_items), reason)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if _GPU_SKIPPED in config.stash:
+        count, reason = config.stash[_GPU_SKIPPED]
+        terminalreporter.write_line(f"{count} gpu test{'s' * (count != 1)} skipped: {reason}")
+
 
 @pytest.fixture(scope="module")
 def testbed():

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import pytest
 import torch
 import torch.nn.functional as F
 from _numerics import FP32, rel_err
 
 from hexiseq.errors import SpecError
+from hexiseq.runtime.checkpoint import (
+    config_from_hf,
+    inspect_checkpoint,
+    load_hf_checkpoint,
+    model_spec_from_checkpoint,
+    save_hf_checkpoint,
+)
 from hexiseq.runtime.model import (
     IGNORE_INDEX,
     Llama,
@@ -17,7 +27,8 @@ from hexiseq.runtime.model import (
     reference_loss,
     shift_labels,
 )
-from hexiseq.specs import get_model
+from hexiseq.runtime.parallel import ParallelOptions
+from hexiseq.specs import DEFAULT_NORM_EPS, ModelSpec, RecomputePolicy, get_model, model_catalog, model_from_hf_config
 
 pytestmark = pytest.mark.numerics
 
@@ -115,9 +126,9 @@ def test_labels_and_reference_loss(within):
 def test_activation_checkpointing_gives_the_same_gradients(within):
     tokens = torch.randint(0, CFG.vocab, (32,), generator=torch.Generator().manual_seed(5))
     grads = []
-    for ac in (False, True, "full"):
+    for ac in ("none", "selective", "full"):
         model = _model()
-        model.activation_checkpointing = ac
+        model.recompute = ac
         reference_loss(model, tokens).backward()
         grads.append({n: p.grad for n, p in model.named_parameters()})
     worst = max(rel_err(g[n], grads[0][n]) for g in grads[1:] for n in grads[0])
@@ -158,18 +169,18 @@ def test_selective_checkpointing_never_recomputes_the_attention():
     layer in forward and never again in backward (its collectives are not replayed), while the
     checkpointed projections do run again."""
     tokens = torch.randint(0, CFG.vocab, (32,), generator=torch.Generator().manual_seed(6))
-    for ac in (False, True, "full"):
+    for ac in ("none", "selective", "full"):
         model = _model()
-        model.activation_checkpointing = ac
+        model.recompute = ac
         attn_calls, qkv_calls = [], []
 
-        def counting(q, k, v):
-            attn_calls.append(torch.is_grad_enabled())
+        def counting(q, k, v, calls=attn_calls):
+            calls.append(torch.is_grad_enabled())
             return dense_causal_attention(q, k, v)
 
         model.set_attention(counting)
         for layer in model.layers:
-            layer.self_attn.q_proj.register_forward_hook(lambda *_: qkv_calls.append(1))
+            layer.self_attn.q_proj.register_forward_hook(lambda *_, calls=qkv_calls: calls.append(1))
         loss = reference_loss(model, tokens)
         assert len(attn_calls) == len(qkv_calls) == CFG.layers
         loss.backward()
@@ -177,20 +188,68 @@ def test_selective_checkpointing_never_recomputes_the_attention():
             assert attn_calls == [True] * (2 * CFG.layers) and len(qkv_calls) == 2 * CFG.layers
             continue
         assert len(attn_calls) == CFG.layers  # backward does not run the attention forward again
-        assert len(qkv_calls) == CFG.layers * (2 if ac else 1)  # the projections are recomputed
+        assert len(qkv_calls) == CFG.layers * (2 if ac == "selective" else 1)  # the projections are recomputed
 
 
 def test_recompute_policy_values():
-    """The model and ParallelOptions take the workload's policy names (and the old booleans)."""
-    from hexiseq.runtime.parallel import ParallelOptions
-
+    """The model and ParallelOptions take the workload's concrete policy names, as RecomputePolicy
+    members; "auto" (a planner request) and booleans are refused."""
     model = _model()
-    for value, policy in ((False, "none"), (True, "selective"), ("full", "full"), ("none", "none")):
-        model.activation_checkpointing = value
-        assert model.activation_checkpointing == policy
-        assert ParallelOptions(activation_checkpointing=value).activation_checkpointing == policy
-    for bad in ("auto", "yes", 1):
+    for value in ("none", "selective", "full", RecomputePolicy.FULL):
+        model.recompute = value
+        assert model.recompute == value and type(model.recompute) is RecomputePolicy
+        options = ParallelOptions(activation_checkpointing=value)
+        assert options.activation_checkpointing == value and type(options.activation_checkpointing) is RecomputePolicy
+    for bad in ("auto", "yes", 1, True, False):
         with pytest.raises(SpecError, match="recompute policy"):
-            model.activation_checkpointing = bad
+            model.recompute = bad
         with pytest.raises(SpecError, match="recompute policy"):
             ParallelOptions(activation_checkpointing=bad)
+
+
+def test_hf_config_without_rms_norm_eps_reads_transformers_default_on_every_path(tmp_path):
+    """A config.json without rms_norm_eps runs with 1e-6 (transformers' LlamaConfig default) whichever
+    way it is read: planner spec, catalog lookup, checkpoint spec, runtime config, checkpoint load."""
+    save_hf_checkpoint(Llama(CFG).init_weights(0), tmp_path)
+    cfg_file = tmp_path / "config.json"
+    raw = json.loads(cfg_file.read_text())
+    del raw["rms_norm_eps"]
+    cfg_file.write_text(json.dumps(raw))
+    specs = [model_from_hf_config(cfg_file), model_from_hf_config(raw), get_model(str(cfg_file))]
+    specs.append(model_spec_from_checkpoint(tmp_path))
+    assert [s.norm_eps for s in specs] == [1e-6] * 4
+    configs = [config_from_hf(raw), inspect_checkpoint(tmp_path), load_hf_checkpoint(tmp_path).cfg]
+    configs += [LlamaConfig.from_spec(s) for s in specs]
+    assert [c.norm_eps for c in configs] == [1e-6] * 7
+    assert config_from_hf({**raw, "rms_norm_eps": 1e-5}).norm_eps == 1e-5  # a stated value is kept
+    assert LlamaConfig.from_spec(get_model("tiny")).norm_eps == DEFAULT_NORM_EPS == 1e-5  # the catalog's
+
+
+def test_spec_to_runtime_config_round_trip():
+    """ModelSpec -> LlamaConfig -> ModelSpec gives the spec back (less the catalog's published count),
+    and LlamaConfig -> ModelSpec -> LlamaConfig the config, RoPE scaling and epsilon included."""
+    llamas = [m for m in model_catalog().values() if m.mlp == "swiglu" and m.norm == "rmsnorm"]
+    scaled = ModelSpec(
+        name="scaled",
+        layers=2,
+        hidden=64,
+        heads=4,
+        kv_heads=2,
+        ffn=96,
+        vocab=128,
+        rope_theta=500000.0,
+        norm_eps=1e-6,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+    )
+    assert len(llamas) >= 3
+    for spec in [*llamas, scaled]:
+        cfg = LlamaConfig.from_spec(spec)
+        assert cfg.to_spec(spec.name) == replace(spec, published_params=None)
+        assert LlamaConfig.from_spec(cfg.to_spec("x")) == cfg
+    assert LlamaConfig.from_spec(scaled).rope_scaling == scaled.rope_scaling

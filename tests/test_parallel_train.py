@@ -117,7 +117,7 @@ def world4():
             seed=4,
             steps=2,
             collect=True,
-            options=ParallelOptions(activation_checkpointing=True, loss_chunk=7),
+            options=ParallelOptions(activation_checkpointing="selective", loss_chunk=7),
             dtype="float64",
         ),
         StepJob(

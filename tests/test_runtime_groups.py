@@ -7,7 +7,8 @@ import pytest
 
 from hexiseq.errors import PlanError
 from hexiseq.plan import Group, Plan, random_plan, ring_plan, symmetric_plan, ulysses_plan
-from hexiseq.runtime.groups import build_context, derive_context, needed_segments, owned_kv_ranges, world_violations
+from hexiseq.runtime.groups import build_context, derive_context, world_violations
+from hexiseq.schedule import needed_segments, owned_kv_ranges
 
 
 def _plans():

@@ -10,6 +10,7 @@ import yaml
 from hexiseq import ClusterSpec, ModelSpec, SpecError, Workload, get_gpu, get_model, load_cluster, model_catalog
 from hexiseq.specs import (
     LinkOverride,
+    RecomputePolicy,
     bundled_clusters,
     gpu_catalog,
     load_gpu_catalog,
@@ -106,7 +107,8 @@ def test_profile_overrides_efficiencies(tmp_path):
     ],
 )
 def test_bad_profiles_are_spec_errors(tmp_path, body, msg):
-    """What data/profiles/README.md promises: only the profile fields of the catalog, each a number in its declared range."""
+    """What data/profiles/README.md promises: only the profile fields of the catalog, each a number in
+    its declared range."""
     p = tmp_path / "prof.yaml"
     p.write_text(body)
     with pytest.raises(SpecError, match=re.escape(msg)):
@@ -192,7 +194,8 @@ def test_hf_config_to_modelspec(tmp_path):
         ("{not json", "not valid JSON"),
         ("[1]", "a Hugging Face config is a JSON object, got list"),
         (
-            '{"num_hidden_layers": "x", "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 8, "vocab_size": 9}',
+            '{"num_hidden_layers": "x", "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 8, '
+            '"vocab_size": 9}',
             "num_hidden_layers must be an integer from 1 to 4096, got 'x' (a string)",
         ),
         ('{"num_hidden_layers": 2}', "num_attention_heads is missing (required)"),
@@ -274,7 +277,8 @@ def test_missing_cluster_file_lists_bundled():
 def test_bad_gpu_catalog_field(tmp_path):
     f = tmp_path / "g.yaml"
     f.write_text(
-        "X:\n  peak_bf16_tflops: 1\n  memory_gib: 1\n  hbm_bandwidth_gbps: 1\n  link_kind: pcie4\n  link_bandwidth_gbps: 1\n  speed: 3\n"
+        "X:\n  peak_bf16_tflops: 1\n  memory_gib: 1\n  hbm_bandwidth_gbps: 1\n  link_kind: pcie4\n"
+        "  link_bandwidth_gbps: 1\n  speed: 3\n"
     )
     with pytest.raises(SpecError, match=r"GPU type 'X': unknown key 'speed'"):
         load_gpu_catalog(f)
@@ -292,17 +296,14 @@ def test_workload_and_tokens():
 
 
 def test_workload_recompute_policies():
-    """activation_checkpointing takes the old booleans (True = selective) and the policy names; equal
-    policies compare equal, old callers that test it as a bool keep working, anything else is refused."""
-    from hexiseq.specs import Workload
-
-    cases = {False: "none", True: "selective", "none": "none", "selective": "selective", "full": "full", "auto": "auto"}
-    for value, policy in cases.items():
-        w = Workload(seq_len=4096, activation_checkpointing=value)
-        assert w.recompute == policy
-        assert bool(w.activation_checkpointing) == (policy != "none")
-        assert w == Workload(seq_len=4096, activation_checkpointing=policy)
-        assert w.with_recompute("full").recompute == "full" and w.with_recompute(False).recompute == "none"
-    for bad in ("yes", "Full", 1, 0, None):
+    """activation_checkpointing takes the policy names and stores a RecomputePolicy (equal to its
+    name); equal policies compare equal; anything else (booleans included) is refused."""
+    for policy in ("none", "selective", "full", "auto"):
+        w = Workload(seq_len=4096, activation_checkpointing=policy)
+        assert w.recompute == policy and type(w.activation_checkpointing) is RecomputePolicy
+        assert w == Workload(seq_len=4096, activation_checkpointing=RecomputePolicy(policy))
+        assert w.with_recompute("full").recompute == "full" and w.with_recompute("none").recompute == "none"
+    assert Workload(seq_len=4096).recompute is RecomputePolicy.NONE
+    for bad in ("yes", "Full", 1, 0, None, True, False):
         with pytest.raises(SpecError, match="recompute policy"):
             Workload(seq_len=4096, activation_checkpointing=bad)

@@ -5,7 +5,7 @@ Importing this package never imports flash-attn; the CUDA backend is loaded on f
 
 from .attention import PlanAttention, plan_attention
 from .comm import P2PBatch, gather_heads, ragged_all_to_all, scatter_qkv
-from .groups import RankContext, build_context, derive_context, exchange_rounds, owned_kv_ranges, world_violations
+from .groups import RankContext, build_context, derive_context, world_violations
 from .kernels import block_mask, local_attention, local_attention_backward, merge_, select_backend
 from .launch import WorldError, WorldResult, init_from_env, run_world, spawn_world
 
@@ -19,8 +19,6 @@ __all__ = [
     "RankContext",
     "build_context",
     "derive_context",
-    "exchange_rounds",
-    "owned_kv_ranges",
     "world_violations",
     "block_mask",
     "local_attention",

@@ -18,8 +18,9 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import PlanError
+from ..schedule import BlockPair, Round
 from .comm import P2PBatch, gather_heads, scatter_qkv
-from .groups import BlockPair, RankContext, Round
+from .groups import RankContext
 from .kernels import acc_dtype, local_attention, local_attention_backward, merge_
 
 
@@ -210,8 +211,8 @@ def plan_attention(q: Tensor, k: Tensor, v: Tensor, ctx: RankContext, scale: flo
         or v.shape[:2] != k.shape[:2]
     ):
         raise PlanError(
-            f"rank {ctx.rank}: plan {plan.name!r} expects q [{s}, {plan.num_heads}, d] and k, v [{s}, {plan.num_kv_heads}, d]; "
-            f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+            f"rank {ctx.rank}: plan {plan.name!r} expects q [{s}, {plan.num_heads}, d] and "
+            f"k, v [{s}, {plan.num_kv_heads}, d]; got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
         )
     qg, kg, vg = scatter_qkv(q, k, v, ctx)
     return gather_heads(_ExchangeAttention.apply(qg, kg, vg, ctx, scale), ctx)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,54 +18,36 @@ import torch
 from torch import Tensor
 
 from ..errors import SpecError
-from ..specs import ModelSpec, model_from_hf_config, read_hf_config
+from ..specs import HFConfig, ModelSpec, model_from_hf_config, parse_hf_config, read_hf_config
 from .model import Llama, LlamaConfig, rope_inv_freq
 
 HF_PREFIX = "model."
 _IGNORED = ("rotary_emb.inv_freq",)  # buffers some older checkpoints carry
 
 
-def _rope_of(cfg: Mapping[str, Any]) -> tuple[float, dict[str, Any] | None]:
-    """rope_theta and scaling from either layout: transformers 4 (top-level `rope_theta`,
-    `rope_scaling`) or transformers 5 (`rope_parameters` holding both)."""
-    params = dict(cfg.get("rope_parameters") or {})
-    theta = float(params.pop("rope_theta", cfg.get("rope_theta", 10000.0)))
-    scaling = cfg.get("rope_scaling") or (params if params else None)
-    if scaling and scaling.get("rope_type", scaling.get("type", "default")) == "default":
-        scaling = None
-    return theta, scaling
+_RUNNABLE_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 
 
-def config_from_hf(cfg: Mapping[str, Any]) -> LlamaConfig:
-    """Our LlamaConfig from a Hugging Face Llama config dict; refuses what the model does not implement."""
-    mtype = cfg.get("model_type", "llama")
-    if mtype not in ("llama", "mistral", "qwen2", "qwen3"):
-        raise SpecError(f"config.json has model_type {mtype!r}; only Llama-family checkpoints are supported")
-    if cfg.get("hidden_act", "silu") != "silu":
-        raise SpecError(f"config.json has hidden_act {cfg['hidden_act']!r}; the model implements SwiGLU (silu)")
+def config_from_hf(cfg: Mapping[str, Any], where: str = "config.json") -> LlamaConfig:
+    """Our LlamaConfig from a Hugging Face Llama config dict (read as the planner reads it, through
+    `hexiseq.specs.hf`); refuses what the model does not implement."""
+    missing = [k for k, f in HFConfig.model_fields.items() if f.is_required() and k not in cfg]
+    if missing:
+        raise SpecError(f"{where} lacks {missing[0]!r}")
+    hf = parse_hf_config(cfg, where)
+    mtype = hf.model_type or "llama"
+    if mtype not in _RUNNABLE_TYPES:
+        raise SpecError(f"{where} has model_type {mtype!r}; only Llama-family checkpoints are supported")
+    if (hf.hidden_act or "silu") != "silu":
+        raise SpecError(f"{where} has hidden_act {hf.hidden_act!r}; the model implements SwiGLU (silu)")
     for key in ("attention_bias", "mlp_bias"):
-        if cfg.get(key):
-            raise SpecError(f"config.json sets {key}; the model has no biases")
-    if cfg.get("sliding_window") and cfg.get("use_sliding_window", mtype == "mistral"):
-        raise SpecError("config.json uses sliding-window attention; the executor runs full causal attention")
-    try:
-        heads = int(cfg["num_attention_heads"])
-        theta, scaling = _rope_of(cfg)
-        return LlamaConfig(
-            vocab=int(cfg["vocab_size"]),
-            hidden=int(cfg["hidden_size"]),
-            layers=int(cfg["num_hidden_layers"]),
-            heads=heads,
-            kv_heads=int(cfg.get("num_key_value_heads") or heads),
-            ffn=int(cfg["intermediate_size"]),
-            head_dim=int(cfg.get("head_dim") or 0),
-            rope_theta=theta,
-            rope_scaling=scaling,
-            norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-            tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        )
-    except KeyError as e:
-        raise SpecError(f"config.json lacks {e.args[0]!r}") from None
+        if getattr(hf, key):
+            raise SpecError(f"{where} sets {key}; the model has no biases")
+    # Mistral slides unless its config says otherwise; the others only when asked to.
+    sliding = hf.use_sliding_window if "use_sliding_window" in hf.model_fields_set else mtype == "mistral"
+    if hf.sliding_window and sliding:
+        raise SpecError(f"{where} uses sliding-window attention; the executor runs full causal attention")
+    return LlamaConfig.from_spec(model_from_hf_config(cfg))
 
 
 def config_to_hf(cfg: LlamaConfig, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
@@ -98,10 +79,7 @@ def config_to_hf(cfg: LlamaConfig, dtype: torch.dtype = torch.float32) -> dict[s
 
 def model_spec_from_checkpoint(path: Path | str, name: str | None = None) -> ModelSpec:
     """A ModelSpec (for the planner and the cost model) from a checkpoint's `config.json`."""
-    cfg = read_hf_config(path)
-    spec = model_from_hf_config(cfg, name=name or Path(path).name)
-    theta, _ = _rope_of(cfg)  # transformers 5 nests rope_theta in rope_parameters
-    return replace(spec, rope_theta=theta) if spec.rope_theta != theta else spec
+    return model_from_hf_config(path, name=name or Path(path).name)
 
 
 def _weight_files(directory: Path, index_name: str, single: str, pattern: str) -> list[Path]:
@@ -125,8 +103,9 @@ def _weight_files(directory: Path, index_name: str, single: str, pattern: str) -
         missing = [n for n in names if not (directory / n).is_file()]
         if missing:
             raise SpecError(
-                f"{index} names {len(missing)} shard{'s' * (len(missing) > 1)} that {'are' if len(missing) > 1 else 'is'} "
-                f"not in {directory}: {', '.join(missing[:4])}{'...' * (len(missing) > 4)}; the checkpoint is incomplete"
+                f"{index} names {len(missing)} shard{'s' * (len(missing) > 1)} that "
+                f"{'are' if len(missing) > 1 else 'is'} not in {directory}: {', '.join(missing[:4])}"
+                f"{'...' * (len(missing) > 4)}; the checkpoint is incomplete"
             )
         return [directory / n for n in names]
     if (directory / single).exists():

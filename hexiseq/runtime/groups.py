@@ -23,20 +23,7 @@ import torch.distributed as dist
 
 from ..errors import PlanError
 from ..plan import Plan, RankLayout
-from ..schedule import (  # noqa: F401 - re-exported: the runtime's view of the one exchange schedule
-    BlockPair,
-    Range,
-    Round,
-    Segment,
-    Transfer,
-    block_pairs,
-    exchange_table,
-    group_segments,
-    needed_segments,
-    owned_kv_ranges,
-    packed,
-    rank_rounds,
-)
+from ..schedule import BlockPair, Range, Round, Segment, block_pairs, group_segments, owned_kv_ranges, rank_rounds
 
 
 @dataclass
@@ -80,13 +67,6 @@ class RankContext:
         )
 
 
-def exchange_rounds(
-    plan: Plan, rank: int, layouts: list[RankLayout] | tuple[RankLayout, ...] | None = None
-) -> tuple[Round, ...]:
-    """The k-1 rounds of the cross-group K/V exchange for `rank` (hexiseq.schedule, the one schedule)."""
-    return rank_rounds(plan, rank, layouts)
-
-
 def derive_context(plan: Plan, rank: int) -> RankContext:
     """All tables of `rank` under `plan` (pure; no process group is touched)."""
     lay = tuple(plan.layout())
@@ -110,7 +90,7 @@ def derive_context(plan: Plan, rank: int) -> RankContext:
         owned_kv=owned_kv_ranges(plan, me.group, lay)[me.index_in_group],
         segments=group_segments(plan, me.group),
         local_pairs=block_pairs(group_segments(plan, me.group), group_segments(plan, me.group)),
-        rounds=exchange_rounds(plan, rank, lay),
+        rounds=rank_rounds(plan, rank, lay),
         kv_index=kv_index,
         gqa_aligned=h0 % gq == 0 and h1 % gq == 0,
     )

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from ..errors import SpecError
-from ..specs import ModelSpec, RecomputePolicy, recompute_policy
+from ..specs import DEFAULT_NORM_EPS, ModelSpec, RecomputePolicy, recompute_policy
 from .kernels import acc_dtype
 
 AttentionFn = Callable[[Tensor, Tensor, Tensor], Tensor]
@@ -49,7 +49,7 @@ class LlamaConfig:
     head_dim: int = 0  # 0 -> hidden // heads
     rope_theta: float = 10000.0
     rope_scaling: dict[str, Any] | None = field(default=None, hash=False)
-    norm_eps: float = 1e-5
+    norm_eps: float = DEFAULT_NORM_EPS
     tie_embeddings: bool = False
 
     def __post_init__(self) -> None:
@@ -66,24 +66,44 @@ class LlamaConfig:
             raise SpecError(f"rope scaling {kind!r} is not supported (supported: none/default, llama3)")
 
     @classmethod
-    def from_spec(cls, spec: ModelSpec, norm_eps: float = 1e-5) -> LlamaConfig:
-        """The Llama config of a catalog ModelSpec; GPT-style specs (GELU, LayerNorm) are refused."""
+    def from_spec(cls, spec: ModelSpec) -> LlamaConfig:
+        """The runtime config of a ModelSpec (the one bridge: catalog entries and Hugging Face configs
+        both come as ModelSpecs); GPT-style specs (GELU, LayerNorm) are refused."""
         if spec.mlp != "swiglu" or spec.norm != "rmsnorm":
             raise SpecError(
                 f"model {spec.name!r} is {spec.mlp}/{spec.norm}; the executor runs Llama-family models (swiglu/rmsnorm)"
             )
         return cls(
-            spec.vocab,
-            spec.hidden,
-            spec.layers,
-            spec.heads,
-            spec.kv_heads,
-            spec.ffn,
-            spec.head_dim,
-            spec.rope_theta,
-            None,
-            norm_eps,
-            spec.tie_embeddings,
+            vocab=spec.vocab,
+            hidden=spec.hidden,
+            layers=spec.layers,
+            heads=spec.heads,
+            kv_heads=spec.kv_heads,
+            ffn=spec.ffn,
+            head_dim=spec.head_dim,
+            rope_theta=float(spec.rope_theta),
+            rope_scaling=dict(spec.rope_scaling) if spec.rope_scaling else None,
+            norm_eps=float(spec.norm_eps),
+            tie_embeddings=spec.tie_embeddings,
+        )
+
+    def to_spec(self, name: str) -> ModelSpec:
+        """The ModelSpec of this config (for the planner and the cost model): `from_spec`'s inverse."""
+        return ModelSpec(
+            name=name,
+            layers=self.layers,
+            hidden=self.hidden,
+            heads=self.heads,
+            kv_heads=self.kv_heads,
+            ffn=self.ffn,
+            vocab=self.vocab,
+            mlp="swiglu",
+            norm="rmsnorm",
+            tie_embeddings=self.tie_embeddings,
+            rope_theta=self.rope_theta,
+            head_dim=self.head_dim,
+            norm_eps=self.norm_eps,
+            rope_scaling=dict(self.rope_scaling) if self.rope_scaling else None,
         )
 
 
@@ -192,7 +212,7 @@ class Block(nn.Module):
     def _plain(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         return self.post_attention(x, self.self_attn.attn_fn(*self.pre_attention(x, cos, sin)))
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, recompute: str = "none") -> Tensor:
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, recompute: RecomputePolicy = RecomputePolicy.NONE) -> Tensor:
         """`recompute` is the activation checkpointing policy (Workload.recompute):
 
         - "selective": the parts before and after the attention core are checkpointed separately
@@ -227,15 +247,15 @@ class Llama(nn.Module):
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
         self.register_buffer("inv_freq", rope_inv_freq(cfg), persistent=False)
-        self.activation_checkpointing = False
+        self.recompute = RecomputePolicy.NONE
 
     @property
-    def activation_checkpointing(self) -> str:
-        """The recompute policy: "none", "selective" or "full" (set with those or False / True = selective)."""
+    def recompute(self) -> RecomputePolicy:
+        """The recompute policy of training forwards: NONE, SELECTIVE or FULL (see `Block.forward`)."""
         return self._recompute
 
-    @activation_checkpointing.setter
-    def activation_checkpointing(self, value: bool | str) -> None:
+    @recompute.setter
+    def recompute(self, value: RecomputePolicy | str) -> None:
         self._recompute = recompute_policy(value, allow_auto=False, owner="model")
 
     def init_weights(self, seed: int = 0, std: float = 0.02) -> Llama:
@@ -274,7 +294,7 @@ class Llama(nn.Module):
         x = self.embed_tokens(tokens)
         dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
         cos, sin = self.rope(positions, dtype)
-        recompute = self.activation_checkpointing if torch.is_grad_enabled() else "none"
+        recompute = self.recompute if torch.is_grad_enabled() else RecomputePolicy.NONE
         for layer in self.layers:
             # Through the module call (checkpoints inside it) so that FSDP's hooks on the block still fire.
             x = layer(x, cos, sin, recompute)

@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ..specs import recompute_policy
+from ..specs import RecomputePolicy, recompute_policy
 from . import emulation
 from .model import IGNORE_INDEX, Llama, shift_labels
 
@@ -39,11 +39,11 @@ _BUCKET_ELEMS = 32 * 2**20  # gradients all-reduced in buckets of this many elem
 @dataclass(frozen=True)
 class ParallelOptions:
     """How the plan is applied. `broadcast_from`: rank whose initial weights every rank takes (None: trust the caller).
-    `activation_checkpointing`: the recompute policy, "none" | "selective" | "full" (False / True =
-    selective also accepted; stored normalized), see `Block.forward`."""
+    `activation_checkpointing`: the recompute policy, "none" | "selective" | "full" (stored as a
+    RecomputePolicy), see `Block.forward`."""
 
     fsdp: bool = False
-    activation_checkpointing: bool | str = "none"
+    activation_checkpointing: RecomputePolicy = RecomputePolicy.NONE
     loss_chunk: int = 4096
     broadcast_from: int | None = 0
 
@@ -95,9 +95,11 @@ def _labelled(batch: list[Shard]) -> int:
 class SingleDevice:
     """The whole sequence on one device with dense causal attention (the reference)."""
 
-    def __init__(self, model: Llama, loss_chunk: int = 4096, activation_checkpointing: bool | str = "none") -> None:
+    def __init__(
+        self, model: Llama, loss_chunk: int = 4096, recompute: RecomputePolicy | str = RecomputePolicy.NONE
+    ) -> None:
         self.model, self.loss_chunk = model, loss_chunk
-        model.activation_checkpointing = activation_checkpointing
+        model.recompute = recompute
 
     def positions(self, seq_len: int) -> list[int]:
         return list(range(seq_len))
@@ -147,7 +149,7 @@ class PlanParallel:
             return plan_attention(q, k, v, ctx)
 
         model.set_attention(attn)
-        model.activation_checkpointing = options.activation_checkpointing
+        model.recompute = options.activation_checkpointing
         if options.broadcast_from is not None:
             with torch.no_grad():  # same starting weights everywhere, whatever each rank initialized
                 for t in list(model.parameters()) + list(model.buffers()):

@@ -25,8 +25,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ..errors import PlanError
+from ..errors import PlanError, SpecError
 from ..plan import Plan
+from ..specs import load_cluster
 from .model import Llama, LlamaConfig
 from .parallel import ParallelOptions, PlanParallel, Runner, Shard, SingleDevice
 
@@ -90,13 +91,10 @@ def check_world(plan: Plan, strict: bool = False) -> list[str]:
         raise PlanError(f"plan {plan.name!r} has {plan.world_size} ranks but the running world has {world} processes")
     if not (torch.cuda.is_available() and dist.is_initialized() and plan.cluster):
         return []
-    from ..errors import SpecError
-    from ..specs import load_cluster
-
     try:
         cluster = load_cluster(plan.cluster)
     except SpecError as e:
-        warnings.warn(f"cannot check GPU models against the plan: {e}")
+        warnings.warn(f"cannot check GPU models against the plan: {e}", stacklevel=2)
         return []
     names: list[Any] = [None] * world
     dist.all_gather_object(names, torch.cuda.get_device_name())
@@ -108,7 +106,7 @@ def check_world(plan: Plan, strict: bool = False) -> list[str]:
     if problems and strict:
         raise PlanError(f"the GPUs do not match plan {plan.name!r}:", problems)
     for p in problems:
-        warnings.warn(f"plan {plan.name!r}: {p}; the run is correct but its speed is not the planned one")
+        warnings.warn(f"plan {plan.name!r}: {p}; the run is correct but its speed is not the planned one", stacklevel=2)
     return problems
 
 
@@ -196,7 +194,8 @@ def train(
         bar.set_postfix(loss=f"{s.loss:.4f}", tok_s=f"{s.tokens_per_s:,.0f}")
         if show and lead:
             bar.write(
-                f"step {i + 1}/{steps}  loss {s.loss:.5f}  grad_norm {s.grad_norm:.3f}  {s.tokens_per_s:,.0f} tokens/s  ({s.seconds:.3f} s)"
+                f"step {i + 1}/{steps}  loss {s.loss:.5f}  grad_norm {s.grad_norm:.3f}  "
+                f"{s.tokens_per_s:,.0f} tokens/s  ({s.seconds:.3f} s)"
             )
     return out
 

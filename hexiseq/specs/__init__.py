@@ -28,7 +28,7 @@ from .cluster import ClusterFile, ClusterSpec, Device, LinkOverride, NodeEntry, 
 from .files import DATA_DIR, check_output_path, read_json, read_yaml, write_text_atomic
 from .gpus import GB, GIB, LINK_KINDS, GPUType, profile_fields
 from .hf import HFConfig, model_from_hf_config, parse_hf_config, read_hf_config
-from .model import ModelSpec
+from .model import DEFAULT_NORM_EPS, ModelSpec
 from .schema import MAX_DEVICES, MAX_SEQ_LEN
 from .workload import RECOMPUTE_POLICIES, RecomputePolicy, Workload, parse_tokens, recompute_policy
 
@@ -36,6 +36,7 @@ PROFILE_KEYS = profile_fields()
 
 __all__ = [
     "DATA_DIR",
+    "DEFAULT_NORM_EPS",
     "GB",
     "GIB",
     "LINK_KINDS",

@@ -1,9 +1,10 @@
 """The one reader of Hugging Face `config.json` files (Llama family).
 
-`HFConfig` declares, strictly, every key HexiSeq reads (the planner's ModelSpec and the runtime's
-LlamaConfig both come from it); other keys of a config are kept as they are, since Hugging Face
-configs carry many that do not concern us. `num_hidden_layers: 2.7`, `"hidden_size": "4096"` or
-`true` for a count are refused with the key named.
+`HFConfig` declares, strictly, every key HexiSeq reads; `model_from_hf_config` turns it into the
+ModelSpec that the planner uses and that the runtime's LlamaConfig is built from
+(`LlamaConfig.from_spec`, the one bridge), so every path reads a config.json the same way. Other
+keys of a config are kept as they are, since Hugging Face configs carry many that do not concern us.
+`num_hidden_layers: 2.7`, `"hidden_size": "4096"` or `true` for a count are refused with the key named.
 """
 
 from collections.abc import Mapping
@@ -18,6 +19,9 @@ from .model import ModelSpec
 from .schema import MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH, StrictBool, StrictStr, count, number, validate
 
 DEFAULT_ROPE_THETA = 10000.0
+# A config.json without rms_norm_eps: transformers' LlamaConfig default (`rms_norm_eps=1e-6` in
+# LlamaConfig.__init__), which is what Hugging Face itself would run.
+DEFAULT_RMS_NORM_EPS = 1e-6
 
 
 class HFConfig(BaseModel):
@@ -60,6 +64,20 @@ class HFConfig(BaseModel):
         if nested is not None:
             return float(validate(_THETA, nested, "config.json: rope_parameters.rope_theta"))
         return self.rope_theta if self.rope_theta is not None else DEFAULT_ROPE_THETA
+
+    @property
+    def scaling(self) -> dict[str, Any] | None:
+        """RoPE scaling from either layout (transformers 4: `rope_scaling`; transformers 5: the rest of
+        `rope_parameters`); None for plain RoPE (no dict, or rope_type "default")."""
+        params = {k: v for k, v in (self.rope_parameters or {}).items() if k != "rope_theta"}
+        scaling = self.rope_scaling or params or None
+        if scaling and scaling.get("rope_type", scaling.get("type", "default")) == "default":
+            return None
+        return scaling
+
+    @property
+    def norm_eps(self) -> float:
+        return self.rms_norm_eps if self.rms_norm_eps is not None else DEFAULT_RMS_NORM_EPS
 
 
 _ADAPTER = TypeAdapter(HFConfig)
@@ -104,4 +122,6 @@ def model_from_hf_config(path_or_dict: Path | str | Mapping[str, Any], name: str
         tie_embeddings=cfg.tie_word_embeddings,
         rope_theta=cfg.theta,
         head_dim=cfg.head_dim or 0,
+        norm_eps=cfg.norm_eps,
+        rope_scaling=cfg.scaling,
     )

@@ -1,7 +1,10 @@
 """A decoder-only transformer (`data/models.yaml`, or a Hugging Face config: `hf.py`): its shape,
 parameter count and FLOPs per token."""
 
-from pydantic import model_validator
+import dataclasses
+from typing import Annotated, Any
+
+from pydantic import Field, model_validator
 from pydantic.dataclasses import dataclass
 from pydantic_core import PydanticCustomError
 
@@ -19,6 +22,10 @@ from .schema import (
     one_of,
     spec_class,
 )
+
+# Normalization epsilon of a catalog model that names none: what Llama 2 and 3 publish. A Hugging
+# Face config.json without rms_norm_eps reads as transformers' default instead (hf.py).
+DEFAULT_NORM_EPS = 1e-5
 
 
 @spec_class(lambda kw: f"model {kw.get('name', '?')!r}")
@@ -38,6 +45,11 @@ class ModelSpec(KnownKeys):
     tie_embeddings: StrictBool = False
     rope_theta: number("RoPE base", gt=0, le=1e12) = 10000.0
     head_dim: count("per-head dimension; 0: hidden / heads", ge=0, le=MAX_WIDTH) = 0
+    norm_eps: number("normalization epsilon (RMSNorm / LayerNorm)", gt=0, le=1) = DEFAULT_NORM_EPS
+    # Hugging Face's rope_scaling dict (None: plain RoPE); not part of the hash, a dict has none.
+    rope_scaling: Annotated[
+        dict[str, Any] | None, Field(description="RoPE scaling as Hugging Face writes it (the executor runs llama3)")
+    ] = dataclasses.field(default=None, hash=False)
     published_params: (
         number("parameter count from the model card (tests compare against it)", gt=0, le=1000000000000000.0) | None
     ) = None

@@ -33,31 +33,25 @@ class RecomputePolicy(StrEnum):
 RECOMPUTE_POLICIES = (RecomputePolicy.NONE, RecomputePolicy.SELECTIVE, RecomputePolicy.FULL)
 
 
-def recompute_policy(value: bool | str, allow_auto: bool = True, owner: str = "workload") -> RecomputePolicy:
-    """The recompute policy named by an `activation_checkpointing` value: False -> NONE,
-    True -> SELECTIVE (what True has meant since selective checkpointing), or one of
-    "none" | "selective" | "full" (| "auto" where `allow_auto`: the planner's search over the three)."""
-    if value is False:
-        return RecomputePolicy.NONE
-    if value is True:
-        return RecomputePolicy.SELECTIVE
+def recompute_policy(value: str, allow_auto: bool = True, owner: str = "workload") -> RecomputePolicy:
+    """The recompute policy named `value`: "none" | "selective" | "full" (| "auto" where `allow_auto`:
+    the planner's search over the three); a SpecError naming `owner` for anything else (booleans included)."""
     allowed = RECOMPUTE_POLICIES + ((RecomputePolicy.AUTO,) if allow_auto else ())
     if isinstance(value, str) and value in allowed:
         return RecomputePolicy(value)
     raise SpecError(
-        f"{owner}: activation_checkpointing (recompute policy) must be True, False or one of "
+        f"{owner}: activation_checkpointing (recompute policy) must be one of "
         f"{', '.join(repr(str(x)) for x in allowed)}; got {value!r}"
     )
 
 
-def _canonical_recompute(value: Any) -> Any:
-    """Stored canonically (False for none, True for selective) so that old callers that test the
-    field as a bool keep working and equal policies compare equal."""
+def _workload_recompute(value: Any) -> RecomputePolicy:
+    """The field's validator: the policy, with the error phrased as the other fields' errors."""
     try:
-        policy = recompute_policy(value)
+        return recompute_policy(value)
     except SpecError as e:
-        raise PydanticCustomError("hexiseq", "{reason}", {"reason": str(e).removeprefix("workload: ")}) from None
-    return {RecomputePolicy.NONE: False, RecomputePolicy.SELECTIVE: True}.get(policy, str(policy))
+        reason = str(e).removeprefix("workload: activation_checkpointing ")  # the error names the field itself
+        raise PydanticCustomError("hexiseq", "{reason}", {"reason": reason}) from None
 
 
 SeqLen = count("tokens per sequence", le=MAX_SEQ_LEN, limit_why="128M tokens")
@@ -74,30 +68,29 @@ class Workload(KnownKeys):
     `param_sharding`: "replicated" (every rank holds all states; gradients all-reduced) or
     "zero3" (FSDP: states sharded; weights all-gathered per layer, gradients reduce-scattered).
 
-    `activation_checkpointing` is the recompute policy (`recompute` gives it as a RecomputePolicy):
-    "none" (False) keeps every activation; "selective" (True) recomputes only the linear parts
-    of each layer in backward (the attention core's inputs/outputs are kept); "full" keeps only each
-    layer's input and recomputes the whole layer, attention and its communication included;
-    "auto" lets the planner pick the fastest of the three that fits (the cost model refuses it).
-    The field is stored canonically (False for "none", True for "selective").
+    `activation_checkpointing` (the key of scenario files; `recompute` reads it) is the recompute
+    policy: "none" keeps every activation; "selective" recomputes only the linear parts of each layer
+    in backward (the attention core's inputs/outputs are kept); "full" keeps only each layer's input
+    and recomputes the whole layer, attention and its communication included; "auto" lets the planner
+    pick the fastest of the three that fits (the cost model refuses it).
     """
 
     seq_len: SeqLen
     global_batch: GlobalBatch = 1
     activation_checkpointing: Annotated[
-        bool | str,
-        BeforeValidator(_canonical_recompute),
-        Field(description="recompute policy: none | selective | full | auto (true = selective, false = none)"),
-    ] = False
+        RecomputePolicy,
+        BeforeValidator(_workload_recompute),
+        Field(description="recompute policy: none | selective | full | auto"),
+    ] = RecomputePolicy.NONE
     param_sharding: one_of(("replicated", "zero3"), "parameter/optimizer state sharding") = "zero3"
     block_size: BlockSize = 128
 
     @property
     def recompute(self) -> RecomputePolicy:
         """The recompute policy: NONE, SELECTIVE, FULL or AUTO (equal to "none", "selective", ...)."""
-        return recompute_policy(self.activation_checkpointing)
+        return self.activation_checkpointing
 
-    def with_recompute(self, policy: bool | str) -> "Workload":
+    def with_recompute(self, policy: RecomputePolicy | str) -> "Workload":
         """The same workload under another recompute policy."""
         return replace(self, activation_checkpointing=policy)
 
