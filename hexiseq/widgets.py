@@ -20,8 +20,18 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+from .costmodel import estimate
 from .errors import HexiSeqError, InfeasibleError
-from .specs import RecomputePolicy, Workload, bundled_clusters, get_model, load_cluster, model_catalog, parse_tokens
+from .reproduce.cells import plan_setting, systems_of
+from .reproduce.plan_figures import plot_allocation, plot_cell_systems, plot_rank_phases
+from .reproduce.style import si_label, style, tokens_label
+from .specs import (
+    RecomputePolicy,
+    bundled_clusters,
+    model_catalog,
+    parse_tokens,
+    recompute_policy,
+)
 
 SEQ_CHOICES = [
     ("8K", 8192),
@@ -46,7 +56,6 @@ class Settings:
 
     @property
     def label(self) -> str:
-        from .reproduce.style import tokens_label
 
         return f"{self.cluster} · {self.model} · {tokens_label(self.seq_len)} tokens"
 
@@ -77,16 +86,10 @@ def _left_out_text(result: Any, cluster: Any) -> str | None:
 
 def plan_view(s: Settings) -> PlanView:
     """Plan one setting and build what the explorer shows (module doc)."""
-    from .planner import plan_cluster
-    from .reproduce.cells import systems_of
-    from .reproduce.plan_figures import plot_allocation, plot_cell_systems, plot_rank_phases
-    from .reproduce.style import si_label
 
     t0 = time.perf_counter()
     try:
-        cluster, model = load_cluster(s.cluster), get_model(s.model)
-        wl = Workload(seq_len=s.seq_len, activation_checkpointing=s.recompute, param_sharding=s.sharding)
-        result = plan_cluster(cluster, model, wl, progress=False)
+        cluster, model, wl, result = plan_setting(s.cluster, s.model, s.seq_len, s.recompute, s.sharding)
     except HexiSeqError as e:
         what = "nothing fits" if isinstance(e, InfeasibleError) else "cannot plan these settings"
         return PlanView(s, False, f"{s.label}: {what}", explanation=str(e), seconds=time.perf_counter() - t0)
@@ -113,8 +116,6 @@ def plan_view(s: Settings) -> PlanView:
     details += [n for n in result.notes if n not in details]
     est = result.estimate
     if est is None:
-        from .costmodel import estimate
-
         est = estimate(result.plan, cluster, model, wl.with_recompute(result.recompute))
     figures = [
         ("allocation", plot_allocation(result.plan, cluster)),
@@ -148,13 +149,11 @@ def show_plan(
 
 
 def _policy(recompute: bool | str) -> str:
-    from .specs import recompute_policy
 
     return recompute_policy(recompute)
 
 
 def _png(fig: Any) -> bytes:
-    from .reproduce.style import style
 
     buf = io.BytesIO()
     with style():

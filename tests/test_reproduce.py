@@ -16,7 +16,8 @@ matplotlib.use("Agg")
 from hexiseq.errors import SpecError  # noqa: E402
 from hexiseq.reproduce import cache as cache_mod  # noqa: E402
 from hexiseq.reproduce import paper  # noqa: E402
-from hexiseq.reproduce.scenarios import Cell, bundled_scenarios, cluster_recipe, load_scenario, load_scenarios  # noqa: E402
+from hexiseq.reproduce.recipes import Cell, cluster_recipe  # noqa: E402
+from hexiseq.reproduce.scenarios import bundled_scenarios, load_scenario, load_scenarios  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -33,7 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..costmodel import simulate
+from ..costmodel.fidelity import grid_search
 from ..errors import HexiSeqError
+from ..runs.config import WARMUP_EXCLUDED, resolve
+from ..runs.loop import RunJob, run_worker
+from ..runs.rundir import RunDir, default_run_dir
+from ..runtime.launch import spawn_world
 from ..specs import ClusterSpec, ModelSpec, Workload, get_model, write_text_atomic
 from .emulation import emulation_for
 from .plans import WORLD, CalPlan, calibration_plans
@@ -141,7 +147,6 @@ class Calibration:
 
 def predict(cluster: ClusterSpec, model: ModelSpec, cp: CalPlan) -> float:
     """The step replay's iteration time of a calibration plan (replicated parameters: the executor's default)."""
-    from ..costmodel import simulate
 
     wl = Workload(cp.plan.seq_len, 1, cp.recompute, "replicated", cp.plan.block_size)
     return float(simulate(cp.plan, cluster, model, wl).iteration_time_s)
@@ -164,7 +169,6 @@ def fit(
 ) -> dict[str, float]:
     """Multipliers on the FITTED fields minimising Σ log²(predicted / measured) over `plans`, plus
     RIDGE x Σ log2(multiplier)² (module doc)."""
-    from ..costmodel.fidelity import grid_search
 
     keys = list(FITTED)
 
@@ -184,7 +188,6 @@ def fit(
 
 def calibrate_worker(rank: int, world: int, jobs: list[Any]) -> list[dict[str, Any]]:
     """Body of one rank: every calibration run, one after another, in the same world."""
-    from ..runs.loop import run_worker
 
     return [run_worker(rank, world, job) for job in jobs]
 
@@ -204,10 +207,6 @@ def calibrate(
 ) -> Calibration:
     """Run the calibration (module doc) and return its rows; runs and calibration.json go under `out`
     (default runs/calibrate-<time>). `quick`: a short sequence and 3 steps per plan (tests, notebooks)."""
-    from ..runs.config import resolve
-    from ..runs.loop import RunJob
-    from ..runs.rundir import RunDir, default_run_dir
-    from ..runtime.launch import spawn_world
 
     say = say or print
     spec, named = resolve_world(world, cluster)
@@ -219,7 +218,6 @@ def calibrate(
     mspec = get_model(model)
     S = seq_len or (1024 if quick else 8192)
     n_steps = steps or (3 if quick else 6)
-    from ..runs.config import WARMUP_EXCLUDED
 
     if n_steps <= WARMUP_EXCLUDED:
         raise HexiSeqError(

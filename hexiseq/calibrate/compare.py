@@ -21,7 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..costmodel import simulate
 from ..errors import HexiSeqError
+from ..planner import plan_cluster
+from ..runs.config import WARMUP_EXCLUDED, resolve
+from ..runs.loop import RunJob, run_worker
+from ..runs.rundir import RunDir, default_run_dir
+from ..runtime.launch import spawn_world
 from ..specs import ClusterSpec, Workload, get_model, load_cluster, write_text_atomic
 from .emulation import check_emulated, emulation_for
 from .profile import DEFAULT_MODEL, Profile
@@ -106,10 +112,6 @@ def run_plan(
     timeout_s: float,
 ) -> dict[str, Any]:
     """One real emulated run of `plan` (its own spawned world); its summary."""
-    from ..runs.config import resolve
-    from ..runs.loop import RunJob, run_worker
-    from ..runs.rundir import RunDir
-    from ..runtime.launch import spawn_world
 
     run = RunDir.create(run_path)
     cfg = resolve(
@@ -154,9 +156,6 @@ def compare(
 ) -> Comparison:
     """Profile, calibrate, plan the emulated cluster, run the planner's plan and the best even plan,
     compare (module doc). `calibration`: a calibration.json of this cluster to reuse (its profile too)."""
-    from ..planner import plan_cluster
-    from ..runs.config import WARMUP_EXCLUDED
-    from ..runs.rundir import default_run_dir
     from .calibrate import calibrate, pacing_overrun, scaled_cluster
     from .profile import _load
 
@@ -267,7 +266,6 @@ def _uneven_label(plan: Any, policy: str) -> str:
 
 
 def _simulate(cluster: ClusterSpec, model: Any, plan: Any, policy: str) -> float:
-    from ..costmodel import simulate
 
     return float(
         simulate(

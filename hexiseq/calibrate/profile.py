@@ -37,7 +37,10 @@ from typing import Any
 import yaml
 
 from ..errors import HexiSeqError
-from ..specs import ClusterSpec, get_model, gpu_catalog, load_cluster, read_yaml
+from ..plan import symmetric_plan
+from ..runtime.launch import spawn_world
+from ..runtime.model import LlamaConfig
+from ..specs import ClusterSpec, get_model, gpu_catalog, load_cluster, load_profile, read_yaml
 from ..specs.files import write_text_atomic
 from .emulation import check_emulated, emulation_for, local_cluster
 from .measure import MeasureJob, measure_worker
@@ -101,7 +104,6 @@ class Profile:
     @classmethod
     def load(cls, path: Path | str) -> Profile:
         """A profile file, checked as `hexiseq plan --profile` checks it (SpecError naming each problem)."""
-        from ..specs import load_profile
 
         gpus = load_profile(path)
         raw = read_yaml(path)
@@ -279,10 +281,6 @@ def profile(
     `world` (4) ranks of this machine in one node. `model`/`seq_len`: whose shapes are timed (default
     tiny at 8K tokens; `quick`: 2K tokens, 2 repeats — for tests)."""
     from dataclasses import asdict
-
-    from ..plan import symmetric_plan
-    from ..runtime.launch import spawn_world
-    from ..runtime.model import LlamaConfig
 
     say = say or (lambda s: None)
     spec, named = resolve_world(world, cluster)

@@ -8,9 +8,45 @@ absurd memory.
 
 from __future__ import annotations
 
-from ..specs import MAX_DEVICES
-from ..specs.schema import count, number
-from .common import number_arg
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from ..errors import SpecError
+from ..specs import MAX_DEVICES, parse_tokens
+from ..specs.schema import count, number, problems
+
+
+def number_arg(field_type: Any) -> Callable[[str], Any]:
+    """An argparse `type=`: the text as a number, checked against a declared field type (its
+    range and unit), so a bad value is refused with the rule before any work starts."""
+    adapter = TypeAdapter(field_type)
+
+    def parse(text: str) -> Any:
+        value: Any = text
+        for convert in (int, float):
+            try:
+                value = convert(text)
+                break
+            except ValueError:
+                pass
+        try:
+            return adapter.validate_python(value)
+        except ValidationError as e:
+            raise argparse.ArgumentTypeError(problems(e)[0]) from None
+
+    return parse
+
+
+def tokens_arg(text: str) -> int:
+    """An argparse `type=` for token counts: 4096, 128K, 1M (parse_tokens, with its limit)."""
+    try:
+        return parse_tokens(text)
+    except SpecError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
 
 Steps = count("optimizer steps of the run", le=10_000_000)
 WarmupSteps = count("linear warmup steps", ge=0, le=10_000_000)

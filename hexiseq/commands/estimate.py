@@ -17,8 +17,10 @@ from __future__ import annotations
 import argparse
 import re
 
+from ..costmodel import PHASES, estimate
 from ..errors import PlanError, SpecError
 from ..plan import Plan, symmetric_plan
+from ..runs.config import plan_recompute
 from .common import (
     RECOMPUTE_HELP,
     add_cluster_args,
@@ -26,7 +28,6 @@ from .common import (
     dump_json,
     load_cluster_arg,
     load_workload_args,
-    plan_recompute,
     print_table,
 )
 
@@ -127,7 +128,6 @@ def _inputs(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..costmodel import PHASES, estimate
 
     plan, cluster, model, wl = _inputs(args)
     e = estimate(plan, cluster, model, wl)

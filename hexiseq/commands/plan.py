@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..errors import HexiSeqError
+from ..planner import Layout, LayoutModel, plan_cluster
 from ..specs import GIB, check_output_path
 from .common import add_cluster_args, add_workload_args, dump_json, load_cluster_arg, load_workload_args, print_table
 
@@ -58,8 +60,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import HexiSeqError
-    from ..planner import plan_cluster
 
     if args.ranks < 0:
         raise HexiSeqError(f"--ranks must be >= 0 (0 = all), got {args.ranks}")
@@ -91,7 +91,6 @@ def run(args: argparse.Namespace) -> int:
 
 def write_model(result, cluster, model, workload, path: str) -> None:
     """The optimization model of the plan's layout and policy, with the cutting planes that bound it."""
-    from ..planner import Layout, LayoutModel
 
     plan = result.plan
     layout = Layout(tuple(g.devices for g in plan.groups), tuple(g.heads for g in plan.groups))

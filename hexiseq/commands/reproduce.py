@@ -18,6 +18,9 @@ import importlib.util
 import shlex
 import sys
 
+from ..errors import HexiSeqError
+from ..reproduce import QUICK_DIR, RESULT_DIR, redraw, reproduce
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -43,7 +46,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import HexiSeqError
 
     missing = [m for m in ("matplotlib", "seaborn", "pandas") if importlib.util.find_spec(m) is None]
     if missing:  # before anything imports them
@@ -51,7 +53,6 @@ def run(args: argparse.Namespace) -> int:
             f"hexiseq reproduce draws its figures with {', '.join(missing)}, not installed here: "
             "pip install -e '.[notebooks]' (or: make setup)"
         )
-    from ..reproduce import QUICK_DIR, RESULT_DIR, redraw, reproduce
 
     out = args.out or (QUICK_DIR if args.quick else RESULT_DIR)
     if args.figures_only:

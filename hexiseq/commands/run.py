@@ -19,8 +19,22 @@ import os
 import sys
 from pathlib import Path
 
+from ..calibrate.emulation import emulation_of
 from ..errors import HexiSeqError
 from ..plan import Plan
+from ..runs import checkpoint as ckpt
+from ..runs.config import RunConfig, for_resume, resolve
+from ..runs.export import export
+from ..runs.launch import execute_spawned, execute_torchrun
+from ..runs.loop import write_summary
+from ..runs.plots import save_loss_curve
+from ..runs.progress import Console
+from ..runs.rundir import RunDir, default_run_dir
+from ..runtime.checkpoint import check_save_target
+from ..runtime.launch import torchrun_env
+from ..runtime.placement import placement_from_env
+from ..runtime.verify import check_nproc
+from ..specs import load_cluster
 from ..specs.workload import GlobalBatch
 from .checks import (
     clip_arg,
@@ -30,13 +44,15 @@ from .checks import (
     lr_arg,
     min_lr_arg,
     node_arg,
+    number_arg,
     ranks_arg,
     seed_arg,
     steps_arg,
+    tokens_arg,
     warmup_arg,
     wd_arg,
 )
-from .common import add_recompute_arg, add_world_args, number_arg, tokens_arg
+from .common import add_recompute_arg, add_world_args
 
 # Defaults of the options a resumed run takes from its config (given on --resume they are refused).
 DEFAULTS = {
@@ -183,13 +199,9 @@ def _given(args: argparse.Namespace, key: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..runtime.launch import torchrun_env
-    from ..runtime.verify import check_nproc
 
     torchrun = torchrun_env()
     if args.save:  # before any work: a save that fails after training would lose the trained weights
-        from ..runtime.checkpoint import check_save_target
-
         check_save_target(args.save)
     if args.resume:
         given = [k for k in FIXED_ON_RESUME if _given(args, k)]
@@ -219,8 +231,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _prepare_new(args: argparse.Namespace, torchrun: bool):
-    from ..runs.config import resolve
-    from ..runs.rundir import RunDir, default_run_dir
 
     plan = Plan.load(args.plan)
     out = Path(args.out) if args.out else default_run_dir()
@@ -267,6 +277,7 @@ def _prepare_new(args: argparse.Namespace, torchrun: bool):
             strict_gpus=args.strict_gpus,
             tensorboard=not args.no_tensorboard,
             timeout_s=args.timeout,
+            emulation=emulation_of(plan),
         )
     except BaseException:
         if not existed:  # nothing half-made is left behind
@@ -285,16 +296,15 @@ def _prepare_new(args: argparse.Namespace, torchrun: bool):
 
 
 def _prepare_resume(args: argparse.Namespace):
-    from ..runs import checkpoint as ckpt
-    from ..runs.config import RunConfig, for_resume
-    from ..runs.rundir import RunDir
 
     run = RunDir.existing(args.resume)
     data = run.read_json(run.config)
     if data is None:
         raise HexiSeqError(f"--resume {run.path}: config.json is unreadable")
     cfg = RunConfig.from_dict(data)
-    cfg, notes = for_resume(cfg, Plan.load(args.plan) if args.plan else None, args.steps, args.timeout)
+    plan = Plan.load(args.plan) if args.plan else None
+    emulation = emulation_of(plan) if plan is not None else None
+    cfg, notes = for_resume(cfg, plan, args.steps, args.timeout, emulation)
     found = ckpt.find(
         run.checkpoints, args.checkpoint
     )  # verified against its manifest: corrupt ones are refused, named
@@ -313,8 +323,6 @@ def _prepare_resume(args: argparse.Namespace):
 
 
 def _execute(args, run, cfg, resume, session, notes, torchrun: bool) -> int:
-    from ..runs.launch import execute_spawned, execute_torchrun
-    from ..runs.progress import Console
 
     plan = cfg.plan_obj()
     start = 0
@@ -357,12 +365,8 @@ def _execute(args, run, cfg, resume, session, notes, torchrun: bool) -> int:
         if summary is None:
             return 0
     if args.plot:
-        from ..runs.plots import save_loss_curve
-
         console.print(f"loss curve: {save_loss_curve(run.path)}")
     if args.save:
-        from ..runs.export import export
-
         console.print(f"saved to {export(run.path, args.save)} (Hugging Face layout)")
     console.close()
     if args.json:
@@ -372,8 +376,6 @@ def _execute(args, run, cfg, resume, session, notes, torchrun: bool) -> int:
 
 def _placement(plan: Plan, args: argparse.Namespace):
     """(this torchrun process's Placement, the plan's cluster): the mapping follows the cluster file."""
-    from ..runtime.placement import placement_from_env
-    from ..specs import load_cluster
 
     cluster = load_cluster(plan.cluster) if plan.cluster else None
     return placement_from_env(plan, cluster, os.environ, node=args.node), cluster
@@ -399,8 +401,6 @@ def time_limit_exit(limit_s: float, run=None, cfg=None, lead: bool = False) -> N
     message = f"stopped at the --time-limit of {limit_s:g} s"
     if lead and run is not None:
         try:
-            from ..runs.loop import write_summary
-
             write_summary(run, cfg, None, "failed", error=message)
         except Exception:
             pass

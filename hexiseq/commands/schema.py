@@ -15,41 +15,37 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..errors import SpecError
+from ..planfile import plan_json_schema
+from ..specs import ClusterFile, GPUType, ModelSpec, ProfileFile, check_output_path, write_text_atomic
+from ..specs.catalog import catalog_json_schema
+
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
 
 def _cluster() -> dict[str, Any]:
     from pydantic import TypeAdapter
 
-    from ..specs import ClusterFile
-
     return TypeAdapter(ClusterFile).json_schema()
 
 
 def _plan() -> dict[str, Any]:
-    from ..planfile import plan_json_schema
 
     return plan_json_schema()
 
 
 def _gpus() -> dict[str, Any]:
-    from ..specs import GPUType
-    from ..specs.catalog import catalog_json_schema
 
     return catalog_json_schema(GPUType, "GPU catalog")
 
 
 def _models() -> dict[str, Any]:
-    from ..specs import ModelSpec
-    from ..specs.catalog import catalog_json_schema
 
     return catalog_json_schema(ModelSpec, "model catalog")
 
 
 def _profile() -> dict[str, Any]:
     from pydantic import TypeAdapter
-
-    from ..specs import ProfileFile
 
     return TypeAdapter(ProfileFile).json_schema()
 
@@ -92,8 +88,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import SpecError
-    from ..specs import check_output_path, write_text_atomic
 
     if args.all:
         if args.kind or args.out or not args.out_dir:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..specs import get_gpu
 from . import paper
 from .style import tokens_label
 from .table import grid_rows, hexiseq_rows, pair_ratios, speedup_stats
@@ -45,7 +46,6 @@ class Comparison:
 
 
 def _catalog_ratio() -> str:
-    from ..specs import get_gpu
 
     h, a = get_gpu("H100-SXM"), get_gpu("A100-80GB")
     return (

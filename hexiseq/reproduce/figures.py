@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from ..costmodel import PHASES
 from . import paper
 from .cells import HEXISEQ
 from .palette import BEST_BASELINE_COLOR, HEXISEQ_COLOR, PAPER_COLOR, phase_colors, series_colors
@@ -328,7 +329,6 @@ def fig_planner_time(df: pd.DataFrame, machine: str = "") -> Figure:
 def fig_phases(df: pd.DataFrame, scenario: str, cell: Any | None = None) -> Figure:
     """Where the time goes in one cell (default: the scenario's allocation cell): the critical
     rank's time by cost-model phase, for HexiSeq and every baseline that fits."""
-    from ..costmodel import PHASES
 
     rows = df[df["scenario"] == scenario]
     fig, ax = new_figure(9, 4.0)

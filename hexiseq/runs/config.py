@@ -13,8 +13,16 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..costmodel import simulate
 from ..errors import HexiSeqError, PlanError, SpecError
 from ..plan import Plan
+from ..runtime.checkpoint import inspect_checkpoint
+from ..runtime.emulation import Emulation
+from ..runtime.model import LlamaConfig
+from ..runtime.parallel import ParallelOptions
+from ..runtime.train import TrainConfig
+from ..runtime.verify import proxy_config, scale_for_check
+from ..specs import RECOMPUTE_POLICIES, ModelSpec, Workload, get_model, load_cluster
 from .data import DataSpec, fit_plan, prepare_data
 
 CONFIG_VERSION = 1
@@ -67,17 +75,14 @@ class RunConfig:
         return Plan.from_dict(self.plan)
 
     def model_cfg(self):
-        from ..runtime.model import LlamaConfig
 
         return LlamaConfig(**self.model)
 
     def train_cfg(self):
-        from ..runtime.train import TrainConfig
 
         return TrainConfig(**{**self.train, "betas": tuple(self.train.get("betas", (0.9, 0.95)))})
 
     def options_obj(self):
-        from ..runtime.parallel import ParallelOptions
 
         return ParallelOptions(**self.options)
 
@@ -89,6 +94,12 @@ class RunConfig:
         return self.plan["seq_len"] * self.global_batch
 
 
+def plan_recompute(plan: Plan) -> str | None:
+    """The recompute policy a plan file records (`hexiseq plan` writes it into meta), if any."""
+    policy = (plan.meta or {}).get("recompute")
+    return policy if policy in RECOMPUTE_POLICIES else None
+
+
 def _round_up(n: int, unit: int) -> int:
     return int(math.ceil(n / unit) * unit)
 
@@ -96,10 +107,6 @@ def _round_up(n: int, unit: int) -> int:
 def resolve_model(plan: Plan, model: str | None, init_from: str | None, vocab_needed: int):
     """(LlamaConfig, name, notes) of the model to run: a checkpoint's, a catalog / HF config model
     (checked against the plan's heads), or a small proxy with the plan's heads."""
-    from ..runtime.checkpoint import inspect_checkpoint
-    from ..runtime.model import LlamaConfig
-    from ..runtime.verify import proxy_config
-    from ..specs import get_model
 
     notes: list[str] = []
     if init_from:
@@ -133,7 +140,6 @@ def resolve_model(plan: Plan, model: str | None, init_from: str | None, vocab_ne
 
 def model_spec(cfg, name: str):
     """The cost model's ModelSpec of a runtime LlamaConfig."""
-    from ..specs import ModelSpec
 
     return ModelSpec(
         name=name,
@@ -152,8 +158,6 @@ def model_spec(cfg, name: str):
 def predict(plan: Plan, cfg, name: str, global_batch: int, recompute: str, fsdp: bool) -> dict[str, Any]:
     """The cost model's step time for this plan and model on the plan's cluster (the simulator: the
     judge of a plan). `step_time_s` None, with the reason, when the plan names no usable cluster."""
-    from ..costmodel import simulate
-    from ..specs import Workload, load_cluster
 
     if not plan.cluster:
         return {"step_time_s": None, "cluster": None, "note": "the plan names no cluster: no prediction"}
@@ -203,13 +207,11 @@ def resolve(
     strict_gpus: bool = False,
     tensorboard: bool = True,
     timeout_s: float = 300.0,
+    emulation: Emulation | None = None,
 ) -> RunConfig:
     """The RunConfig of a new run; data are prepared into `workdir` (tokenized text). Everything is
-    checked here, before any rank starts."""
-    from ..commands.common import plan_recompute
-    from ..runtime.parallel import ParallelOptions
-    from ..runtime.train import TrainConfig
-    from ..runtime.verify import scale_for_check
+    checked here, before any rank starts. `emulation`: how CPU ranks emulate the plan's cluster
+    (hexiseq.calibrate.emulation derives it), None for plain ranks."""
 
     if dtype not in DTYPES:
         raise HexiSeqError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
@@ -265,34 +267,20 @@ def resolve(
         tensorboard=tensorboard,
         predicted=predict(plan, cfg, name, global_batch, policy, fsdp),
         notes=tuple(notes),
-        emulation=emulation_of(plan),
+        emulation=emulation.to_dict() if emulation is not None else None,
     )
 
 
-def emulation_of(plan: Plan) -> dict[str, Any] | None:
-    """How CPU ranks emulate the plan's cluster when its devices are emulated CPU types
-    (hexiseq.calibrate.emulation); None for any other cluster, or on a CUDA machine."""
-    import torch
-
-    from ..calibrate.emulation import cpu_factor, emulation_for
-    from ..specs import load_cluster
-
-    if not plan.cluster or torch.cuda.is_available():
-        return None
-    try:
-        cluster = load_cluster(plan.cluster)
-    except HexiSeqError:
-        return None
-    if any(cpu_factor(d.gpu) is None for d in cluster.devices):
-        return None
-    return emulation_for(plan, cluster).to_dict()
-
-
 def for_resume(
-    cfg: RunConfig, plan: Plan | None = None, steps: int | None = None, timeout_s: float | None = None
+    cfg: RunConfig,
+    plan: Plan | None = None,
+    steps: int | None = None,
+    timeout_s: float | None = None,
+    emulation: Emulation | None = None,
 ) -> tuple[RunConfig, list[str]]:
     """The config of a resumed run: the same, under a new plan (elastic: any world size and shape
-    with the same sequence length and heads) and/or with more steps. Returns it with notes."""
+    with the same sequence length and heads, emulated as `emulation` says) and/or with more steps.
+    Returns it with notes."""
     notes: list[str] = []
     if plan is not None:
         old = cfg.plan_obj()
@@ -321,7 +309,7 @@ def for_resume(
         cfg = replace(
             cfg,
             plan=plan.to_dict(),
-            emulation=emulation_of(plan),
+            emulation=emulation.to_dict() if emulation is not None else None,
             predicted=predict(
                 plan, cfg.model_cfg(), cfg.model_name, cfg.global_batch, opts.activation_checkpointing, opts.fsdp
             ),

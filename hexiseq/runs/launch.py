@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HexiSeqError
+from ..plan import Plan
+from ..runtime.launch import WorldError, arm_time_limit, init_from_env, local_backend, spawn_world
+from ..runtime.placement import check_placement
 from .config import RunConfig
 from .progress import Console, Progress, closing_lines
 from .rundir import RunDir, default_run_dir, load, load_summary
@@ -60,7 +63,6 @@ def execute_spawned(
     time_limit_s: float | None,
 ) -> dict[str, Any]:
     """Spawn the plan's ranks on this machine; this process shows the progress and keeps the record."""
-    from ..runtime.launch import WorldError, local_backend, spawn_world
     from .loop import RunJob, run_worker, write_summary
 
     world = cfg.plan_obj().world_size
@@ -122,8 +124,6 @@ def execute_torchrun(
     the input first) and prints the progress; returns its summary (None on other ranks)."""
     import torch.distributed as dist
 
-    from ..runtime.launch import arm_time_limit, init_from_env
-    from ..runtime.placement import check_placement
     from .loop import RunJob, run_worker
 
     arm_time_limit(time_limit_s, on_time_limit)
@@ -288,7 +288,6 @@ def launch(
     warmup_steps=5, model="tiny", checkpoint_every=10, ...). `launcher`: "spawn" (ranks spawned on
     this machine) or "torchrun" (torchrun --standalone, one process per rank).
     """
-    from ..plan import Plan
     from .data import save_sequences
 
     unknown = set(options) - _FLAG_VALUE - _FLAG_BOOL

@@ -24,6 +24,12 @@ import torch
 import torch.distributed as dist
 
 from ..plan import Plan
+from ..runtime import emulation
+from ..runtime.checkpoint import load_hf_checkpoint
+from ..runtime.groups import build_context
+from ..runtime.model import Llama, shift_labels
+from ..runtime.parallel import PlanParallel, Shard
+from ..runtime.train import check_world, compute_device, lr_at, make_optimizer, make_tokens, train_step
 from . import checkpoint as ckpt
 from .config import WARMUP_EXCLUDED, RunConfig
 from .data import PackedStream, Sampler, open_dataset
@@ -61,8 +67,6 @@ class Synthetic:
     """No --data: one seeded random sequence, the same every step (the executor's smoke test)."""
 
     def __init__(self, cfg: Any, seq_len: int, seed: int) -> None:
-        from ..runtime.model import shift_labels
-        from ..runtime.train import make_tokens
 
         tokens = make_tokens(cfg, seq_len, seed)
         self.tokens, self.labels, self.samples = tokens.numpy(), shift_labels(tokens).numpy(), 1
@@ -105,12 +109,6 @@ def run_worker(
     rank: int, world: int, job: RunJob, progress: Callable[[str, Any], None] | None = None
 ) -> dict[str, Any]:
     """Train the run of `job` on this rank; returns rank 0's records (other ranks: an empty list)."""
-    from ..runtime import emulation
-    from ..runtime.checkpoint import load_hf_checkpoint
-    from ..runtime.groups import build_context
-    from ..runtime.model import Llama
-    from ..runtime.parallel import PlanParallel, Shard
-    from ..runtime.train import check_world, compute_device, lr_at, make_optimizer, train_step
 
     cfg, run, lead = job.config, RunDir(job.run_dir), rank == 0
     say = progress if (lead and progress is not None) else (lambda kind, value: None)
@@ -247,13 +245,29 @@ def measured_step_time(records: list[dict[str, Any]]) -> tuple[float | None, int
     return (statistics.median(steady) if steady else None), len(steady)
 
 
+def describe_emulation(emu: emulation.Emulation) -> dict[str, object]:
+    """What a run records about its emulation (summary.json `emulation`)."""
+    links = sorted(
+        {
+            (round(emu.link_gbps[a][b], 6), round(emu.link_latency_us[a][b], 3))
+            for a in range(emu.world_size)
+            for b in range(emu.world_size)
+            if emu.link_gbps and emu.link_gbps[a][b] > 0
+        }
+    )
+    return {
+        "method": "each CPU operator stretched to f x its CPU time by sleeping; transfers over emulated links held to "
+        "alpha + bytes(bf16)/beta (hexiseq/runtime/emulation.py)",
+        "slowdown": list(emu.slowdown),
+        "links": [{"gbps": g, "latency_us": l} for g, l in links],
+        "source": emu.source,
+    }
+
+
 def _emulation_record(cfg: RunConfig, pacing: list[dict[str, Any]] | None) -> dict[str, Any] | None:
     if not cfg.emulation:
         return None
-    from ..calibrate.emulation import describe
-    from ..runtime.emulation import Emulation
-
-    return {**describe(Emulation.from_dict(cfg.emulation)), "pacing": pacing}
+    return {**describe_emulation(emulation.Emulation.from_dict(cfg.emulation)), "pacing": pacing}
 
 
 def environment(env: list[dict[str, Any]] | None = None) -> dict[str, Any]:
