@@ -31,8 +31,9 @@ from .common import (
     print_table,
 )
 
-_SHORT = {
-    "linear": "linear",
+# Column headers of the per-phase table: the cost model's phase names (PHASES), shortened where long;
+# a phase not named here is its own header (tests check every header is short and unique).
+PHASE_ABBREVIATIONS = {
     "memory_bound": "mem",
     "lm_head": "head",
     "attention": "attn",
@@ -41,8 +42,12 @@ _SHORT = {
     "recompute": "recomp",
     "param_comm": "params",
     "optimizer": "optim",
-    "wait": "wait",
 }
+
+
+def phase_header(phase: str) -> str:
+    """The per-phase table's column header of a cost-model phase."""
+    return PHASE_ABBREVIATIONS.get(phase, phase)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -147,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         )
     print_table(
         ["rank", "dev", "gpu", "grp", "tokens", "heads"]
-        + [_SHORT[p] for p in PHASES]
+        + [phase_header(p) for p in PHASES]
         + ["busy s", "wait s", "mem/cap GiB", ""],
         rows,
         indent="  ",

@@ -8,8 +8,7 @@ same as one JSON object; `--out` writes the plan itself (the file `hexiseq run` 
 Recompute: `--recompute auto` (the default) lets the planner try none, selective and full
 activation checkpointing and keep the fastest plan that fits (it says which, and the plan file
 records it in meta["recompute"], which `hexiseq estimate` and `hexiseq run` then use by default);
-`--recompute none|selective|full` plans exactly that policy (bare `--recompute`: selective);
-`--strict` is the old spelling of "never turn recompute on by itself": policy none unless given.
+`--recompute none|selective|full` plans exactly that policy (bare `--recompute`: selective).
 """
 
 from __future__ import annotations
@@ -50,12 +49,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--ranks", type=int, default=64, help="print at most this many rank rows (default 64; 0 = all)")
-    p.add_argument(
-        "--strict",
-        action="store_true",
-        help="never turn on activation checkpointing by itself: without --recompute, plan with none "
-        "(default without --recompute: auto)",
-    )
     p.set_defaults(func=run)
 
 
@@ -66,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         check_output_path(args.out, "--out")  # before planning, not after minutes of it
     cluster = load_cluster_arg(args)
-    model, workload = load_workload_args(args, default_recompute="none" if args.strict else "auto")
+    model, workload = load_workload_args(args, default_recompute="auto")
     if args.write_model:
         check_output_path(args.write_model, "--write-model")
         if not args.write_model.endswith((".lp", ".mps")):
