@@ -110,3 +110,38 @@ def test_run_from_a_checkpoint_scales_a_long_plan_like_any_run(tmp_path, capfd):
     )
     out = capfd.readouterr().out
     assert "1 ranks, 256 tokens" in out and "scaled from 16,384 to 256 tokens" in out
+
+
+def test_run_config_json_round_trips_and_an_older_one_loads(tmp_path):
+    """config.json is the run's typed RunConfig at the JSON edge: it round-trips, and one written
+    before a record setting existed (here: without the record keys at all) still loads, defaults
+    filled in."""
+    import json
+
+    from hexiseq.runs.config import RunConfig, resolve
+    from hexiseq.runs.settings import RecordSettings, RunSettings, TrainSettings
+
+    plan = random_plan(2, 128, 8, 4, seed=4, block_size=8)
+    settings = RunSettings(train=TrainSettings(steps=3, lr=3e-3))
+    cfg = resolve(plan, settings, tmp_path)
+    d = json.loads(json.dumps(cfg.to_dict()))
+    assert json.loads(json.dumps(RunConfig.from_dict(d).to_dict())) == d
+    assert d["train"]["warmup_steps"] == 0 and d["steps"] == 3 and d["checkpoint_every"] == 0
+    older = {k: v for k, v in d.items() if k not in {f for f in RecordSettings.__dataclass_fields__}}
+    assert RunConfig.from_dict(older).record == RecordSettings()
+
+
+def test_run_options_come_from_the_settings_table():
+    """Each `hexiseq run` option of the settings is declared once (runs.settings): on the command
+    line with no default of its own (not given: the table's default, or on --resume the run's)."""
+    from hexiseq.cli import build_parser
+    from hexiseq.runs.settings import RunSettings, options
+
+    args = build_parser().parse_args(["run", "--plan", "p.json"])
+    rows = list(options())
+    assert len({row.flag for row in rows}) == len(rows)
+    assert all(getattr(args, row.key) in (None, False) for row in rows)
+    assert RunSettings.from_options(vars(args)) == RunSettings()
+    args = build_parser().parse_args(["run", "--plan", "p.json", "--lr", "0.01", "--no-tensorboard", "--recompute"])
+    s = RunSettings.from_options(vars(args))
+    assert s.train.lr == 0.01 and s.record.tensorboard is False and s.parallel.recompute == "selective"

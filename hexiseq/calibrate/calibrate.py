@@ -23,7 +23,6 @@ with measured, per plan.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import statistics
@@ -36,9 +35,12 @@ from typing import Any
 from ..costmodel import simulate
 from ..costmodel.fidelity import grid_search
 from ..errors import HexiSeqError
-from ..runs.config import WARMUP_EXCLUDED, resolve
+from ..runs.config import WARMUP_EXCLUDED
 from ..runs.loop import RunJob, run_worker
 from ..runs.rundir import RunDir, default_run_dir
+from ..runs.settings import ModelSettings, ParallelSettings, RecordSettings, RunSettings, TrainSettings
+from ..runs.start import start_run
+from ..runtime.emulation import Emulation
 from ..runtime.launch import spawn_world
 from ..specs import ClusterSpec, ModelSpec, Workload, get_model, write_text_atomic
 from .emulation import emulation_for
@@ -186,6 +188,27 @@ def fit(
 # ---------------------------------------------------------------------- running the plans
 
 
+def calibration_run_settings(
+    model: str,
+    seq_len: int,
+    steps: int,
+    recompute: str,
+    emulation: Emulation,
+    prediction: dict[str, Any],
+) -> RunSettings:
+    """The settings of one measured run of calibration or comparison: `steps` steps of `model` at
+    `seq_len` tokens on synthetic data, a constant learning rate, no warmup, no TensorBoard, emulated
+    as `emulation` says; `prediction` is the caller's own (the cost model with the profile)."""
+    return RunSettings(
+        model=ModelSettings(name=model, seq_len=seq_len),
+        parallel=ParallelSettings(recompute=recompute),
+        train=TrainSettings(steps=steps, lr=1e-3, warmup_steps=0, schedule="constant", timeout_s=300.0),
+        record=RecordSettings(tensorboard=False),
+        emulation=emulation,
+        prediction=prediction,
+    )
+
+
 def calibrate_worker(rank: int, world: int, jobs: list[Any]) -> list[dict[str, Any]]:
     """Body of one rank: every calibration run, one after another, in the same world."""
 
@@ -251,31 +274,19 @@ def calibrate(
         raise HexiSeqError(f"{root} already holds files; give another --out")
     jobs = []
     for p, pred in zip(plans, before):
-        run = RunDir.create(root / p.name)
-        cfg = resolve(
-            p.plan,
-            run.data,
-            model=model,
-            seq_len=S,
-            steps=n_steps,
-            lr=1e-3,
-            warmup_steps=0,
-            schedule="constant",
-            recompute=p.recompute,
-            tensorboard=False,
-            timeout_s=300.0,
-        )
-        cfg = dataclasses.replace(
-            cfg,
-            emulation=emulation_for(p.plan, spec).to_dict(),
-            predicted={
+        settings = calibration_run_settings(
+            model,
+            S,
+            n_steps,
+            p.recompute,
+            emulation=emulation_for(p.plan, spec),
+            prediction={
                 "step_time_s": pred,
                 "cluster": spec.name,
                 "note": f"simulated iteration on {spec.name} with the profile ({prof.measured.get('when')})",
             },
         )
-        run.write_json(run.config, cfg.to_dict())
-        run.write_json(run.plan, cfg.plan)
+        run, cfg = start_run(p.plan, settings, root / p.name)
         jobs.append(RunJob(str(run.path), cfg))
     load0 = _load()
     say(f"running {len(plans)} plans x {n_steps} steps on {spec.size} CPU ranks ({spec.name}, S={S:,}) ...")

@@ -13,7 +13,6 @@ plan is one the fit saw.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -24,13 +23,15 @@ from typing import Any
 from ..costmodel import simulate
 from ..errors import HexiSeqError
 from ..planner import plan_cluster
-from ..runs.config import WARMUP_EXCLUDED, resolve
+from ..runs.config import WARMUP_EXCLUDED
 from ..runs.loop import RunJob, run_worker
-from ..runs.rundir import RunDir, default_run_dir
+from ..runs.rundir import default_run_dir
+from ..runs.start import start_run
 from ..runtime.launch import spawn_world
 from ..specs import ClusterSpec, Workload, get_model, load_cluster, write_text_atomic
+from .calibrate import calibrate, calibration_run_settings, pacing_overrun, scaled_cluster
 from .emulation import check_emulated, emulation_for
-from .profile import DEFAULT_MODEL, Profile
+from .profile import DEFAULT_MODEL, Profile, _load
 from .profile import profile as measure_profile
 
 
@@ -113,27 +114,15 @@ def run_plan(
 ) -> dict[str, Any]:
     """One real emulated run of `plan` (its own spawned world); its summary."""
 
-    run = RunDir.create(run_path)
-    cfg = resolve(
-        plan,
-        run.data,
-        model=model,
-        seq_len=plan.seq_len,
-        steps=steps,
-        lr=1e-3,
-        warmup_steps=0,
-        schedule="constant",
-        recompute=recompute,
-        tensorboard=False,
-        timeout_s=300.0,
+    settings = calibration_run_settings(
+        model,
+        plan.seq_len,
+        steps,
+        recompute,
+        emulation=emulation_for(plan, cluster),
+        prediction={"step_time_s": predicted, "cluster": cluster.name, "note": "simulated with the profile"},
     )
-    cfg = dataclasses.replace(
-        cfg,
-        emulation=emulation_for(plan, cluster).to_dict(),
-        predicted={"step_time_s": predicted, "cluster": cluster.name, "note": "simulated with the profile"},
-    )
-    run.write_json(run.config, cfg.to_dict())
-    run.write_json(run.plan, cfg.plan)
+    run, cfg = start_run(plan, settings, run_path)
     spawn_world(run_worker, plan.world_size, RunJob(str(run.path), cfg), timeout_s=timeout_s, pg_timeout_s=300.0)
     summary = run.read_json(run.summary) or {}
     if summary.get("measured_step_time_s") is None:
@@ -156,9 +145,6 @@ def compare(
 ) -> Comparison:
     """Profile, calibrate, plan the emulated cluster, run the planner's plan and the best even plan,
     compare (module doc). `calibration`: a calibration.json of this cluster to reuse (its profile too)."""
-    from .calibrate import calibrate, pacing_overrun, scaled_cluster
-    from .profile import _load
-
     say = say or print
     spec = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
     check_emulated(spec)

@@ -23,7 +23,6 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..plan import Plan
 from ..runtime import emulation
 from ..runtime.checkpoint import load_hf_checkpoint
 from ..runtime.groups import build_context
@@ -76,9 +75,9 @@ class Synthetic:
 
 
 def _dataset(cfg: RunConfig, seq_len: int) -> tuple[Any, Sampler]:
-    spec = cfg.data_spec()
+    spec = cfg.data
     if spec.kind == "synthetic":
-        data: Any = Synthetic(cfg.model_cfg(), seq_len, cfg.seed)
+        data: Any = Synthetic(cfg.model, seq_len, cfg.seed)
         return data, Sampler(1, cfg.seed, shuffle=False)
     data = open_dataset(spec, seq_len)
     return data, Sampler(data.samples, cfg.seed, shuffle=isinstance(data, PackedStream))
@@ -116,9 +115,9 @@ def run_worker(
         signal.signal(signal.SIGTERM, _ask_stop)  # a graceful stop at the next step boundary
     except ValueError:  # not the main thread: the STOP file still works
         pass
-    plan = Plan.from_dict(cfg.plan)
+    plan = cfg.plan
     check_world(plan, strict=cfg.strict_gpus)
-    train = cfg.train_cfg()
+    train = cfg.train
     ctx = build_context(plan, rank, timeout_s=train.timeout_s)
     if job.placement is not None and torch.cuda.is_available():
         torch.cuda.set_device(job.placement["cuda_index"])
@@ -132,8 +131,8 @@ def run_worker(
     if cfg.init_from and job.resume is None:
         model = load_hf_checkpoint(cfg.init_from, device=device, dtype=dtype)
     else:
-        model = Llama(cfg.model_cfg()).init_weights(cfg.seed).to(device, dtype)
-    runner = PlanParallel(model, ctx, cfg.options_obj())
+        model = Llama(cfg.model).init_weights(cfg.seed).to(device, dtype)
+    runner = PlanParallel(model, ctx, cfg.options)
     opt = make_optimizer(runner.model, train)
     start = 0
     if job.resume is not None:
@@ -154,12 +153,12 @@ def run_worker(
             "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         },
     )
-    tb = _TensorBoard(run.tensorboard, cfg.tensorboard) if lead else None
+    tb = _TensorBoard(run.tensorboard, cfg.record.tensorboard) if lead else None
     stop_file = run.path / "STOP"
     records: list[dict[str, Any]] = []
     stopped, step = False, start
     B, S = cfg.global_batch, plan.seq_len
-    pacer = emulation.Pacer(emulation.Emulation.from_dict(cfg.emulation), rank) if cfg.emulation else None
+    pacer = emulation.Pacer(cfg.emulation, rank) if cfg.emulation is not None else None
     if lead:
         run.set_status("training", step=start, steps=cfg.steps)
         say("phase", "first step")
@@ -197,7 +196,7 @@ def run_worker(
             "time": time.time(),
         }
         done = step + 1
-        save = done == cfg.steps or stopped or (cfg.checkpoint_every and done % cfg.checkpoint_every == 0)
+        save = done == cfg.steps or stopped or (cfg.record.checkpoint_every and done % cfg.record.checkpoint_every == 0)
         if save:
             if lead:
                 run.set_status("checkpoint", step=done, steps=cfg.steps)
@@ -206,12 +205,12 @@ def run_worker(
                 "samples": done * B,
                 "session": job.session,  # data position: samples used, in the Sampler's order
                 "schedule": {
-                    **{k: cfg.train[k] for k in ("lr", "warmup_steps", "schedule", "min_lr_ratio")},
+                    **{k: getattr(train, k) for k in ("lr", "warmup_steps", "schedule", "min_lr_ratio")},
                     "total_steps": cfg.steps,
                     "next_lr": lr_at(train, done, cfg.steps),
                 },
             }
-            ckpt.save(run.checkpoints, done, runner.model, opt, trainer, keep=cfg.keep_checkpoints)
+            ckpt.save(run.checkpoints, done, runner.model, opt, trainer, keep=cfg.record.keep_checkpoints)
             record["checkpoint_s"] = time.perf_counter() - t1
         if lead:
             run.append_metrics(record)
@@ -265,9 +264,9 @@ def describe_emulation(emu: emulation.Emulation) -> dict[str, object]:
 
 
 def _emulation_record(cfg: RunConfig, pacing: list[dict[str, Any]] | None) -> dict[str, Any] | None:
-    if not cfg.emulation:
+    if cfg.emulation is None:
         return None
-    return {**describe_emulation(emulation.Emulation.from_dict(cfg.emulation)), "pacing": pacing}
+    return {**describe_emulation(cfg.emulation), "pacing": pacing}
 
 
 def environment(env: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -316,7 +315,7 @@ def write_summary(
     the pacing did on each rank (`pacing`)."""
     records = run.read_metrics()
     measured, n = measured_step_time(records)
-    plan = cfg.plan_obj()
+    plan = cfg.plan
     backend = "nccl" if env and env[0]["gpu"] != "cpu" else "gloo"
     summary = {
         "status": status,
@@ -328,7 +327,7 @@ def write_summary(
         "seq_len": plan.seq_len,
         "global_batch": cfg.global_batch,
         "model": cfg.model_name,
-        "data": cfg.data_spec().describe(),
+        "data": cfg.data.describe(),
         "steps": cfg.steps,
         "steps_done": records[-1]["step"] if records else 0,
         "loss_first": records[0]["loss"] if records else None,
@@ -340,8 +339,8 @@ def write_summary(
         "warmup_steps_excluded_per_session": WARMUP_EXCLUDED,
         "measured_tokens_per_s": cfg.tokens_per_step / measured if measured else None,
         "measured_on": f"{plan.world_size} {'GPU' if backend == 'nccl' else 'CPU'} processes ({backend})"
-        + (f", emulating {cfg.emulation.get('source')}" if cfg.emulation else ""),
-        "emulated": bool(cfg.emulation),
+        + (f", emulating {cfg.emulation.source}" if cfg.emulation is not None else ""),
+        "emulated": cfg.emulation is not None,
         "emulation": _emulation_record(cfg, pacing),
         "dtype": cfg.dtype if backend == "gloo" else "bf16 autocast",
         "environment": environment(env),
