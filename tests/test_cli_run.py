@@ -9,6 +9,7 @@ import torch
 
 from hexiseq.cli import main
 from hexiseq.plan import random_plan
+from hexiseq.runs import load
 from hexiseq.runtime.checkpoint import load_hf_checkpoint
 from hexiseq.runtime.model import Llama, LlamaConfig
 from hexiseq.specs import get_model
@@ -145,3 +146,18 @@ def test_run_options_come_from_the_settings_table():
     args = build_parser().parse_args(["run", "--plan", "p.json", "--lr", "0.01", "--no-tensorboard", "--recompute"])
     s = RunSettings.from_options(vars(args))
     assert s.train.lr == 0.01 and s.record.tensorboard is False and s.parallel.recompute == "selective"
+
+
+def test_log_every_thins_the_console_not_the_metrics(tmp_path, capfd):
+    """--log-every N: a progress line every N steps (and the last); metrics.jsonl keeps every step.
+    A resumed run may change it."""
+    plan = tmp_path / "one.json"
+    random_plan(1, 64, 8, 4, seed=0, block_size=8).save(plan)
+    out = tmp_path / "run"
+    argv = ["run", "--plan", str(plan), "--steps", "5", "--log-every", "2", "--no-tensorboard", "--out", str(out)]
+    assert main(argv) == 0
+    lines = re.findall(r"step (\d)/5\s+loss", capfd.readouterr().out)
+    assert lines == ["2", "4", "5"]
+    assert [r["step"] for r in load(out).to_dict("records")] == [1, 2, 3, 4, 5]
+    assert main(["run", "--resume", str(out), "--steps", "7", "--log-every", "3"]) == 0
+    assert re.findall(r"step (\d)/7\s+loss", capfd.readouterr().out) == ["6", "7"]

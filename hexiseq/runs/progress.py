@@ -75,7 +75,7 @@ class Progress:
     @classmethod
     def of_run(cls, console: Console, cfg: RunConfig, start: int = 0) -> Progress:
         """The progress display of a run as its settings ask."""
-        return cls(console, cfg.steps, start)
+        return cls(console, cfg.steps, start, lines_every=cfg.record.log_every)
 
     def __call__(self, kind: str, value: Any) -> None:
         with self._lock:

@@ -47,6 +47,7 @@ Seed = count("seed of weights and data order", ge=0, le=2**63 - 1)
 LossChunk = count("tokens per chunk of the LM head and loss", unit="tokens", le=1 << 24)
 CheckpointEvery = count("steps between checkpoints (0: at the end only)", ge=0, le=10_000_000)
 KeepCheckpoints = count("newest checkpoints kept", le=10_000)
+LogEvery = count("steps between progress lines on the console", le=10_000_000)
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,12 @@ class RecordSettings:
     )
     tensorboard: bool = option(
         True, "no TensorBoard event files", flag="--no-tensorboard", negate=True, fixed_on_resume=False
+    )
+    log_every: int | None = option(
+        None,
+        "a progress line every N steps on the console (default: about 100 lines a run); metrics.jsonl gets every step",
+        number=LogEvery,
+        fixed_on_resume=False,
     )
 
 
