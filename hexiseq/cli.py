@@ -56,7 +56,6 @@ def report(e: Exception, command: str, debug: bool, pg_timeout_s: float | None =
     """Print one message for a failure and return the exit code: 2 for bad input, 1 for a fault.
     A spawned world's failure is already one message (its tracebacks follow with --debug); a
     torchrun process prints one line naming the root cause; anything else is re-raised with --debug."""
-
     if isinstance(e, WorldError):
         print(f"hexiseq {command}: error: {e}", file=sys.stderr)
         if debug:
@@ -74,7 +73,8 @@ def report(e: Exception, command: str, debug: bool, pg_timeout_s: float | None =
         print(f"hexiseq {command}: error: {e}", file=sys.stderr)
         return 2
     print(
-        f"hexiseq {command}: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback, and report it)",
+        f"hexiseq {command}: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback, and "
+        f"report it)",
         file=sys.stderr,
     )
     return 1

@@ -56,7 +56,6 @@ class Settings:
 
     @property
     def label(self) -> str:
-
         return f"{self.cluster} · {self.model} · {tokens_label(self.seq_len)} tokens"
 
 
@@ -86,7 +85,6 @@ def _left_out_text(result: Any, cluster: Any) -> str | None:
 
 def plan_view(s: Settings) -> PlanView:
     """Plan one setting and build what the explorer shows (module doc)."""
-
     t0 = time.perf_counter()
     try:
         cluster, model, wl, result = plan_setting(s.cluster, s.model, s.seq_len, s.recompute, s.sharding)
@@ -106,7 +104,8 @@ def plan_view(s: Settings) -> PlanView:
         head += "and no baseline fits in memory: HexiSeq's is the only plan that does"
     gap = result.gap
     details = [
-        f"recompute {result.recompute}; gap {'n/a' if gap != gap else f'{gap:.2%}'} (proven: no plan of the search space is "
+        f"recompute {result.recompute}; gap {'n/a' if gap != gap else f'{gap:.2%}'} (proven: no plan of the search "
+        f"space is "
         f"faster than {result.lower_bound_s:.4g} s); {si_label(result.bound_tokens_per_s)} tokens/s compute bound; "
         f"planned in {result.plan_time_s:.1f} s"
     ]
@@ -149,12 +148,10 @@ def show_plan(
 
 
 def _policy(recompute: bool | str) -> str:
-
     return recompute_policy(recompute)
 
 
 def _png(fig: Any) -> bytes:
-
     buf = io.BytesIO()
     with style():
         fig.savefig(buf, format="png", dpi=100)
@@ -299,7 +296,8 @@ class PlanExplorer:
             self.status.value = f"✔ planned {html.escape(view.settings.label)} in {seconds:.1f} s"
         else:
             self.result.value = (
-                f"<div style='border-left:4px solid #c44e52;padding:4px 8px;background:#fbf1f1'><b>{html.escape(view.headline)}</b>"
+                "<div style='border-left:4px solid #c44e52;padding:4px "
+                f"8px;background:#fbf1f1'><b>{html.escape(view.headline)}</b>"
                 f"<pre style='white-space:pre-wrap;margin:4px 0 0 0'>{html.escape(view.explanation)}</pre></div>"
             )
             self.status.value = f"✘ {html.escape(view.settings.label)}: no plan ({seconds:.1f} s)"

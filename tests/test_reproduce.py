@@ -60,7 +60,8 @@ def test_every_bundled_scenario_expands_full_and_quick():
             "workload: bad workload",
         ),
         (
-            "name: x\nsweeps:\n  old_fraction: {nodes: 4, node_size: 8, new: H100-SXM, old: A100-80GB, nic_gbps: 25, model: gpt-7b, seq_len: 64K, fractions: [0.3]}\n",
+            "name: x\nsweeps:\n  old_fraction: {nodes: 4, node_size: 8, new: H100-SXM, old: A100-80GB, nic_gbps: 25, "
+            "model: gpt-7b, seq_len: 64K, fractions: [0.3]}\n",
             "fraction 0.3 of 4 nodes is not a whole number",
         ),
         ("name: x\nsweeps:\n  seq_len: {cluster: testbed-8, model: gpt-7b}\n", "missing \\['seq_lens'\\]"),

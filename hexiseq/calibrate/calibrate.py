@@ -79,7 +79,8 @@ class Calibration:
         ]
 
     def stats(self) -> dict[str, Any]:
-        """Median and worst |predicted / measured - 1|, before and after, for all plans, the fit and the held-out ones."""
+        """Median and worst |predicted / measured - 1|, before and after, for all plans, the fit and
+        the held-out ones."""
         out: dict[str, Any] = {}
         for split in (None, "fit", "held-out"):
             name = split or "all"
@@ -104,7 +105,8 @@ class Calibration:
             )
 
         lines = [
-            f"calibration of {self.cluster} ({self.model}, S={self.seq_len:,}, {self.steps} steps per plan; emulated CPU ranks)",
+            f"calibration of {self.cluster} ({self.model}, S={self.seq_len:,}, {self.steps} steps per plan; emulated "
+            f"CPU ranks)",
             f"  before the fit: {f(s['all_before'])}",
             f"  after the fit:  {f(s['all_after'])}",
             f"  held out (not fitted): before {f(s['held-out_before'])}; after {f(s['held-out_after'])}",
@@ -122,7 +124,8 @@ class Calibration:
             o = r.get("pacing_overrun")
             lines.append(
                 f"{r['plan']:<16} {r['shape']:<46} {r['recompute']:<9} {r['split']:<8} {r['measured_s']:>10.3f} "
-                f"{r['predicted_before_s']:>9.3f} {r['error_before']:>+7.1%} {r['predicted_after_s']:>9.3f} {r['error_after']:>+7.1%} "
+                f"{r['predicted_before_s']:>9.3f} {r['error_before']:>+7.1%} {r['predicted_after_s']:>9.3f} "
+                f"{r['error_after']:>+7.1%} "
                 f"{'' if o is None else f'{o:.2f}':>7}"
             )
         return "\n".join(lines)
@@ -149,7 +152,6 @@ class Calibration:
 
 def predict(cluster: ClusterSpec, model: ModelSpec, cp: CalPlan) -> float:
     """The step replay's iteration time of a calibration plan (replicated parameters: the executor's default)."""
-
     wl = Workload(cp.plan.seq_len, 1, cp.recompute, "replicated", cp.plan.block_size)
     return float(simulate(cp.plan, cluster, model, wl).iteration_time_s)
 
@@ -171,7 +173,6 @@ def fit(
 ) -> dict[str, float]:
     """Multipliers on the FITTED fields minimising Σ log²(predicted / measured) over `plans`, plus
     RIDGE x Σ log2(multiplier)² (module doc)."""
-
     keys = list(FITTED)
 
     def loss(*x: float) -> float:
@@ -211,7 +212,6 @@ def calibration_run_settings(
 
 def calibrate_worker(rank: int, world: int, jobs: list[Any]) -> list[dict[str, Any]]:
     """Body of one rank: every calibration run, one after another, in the same world."""
-
     return [run_worker(rank, world, job) for job in jobs]
 
 
@@ -230,7 +230,6 @@ def calibrate(
 ) -> Calibration:
     """Run the calibration (module doc) and return its rows; runs and calibration.json go under `out`
     (default runs/calibrate-<time>). `quick`: a short sequence and 3 steps per plan (tests, notebooks)."""
-
     say = say or print
     spec, named = resolve_world(world, cluster)
     if spec.size != WORLD:

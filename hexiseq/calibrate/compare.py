@@ -68,7 +68,8 @@ class Comparison:
         for r in self.rows:
             o = r.get("pacing_overrun")
             lines.append(
-                f"  {r['system']:<8} {r['config']:<52} measured {r['measured_s']:7.3f} s, predicted {r['predicted_s']:7.3f} s "
+                f"  {r['system']:<8} {r['config']:<52} measured {r['measured_s']:7.3f} s, predicted "
+                f"{r['predicted_s']:7.3f} s "
                 f"({r['error']:+.1%}; profile alone {r['predicted_profile_s']:.3f} s, {r['error_profile']:+.1%})"
                 + (f", pacing overrun {o:.2f}" if o else "")
             )
@@ -113,7 +114,6 @@ def run_plan(
     timeout_s: float,
 ) -> dict[str, Any]:
     """One real emulated run of `plan` (its own spawned world); its summary."""
-
     settings = calibration_run_settings(
         model,
         plan.seq_len,
@@ -173,7 +173,8 @@ def compare(
     missing = [t for t in spec.gpu_types if t not in prof.gpus]
     if missing:
         raise HexiSeqError(
-            f"the profile has no figures for {', '.join(missing)}; profile the cluster: hexiseq profile --cluster {spec.name}"
+            f"the profile has no figures for {', '.join(missing)}; profile the cluster: hexiseq profile --cluster "
+            f"{spec.name}"
         )
     base = prof.apply(spec)
     if record is None:
@@ -252,7 +253,6 @@ def _uneven_label(plan: Any, policy: str) -> str:
 
 
 def _simulate(cluster: ClusterSpec, model: Any, plan: Any, policy: str) -> float:
-
     return float(
         simulate(
             plan, cluster, model, Workload(plan.seq_len, 1, policy, "replicated", plan.block_size)
@@ -273,6 +273,7 @@ def _read_calibration(path: str | Path, cluster: str, model: str) -> dict[str, A
         raise HexiSeqError(f"--calibration {path}: not a calibration.json of hexiseq calibrate (no factors / profile)")
     if record.get("cluster") != cluster or record.get("model") != model:
         raise HexiSeqError(
-            f"--calibration {path} calibrated {record.get('cluster')} with {record.get('model')}, not {cluster} with {model}"
+            f"--calibration {path} calibrated {record.get('cluster')} with {record.get('model')}, not {cluster} with "
+            f"{model}"
         )
     return record

@@ -70,7 +70,6 @@ def check_emulated(cluster: ClusterSpec) -> None:
 
 def emulation_for(plan: Plan, cluster: ClusterSpec) -> Emulation:
     """The emulation that runs `plan` on CPU ranks as if on `cluster` (module doc)."""
-
     check_emulated(cluster)
     plan.check(cluster)
     dev = list(plan.rank_devices)

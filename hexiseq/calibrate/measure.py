@@ -64,7 +64,6 @@ def _timed(fn: Callable[[], Any], repeats: int, stat: Callable[[list[float]], fl
     stretched), the median for transfers (`stat`). Under an emulation every call starts owing nothing
     (no credit from an earlier stretched call) and ends by sleeping off all it owes, so that each timing
     holds exactly its own pacing."""
-
     pacer = active()
     out = []
     for i in range(repeats + 1):
@@ -121,7 +120,6 @@ def measure_matmul(cfg: Any, rows: int, repeats: int, gen: torch.Generator) -> d
 
 
 def _attention_fwd_bwd(lq: int, lk: int, kind: str, cfg: Any, gen: torch.Generator) -> Callable[[], None]:
-
     q = torch.randn(lq, cfg.heads, cfg.head_dim, generator=gen)
     k = torch.randn(lk, cfg.kv_heads, cfg.head_dim, generator=gen)
     v = torch.randn(lk, cfg.kv_heads, cfg.head_dim, generator=gen)
@@ -135,7 +133,6 @@ def _attention_fwd_bwd(lq: int, lk: int, kind: str, cfg: Any, gen: torch.Generat
 
 
 def _attention_fwd(lq: int, lk: int, kind: str, cfg: Any, gen: torch.Generator) -> Callable[[], None]:
-
     q = torch.randn(lq, cfg.heads, cfg.head_dim, generator=gen)
     k = torch.randn(lk, cfg.kv_heads, cfg.head_dim, generator=gen)
     v = torch.randn(lk, cfg.kv_heads, cfg.head_dim, generator=gen)
@@ -191,7 +188,6 @@ def measure_attention(
 
 def measure_memory(cfg: Any, spec: Any, rows: int, repeats: int, gen: torch.Generator) -> dict[str, Any]:
     """One layer's elementwise kernels forward + backward at `rows` tokens, bytes as the cost model counts them."""
-
     h, d, H, Hkv, f = cfg.hidden, cfg.head_dim, cfg.heads, cfg.kv_heads, cfg.ffn
     norm1, norm2 = RMSNorm(h, cfg.norm_eps), RMSNorm(h, cfg.norm_eps)
     x = torch.randn(rows, h, generator=gen).requires_grad_()
@@ -229,7 +225,6 @@ def measure_memory(cfg: Any, spec: Any, rows: int, repeats: int, gen: torch.Gene
 
 def measure_step_parts(cfg: Any, rows: int, repeats: int, gen: torch.Generator) -> dict[str, Any]:
     """The LM head with its loss (forward + backward) at `rows` tokens and one AdamW step of the model."""
-
     model = Llama(cfg).init_weights(0)
     hid = torch.randn(rows, cfg.hidden, generator=gen).requires_grad_()
     labels = torch.randint(0, cfg.vocab, (rows,), generator=gen)
@@ -267,8 +262,8 @@ def measure_links(rank: int, world: int, elems: int, repeats: int) -> dict[str, 
             dist.barrier()
             if rank in (a, b):
                 peer, first = (b, True) if rank == a else (a, False)
-                small = _timed(lambda: exchange(peer, 1, first), repeats, statistics.median)
-                large = _timed(lambda: exchange(peer, elems, first), repeats, statistics.median)
+                small = _timed(lambda peer=peer, first=first: exchange(peer, 1, first), repeats, statistics.median)
+                large = _timed(lambda peer=peer, first=first: exchange(peer, elems, first), repeats, statistics.median)
                 if rank == a:  # a large message that did not take longer than a small one (load noise): no bandwidth
                     extra = large - small
                     pairs.append(
@@ -291,7 +286,6 @@ def measure_links(rank: int, world: int, elems: int, repeats: int) -> dict[str, 
 
 def measure_worker(rank: int, world: int, job: MeasureJob) -> dict[str, Any]:
     """Body of one rank of `hexiseq profile`."""
-
     cfg = LlamaConfig(**job.model)
     spec = model_spec(cfg, job.model_name)
     gen = torch.Generator().manual_seed(1000 + rank)

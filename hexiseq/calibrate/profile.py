@@ -104,7 +104,6 @@ class Profile:
     @classmethod
     def load(cls, path: Path | str) -> Profile:
         """A profile file, checked as `hexiseq plan --profile` checks it (SpecError naming each problem)."""
-
         gpus = load_profile(path)
         raw = read_yaml(path)
         return cls(gpus, dict(raw.get("measured") or {}), raw.get("notes") or "")
@@ -115,8 +114,10 @@ class Profile:
         for name, g in self.gpus.items():
             lines.append(
                 f"{name}: linear {g['peak_bf16_tflops'] * g['eff_matmul'] * 1e3:.2f} GFLOP/s, attention "
-                f"{g['peak_bf16_tflops'] * g['eff_attention'] * 1e3:.2f} GFLOP/s (half rate at {g['attn_block_half_keys']:.0f} keys), "
-                f"memory-bound {g['hbm_bandwidth_gbps'] * g['eff_hbm']:.2f} GB/s, link {g['link_bandwidth_gbps']:.3f} GB/s "
+                f"{g['peak_bf16_tflops'] * g['eff_attention'] * 1e3:.2f} GFLOP/s (half rate at "
+                f"{g['attn_block_half_keys']:.0f} keys), "
+                f"memory-bound {g['hbm_bandwidth_gbps'] * g['eff_hbm']:.2f} GB/s, link {g['link_bandwidth_gbps']:.3f} "
+                f"GB/s "
                 f"+ {g['link_latency_us']:.0f} us"
             )
         return "\n".join(lines)
@@ -302,7 +303,8 @@ def profile(
     )
     started, load0 = _dt.datetime.now(_dt.UTC), _load()
     say(
-        f"profiling {n} CPU ranks ({', '.join(f'{t} x{c}' for t, c in spec.gpu_types.items())}) on {model} shapes at S={S:,} ..."
+        f"profiling {n} CPU ranks ({', '.join(f'{t} x{c}' for t, c in spec.gpu_types.items())}) on {model} shapes at "
+        f"S={S:,} ..."
     )
     ranks = spawn_world(measure_worker, n, job, timeout_s=timeout_s)
     load1 = _load()

@@ -68,7 +68,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
     spec, named = resolve_world(args.world, args.cluster)  # bad input refused before any work
     if args.calibration and not args.compare:
         raise HexiSeqError("--calibration is reused by --compare; without it, calibrate measures a new one")

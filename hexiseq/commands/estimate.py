@@ -133,7 +133,6 @@ def _inputs(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-
     plan, cluster, model, wl = _inputs(args)
     e = estimate(plan, cluster, model, wl)
     if args.json:

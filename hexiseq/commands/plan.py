@@ -43,7 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--write-model",
         metavar="FILE.lp|FILE.mps",
-        help="write the optimization model of the chosen layout (with its cutting planes) for reading or another solver",
+        help="write the optimization model of the chosen layout (with its cutting planes) for reading or another "
+        "solver",
     )
     p.add_argument("--out", help="write the plan JSON to this file")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
@@ -53,7 +54,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
     if args.ranks < 0:
         raise HexiSeqError(f"--ranks must be >= 0 (0 = all), got {args.ranks}")
     if args.out:
@@ -84,7 +84,6 @@ def run(args: argparse.Namespace) -> int:
 
 def write_model(result, cluster, model, workload, path: str) -> None:
     """The optimization model of the plan's layout and policy, with the cutting planes that bound it."""
-
     plan = result.plan
     layout = Layout(tuple(g.devices for g in plan.groups), tuple(g.heads for g in plan.groups))
     lm = LayoutModel(cluster, model, workload.with_recompute(result.recompute), layout)
@@ -174,7 +173,8 @@ def print_result(result, cluster, max_ranks: int = 64) -> None:
         print(
             f"  speedup over the best baseline ({result.best_baseline.name}): {sp:.3f}x"
             + (
-                f"; over the best symmetric CP/HP baseline ({result.best_symmetric_baseline.name}): {result.speedup_vs_best_symmetric:.3f}x"
+                f"; over the best symmetric CP/HP baseline ({result.best_symmetric_baseline.name}): "
+                f"{result.speedup_vs_best_symmetric:.3f}x"
                 if result.best_symmetric_baseline and result.best_symmetric_baseline is not result.best_baseline
                 else ""
             )
@@ -182,16 +182,19 @@ def print_result(result, cluster, max_ranks: int = 64) -> None:
     else:
         print("  no baseline fits in memory on this cluster")
     print(
-        f"  efficiency vs the compute-bound limit ({_tok(result.bound_tokens_per_s)} tokens/s): {result.efficiency_vs_bound:.3f}"
+        f"  efficiency vs the compute-bound limit ({_tok(result.bound_tokens_per_s)} tokens/s): "
+        f"{result.efficiency_vs_bound:.3f}"
     )
     print(
-        f"  step time (replayed) {result.iteration_time_s:.4f} s; lower bound {result.lower_bound_s:.4f} s over the whole "
+        f"  step time (replayed) {result.iteration_time_s:.4f} s; lower bound {result.lower_bound_s:.4f} s over the "
+        f"whole "
         f"search space: this plan is within {_pct(result.gap)} of the best plan there"
     )
     stages = ", ".join(f"{k} {v:.2f} s" for k, v in result.stage_times_s.items())
     print(
         f"  planning took {result.plan_time_s:.2f} s ({stages}); {result.candidates} (layout, policy) candidates: "
-        f"{result.solved} searched with their model, {result.pruned} bounded by their devices' subset bound alone (balanced compute, parameter collectives); "
+        f"{result.solved} searched with their model, {result.pruned} bounded by their devices' subset bound alone "
+        f"(balanced compute, parameter collectives); "
         f"{result.work_rounds} cutting-plane rounds"
     )
     for n in result.left_out:

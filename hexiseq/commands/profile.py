@@ -56,7 +56,6 @@ def add_world_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
     spec, named = resolve_world(args.world, args.cluster)  # bad input refused before anything starts
     out = Path(args.out or f"profiles/{spec.name}.yaml")
     if out.exists() and not args.force:
@@ -77,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({**prof.to_dict(), "file": str(out)}, indent=2, default=float))
     else:
         print(
-            f"profile written to {out} (use it with: hexiseq plan/estimate --cluster {spec.name if named else '...'} --profile {out})"
+            f"profile written to {out} (use it with: hexiseq plan/estimate --cluster {spec.name if named else '...'} "
+            f"--profile {out})"
         )
     return 0

@@ -117,7 +117,6 @@ def _option_values(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-
     torchrun = torchrun_env()
     if args.save:  # before any work: a save that fails after training would lose the trained weights
         check_save_target(args.save)
@@ -158,7 +157,6 @@ def _prepare_new(args: argparse.Namespace, torchrun: bool):
 
 
 def _prepare_resume(args: argparse.Namespace):
-
     run = RunDir.existing(args.resume)
     data = run.read_json(run.config)
     if data is None:
@@ -185,7 +183,6 @@ def _prepare_resume(args: argparse.Namespace):
 
 
 def _execute(args, run, cfg, resume, session, notes, torchrun: bool) -> int:
-
     plan = cfg.plan
     start = 0
     if resume is not None:
@@ -238,7 +235,6 @@ def _execute(args, run, cfg, resume, session, notes, torchrun: bool) -> int:
 
 def _placement(plan: Plan, args: argparse.Namespace):
     """(this torchrun process's Placement, the plan's cluster): the mapping follows the cluster file."""
-
     cluster = load_cluster(plan.cluster) if plan.cluster else None
     return placement_from_env(plan, cluster, os.environ, node=args.node), cluster
 

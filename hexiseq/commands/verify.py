@@ -79,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
         dump_json(res)
     else:
         print(
-            f"plan {res['plan']!r}: {res['nproc']} ranks, S={res['seq_len']}, model {res['model']}, {res['dtype']} ({res['backend']})"
+            f"plan {res['plan']!r}: {res['nproc']} ranks, S={res['seq_len']}, model {res['model']}, {res['dtype']} "
+            f"({res['backend']})"
         )
         for note in res["notes"]:
             print(f"  note: {note}")

@@ -59,7 +59,6 @@ def _system(
     name: str, plan: Any, cluster: Any, model: Any, workload: Any, est: Any = None, **fields: Any
 ) -> dict[str, Any]:
     """The row facts of one system that fits: its estimate's memory and phase times."""
-
     est = est if est is not None else estimate(plan, cluster, model, workload)
     crit = est.ranks[est.critical_rank]
     headroom = min(r.capacity_gib - r.memory_gib for r in est.ranks)
@@ -136,7 +135,6 @@ def plan_setting(
 
 def run_cell(cell: Any) -> dict[str, Any]:
     """Plan one cell (HexiSeq and every baseline) and return its record (module doc)."""
-
     cluster, model, wl = cell.cluster.build(), get_model(cell.model), cell.workload_spec()
     record: dict[str, Any] = {
         "inputs": cell.compute_params(),

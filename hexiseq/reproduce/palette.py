@@ -41,7 +41,6 @@ def _qualitative(name: str, n: int) -> list[str]:
 
 def phase_colors() -> dict[str, str]:
     """{phase: colour} for the cost model's phases, in their order."""
-
     return dict(zip(costmodel.PHASES, _qualitative("colorblind", len(costmodel.PHASES))))
 
 

@@ -100,7 +100,6 @@ class Results:
 
     def allocation(self, scenario: str) -> tuple[Any, ClusterSpec, dict[str, Any]] | None:
         """(plan, cluster, cell labels) of the scenario's allocation picture, if saved."""
-
         p = self.directory / "plans" / f"{scenario}.json"
         if not p.exists():
             return None
@@ -271,7 +270,6 @@ def reproduce(
 
 def _check_out(out: Path) -> None:
     """The results directory can be made and written: checked before any planning."""
-
     try:
         (out / "cache").mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -335,7 +333,6 @@ def draw_outputs(results: Results, log: Callable[[str], None] | None = None) -> 
 
 def redraw(directory: Path | str = RESULT_DIR) -> Results:
     """Figures and comparison again from a results directory's CSV and plans (no planning)."""
-
     results = load_results(directory)
     if results is None:
         raise HexiSeqError(f"{directory}: no results.csv to draw from; run `hexiseq reproduce --out {directory}` first")

@@ -62,7 +62,6 @@ CELL_KEYS = ("scenario", "cluster", "model", "seq_len", "pair", "pair_role", "sw
 
 
 def phase_columns() -> list[str]:
-
     return [f"time_{p}_s" for p in PHASES]
 
 

@@ -129,7 +129,6 @@ def _round_up(n: int, unit: int) -> int:
 def resolve_model(plan: Plan, model: str | None, init_from: str | None, vocab_needed: int):
     """(LlamaConfig, name, notes) of the model to run: a checkpoint's, a catalog / HF config model
     (checked against the plan's heads), or a small proxy with the plan's heads."""
-
     notes: list[str] = []
     if init_from:
         cfg = inspect_checkpoint(init_from)  # readable, complete, right shapes, floating dtypes
@@ -162,7 +161,6 @@ def resolve_model(plan: Plan, model: str | None, init_from: str | None, vocab_ne
 
 def model_spec(cfg, name: str):
     """The cost model's ModelSpec of a runtime LlamaConfig."""
-
     return ModelSpec(
         name=name,
         layers=cfg.layers,
@@ -180,7 +178,6 @@ def model_spec(cfg, name: str):
 def predict(plan: Plan, cfg, name: str, global_batch: int, recompute: str, fsdp: bool) -> dict[str, Any]:
     """The cost model's step time for this plan and model on the plan's cluster (the simulator: the
     judge of a plan). `step_time_s` None, with the reason, when the plan names no usable cluster."""
-
     if not plan.cluster:
         return {"step_time_s": None, "cluster": None, "note": "the plan names no cluster: no prediction"}
     try:

@@ -66,7 +66,6 @@ class Synthetic:
     """No --data: one seeded random sequence, the same every step (the executor's smoke test)."""
 
     def __init__(self, cfg: Any, seq_len: int, seed: int) -> None:
-
         tokens = make_tokens(cfg, seq_len, seed)
         self.tokens, self.labels, self.samples = tokens.numpy(), shift_labels(tokens).numpy(), 1
 
@@ -108,7 +107,6 @@ def run_worker(
     rank: int, world: int, job: RunJob, progress: Callable[[str, Any], None] | None = None
 ) -> dict[str, Any]:
     """Train the run of `job` on this rank; returns rank 0's records (other ranks: an empty list)."""
-
     cfg, run, lead = job.config, RunDir(job.run_dir), rank == 0
     say = progress if (lead and progress is not None) else (lambda kind, value: None)
     try:
@@ -258,7 +256,7 @@ def describe_emulation(emu: emulation.Emulation) -> dict[str, object]:
         "method": "each CPU operator stretched to f x its CPU time by sleeping; transfers over emulated links held to "
         "alpha + bytes(bf16)/beta (hexiseq/runtime/emulation.py)",
         "slowdown": list(emu.slowdown),
-        "links": [{"gbps": g, "latency_us": l} for g, l in links],
+        "links": [{"gbps": g, "latency_us": lat} for g, lat in links],
         "source": emu.source,
     }
 

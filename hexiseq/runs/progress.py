@@ -39,7 +39,8 @@ class Console:
 
 def step_line(r: dict[str, Any], steps: int) -> str:
     return (
-        f"step {r['step']}/{steps}  loss {r['loss']:.5f}  grad_norm {r['grad_norm']:.3f}  {r['tokens_per_s']:,.0f} tokens/s  "
+        f"step {r['step']}/{steps}  loss {r['loss']:.5f}  grad_norm {r['grad_norm']:.3f}  {r['tokens_per_s']:,.0f} "
+        f"tokens/s  "
         f"({r['step_time_s']:.3f} s)  lr {r['lr']:.2e}"
     )
 
@@ -138,7 +139,8 @@ def closing_lines(summary: dict[str, Any]) -> list[str]:
         )
     measured, predicted = summary.get("measured_step_time_s"), summary.get("predicted_step_time_s")
     m = (
-        f"{measured:.4f} s measured on {summary['measured_on']} (median of {summary['measured_steps']} steps after warm-up)"
+        f"{measured:.4f} s measured on {summary['measured_on']} (median of {summary['measured_steps']} steps after "
+        f"warm-up)"
         if measured is not None
         else "not measured"
     )
@@ -151,7 +153,8 @@ def closing_lines(summary: dict[str, Any]) -> list[str]:
     out.append(f"step time: {m} vs {p}")
     if predicted is not None and not summary.get("emulated") and "CPU" in summary.get("measured_on", ""):
         out.append(
-            "  (the prediction is for the plan's GPUs; these CPU ranks do not emulate them, so the two differ by design)"
+            "  (the prediction is for the plan's GPUs; these CPU ranks do not emulate them, so the two differ by "
+            "design)"
         )
     out.append(f"run directory: {summary['run_dir']}")
     return out
