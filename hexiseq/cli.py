@@ -12,6 +12,8 @@ import os
 import sys
 
 from .errors import HexiSeqError
+from .runtime.failures import kill_stopped, torchrun_line
+from .runtime.launch import WorldError, torchrun_env
 
 # Subcommands in the order `--help` lists them. A module that is absent is skipped so that a
 # partial install still runs the others.
@@ -54,8 +56,6 @@ def report(e: Exception, command: str, debug: bool, pg_timeout_s: float | None =
     """Print one message for a failure and return the exit code: 2 for bad input, 1 for a fault.
     A spawned world's failure is already one message (its tracebacks follow with --debug); a
     torchrun process prints one line naming the root cause; anything else is re-raised with --debug."""
-    from .runtime.launch import WorldError, torchrun_env
-
     if isinstance(e, WorldError):
         print(f"hexiseq {command}: error: {e}", file=sys.stderr)
         if debug:
@@ -64,8 +64,6 @@ def report(e: Exception, command: str, debug: bool, pg_timeout_s: float | None =
     if debug:
         raise e
     if torchrun_env():
-        from .runtime.failures import kill_stopped, torchrun_line
-
         line, rc, stopped = torchrun_line(e, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), pg_timeout_s)
         print(f"hexiseq {command}: {line}", file=sys.stderr, flush=True)
         write_torchrun_error_file(f"hexiseq {command}: {line}")
@@ -75,7 +73,8 @@ def report(e: Exception, command: str, debug: bool, pg_timeout_s: float | None =
         print(f"hexiseq {command}: error: {e}", file=sys.stderr)
         return 2
     print(
-        f"hexiseq {command}: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback, and report it)",
+        f"hexiseq {command}: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback, and "
+        f"report it)",
         file=sys.stderr,
     )
     return 1

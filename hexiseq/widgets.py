@@ -20,8 +20,18 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+from .costmodel import estimate
 from .errors import HexiSeqError, InfeasibleError
-from .specs import RecomputePolicy, Workload, bundled_clusters, get_model, load_cluster, model_catalog, parse_tokens
+from .reproduce.cells import plan_setting, systems_of
+from .reproduce.plan_figures import plot_allocation, plot_cell_systems, plot_rank_phases
+from .reproduce.style import si_label, style, tokens_label
+from .specs import (
+    RecomputePolicy,
+    bundled_clusters,
+    model_catalog,
+    parse_tokens,
+    recompute_policy,
+)
 
 SEQ_CHOICES = [
     ("8K", 8192),
@@ -46,8 +56,6 @@ class Settings:
 
     @property
     def label(self) -> str:
-        from .reproduce.style import tokens_label
-
         return f"{self.cluster} · {self.model} · {tokens_label(self.seq_len)} tokens"
 
 
@@ -77,16 +85,9 @@ def _left_out_text(result: Any, cluster: Any) -> str | None:
 
 def plan_view(s: Settings) -> PlanView:
     """Plan one setting and build what the explorer shows (module doc)."""
-    from .planner import plan_cluster
-    from .reproduce.cells import systems_of
-    from .reproduce.plan_figures import plot_allocation, plot_cell_systems, plot_rank_phases
-    from .reproduce.style import si_label
-
     t0 = time.perf_counter()
     try:
-        cluster, model = load_cluster(s.cluster), get_model(s.model)
-        wl = Workload(seq_len=s.seq_len, activation_checkpointing=s.recompute, param_sharding=s.sharding)
-        result = plan_cluster(cluster, model, wl, progress=False)
+        cluster, model, wl, result = plan_setting(s.cluster, s.model, s.seq_len, s.recompute, s.sharding)
     except HexiSeqError as e:
         what = "nothing fits" if isinstance(e, InfeasibleError) else "cannot plan these settings"
         return PlanView(s, False, f"{s.label}: {what}", explanation=str(e), seconds=time.perf_counter() - t0)
@@ -103,7 +104,8 @@ def plan_view(s: Settings) -> PlanView:
         head += "and no baseline fits in memory: HexiSeq's is the only plan that does"
     gap = result.gap
     details = [
-        f"recompute {result.recompute}; gap {'n/a' if gap != gap else f'{gap:.2%}'} (proven: no plan of the search space is "
+        f"recompute {result.recompute}; gap {'n/a' if gap != gap else f'{gap:.2%}'} (proven: no plan of the search "
+        f"space is "
         f"faster than {result.lower_bound_s:.4g} s); {si_label(result.bound_tokens_per_s)} tokens/s compute bound; "
         f"planned in {result.plan_time_s:.1f} s"
     ]
@@ -113,8 +115,6 @@ def plan_view(s: Settings) -> PlanView:
     details += [n for n in result.notes if n not in details]
     est = result.estimate
     if est is None:
-        from .costmodel import estimate
-
         est = estimate(result.plan, cluster, model, wl.with_recompute(result.recompute))
     figures = [
         ("allocation", plot_allocation(result.plan, cluster)),
@@ -148,14 +148,10 @@ def show_plan(
 
 
 def _policy(recompute: bool | str) -> str:
-    from .specs import recompute_policy
-
     return recompute_policy(recompute)
 
 
 def _png(fig: Any) -> bytes:
-    from .reproduce.style import style
-
     buf = io.BytesIO()
     with style():
         fig.savefig(buf, format="png", dpi=100)
@@ -300,7 +296,8 @@ class PlanExplorer:
             self.status.value = f"✔ planned {html.escape(view.settings.label)} in {seconds:.1f} s"
         else:
             self.result.value = (
-                f"<div style='border-left:4px solid #c44e52;padding:4px 8px;background:#fbf1f1'><b>{html.escape(view.headline)}</b>"
+                "<div style='border-left:4px solid #c44e52;padding:4px "
+                f"8px;background:#fbf1f1'><b>{html.escape(view.headline)}</b>"
                 f"<pre style='white-space:pre-wrap;margin:4px 0 0 0'>{html.escape(view.explanation)}</pre></div>"
             )
             self.status.value = f"✘ {html.escape(view.settings.label)}: no plan ({seconds:.1f} s)"

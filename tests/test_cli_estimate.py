@@ -6,7 +6,8 @@ import json
 import pytest
 
 from hexiseq.cli import main
-from hexiseq.commands.estimate import parse_layout
+from hexiseq.commands.estimate import PHASE_ABBREVIATIONS, parse_layout, phase_header
+from hexiseq.costmodel import PHASES
 from hexiseq.errors import SpecError
 from hexiseq.plan import random_plan
 
@@ -15,6 +16,13 @@ def run_cli(capsys, *argv):
     rc = main(list(argv))
     out = capsys.readouterr()
     return rc, out.out, out.err
+
+
+def test_every_phase_has_a_short_unique_header():
+    """The per-phase table's headers follow the cost model's PHASES: a new phase gets a column."""
+    headers = [phase_header(p) for p in PHASES]
+    assert len(set(headers)) == len(PHASES) and all(len(h) <= 6 for h in headers), headers
+    assert set(PHASE_ABBREVIATIONS) <= set(PHASES)  # no abbreviation of a phase that is gone
 
 
 def test_layout_json(capsys):

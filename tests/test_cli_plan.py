@@ -60,7 +60,10 @@ def test_json_and_out(capsys, tmp_path):
 
 
 def test_infeasible_exits_2_with_explanation(capsys):
-    assert main(["plan", "--cluster", "testbed-8", "--model", "llama2-7b", "--seq-len", "128K", "--strict"]) == 2
+    assert (
+        main(["plan", "--cluster", "testbed-8", "--model", "llama2-7b", "--seq-len", "128K", "--recompute", "none"])
+        == 2
+    )
     err = capsys.readouterr().err
     assert "does not fit" in err and "--recompute" in err and "Traceback" not in err
     # 8 GPUs cannot hold 70B's training states at any length: recompute does not rescue it either
@@ -71,7 +74,7 @@ def test_infeasible_exits_2_with_explanation(capsys):
 
 def test_default_auto_picks_a_recompute_policy_and_records_it(capsys, tmp_path):
     """Without --recompute the planner searches the policies that can fit (at 128K on testbed-8 "none"
-    cannot: see --strict above), says which it chose and writes it into the plan file."""
+    cannot: see --recompute none above), says which it chose and writes it into the plan file."""
     path = tmp_path / "plan.json"
     assert (
         main(

@@ -16,7 +16,7 @@ from hexiseq.plan import symmetric_plan  # noqa: E402
 from hexiseq.reproduce import figures as F  # noqa: E402
 from hexiseq.reproduce import palette  # noqa: E402
 from hexiseq.reproduce.plan_figures import plot_allocation, plot_cell_systems, plot_rank_phases  # noqa: E402
-from hexiseq.reproduce.scenarios import Cell, ClusterRecipe, cluster_recipe, mixed_cluster  # noqa: E402
+from hexiseq.reproduce.recipes import Cell, ClusterRecipe, cluster_recipe, mixed_cluster  # noqa: E402
 from hexiseq.reproduce.style import has_data, tokens_label  # noqa: E402
 from hexiseq.reproduce.table import frame, read_csv, rows_of, write_csv  # noqa: E402
 from hexiseq.specs import Workload, get_model, load_cluster  # noqa: E402

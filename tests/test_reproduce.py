@@ -16,7 +16,8 @@ matplotlib.use("Agg")
 from hexiseq.errors import SpecError  # noqa: E402
 from hexiseq.reproduce import cache as cache_mod  # noqa: E402
 from hexiseq.reproduce import paper  # noqa: E402
-from hexiseq.reproduce.scenarios import Cell, bundled_scenarios, cluster_recipe, load_scenario, load_scenarios  # noqa: E402
+from hexiseq.reproduce.recipes import Cell, cluster_recipe  # noqa: E402
+from hexiseq.reproduce.scenarios import bundled_scenarios, load_scenario, load_scenarios  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -59,7 +60,8 @@ def test_every_bundled_scenario_expands_full_and_quick():
             "workload: bad workload",
         ),
         (
-            "name: x\nsweeps:\n  old_fraction: {nodes: 4, node_size: 8, new: H100-SXM, old: A100-80GB, nic_gbps: 25, model: gpt-7b, seq_len: 64K, fractions: [0.3]}\n",
+            "name: x\nsweeps:\n  old_fraction: {nodes: 4, node_size: 8, new: H100-SXM, old: A100-80GB, nic_gbps: 25, "
+            "model: gpt-7b, seq_len: 64K, fractions: [0.3]}\n",
             "fraction 0.3 of 4 nodes is not a whole number",
         ),
         ("name: x\nsweeps:\n  seq_len: {cluster: testbed-8, model: gpt-7b}\n", "missing \\['seq_lens'\\]"),

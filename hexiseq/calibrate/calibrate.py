@@ -23,7 +23,6 @@ with measured, per plan.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import statistics
@@ -33,7 +32,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..costmodel import simulate
+from ..costmodel.fidelity import grid_search
 from ..errors import HexiSeqError
+from ..runs.config import WARMUP_EXCLUDED
+from ..runs.loop import RunJob, run_worker
+from ..runs.rundir import RunDir, default_run_dir
+from ..runs.settings import ModelSettings, ParallelSettings, RecordSettings, RunSettings, TrainSettings
+from ..runs.start import start_run
+from ..runtime.emulation import Emulation
+from ..runtime.launch import spawn_world
 from ..specs import ClusterSpec, ModelSpec, Workload, get_model, write_text_atomic
 from .emulation import emulation_for
 from .plans import WORLD, CalPlan, calibration_plans
@@ -71,7 +79,8 @@ class Calibration:
         ]
 
     def stats(self) -> dict[str, Any]:
-        """Median and worst |predicted / measured - 1|, before and after, for all plans, the fit and the held-out ones."""
+        """Median and worst |predicted / measured - 1|, before and after, for all plans, the fit and
+        the held-out ones."""
         out: dict[str, Any] = {}
         for split in (None, "fit", "held-out"):
             name = split or "all"
@@ -96,7 +105,8 @@ class Calibration:
             )
 
         lines = [
-            f"calibration of {self.cluster} ({self.model}, S={self.seq_len:,}, {self.steps} steps per plan; emulated CPU ranks)",
+            f"calibration of {self.cluster} ({self.model}, S={self.seq_len:,}, {self.steps} steps per plan; emulated "
+            f"CPU ranks)",
             f"  before the fit: {f(s['all_before'])}",
             f"  after the fit:  {f(s['all_after'])}",
             f"  held out (not fitted): before {f(s['held-out_before'])}; after {f(s['held-out_after'])}",
@@ -114,7 +124,8 @@ class Calibration:
             o = r.get("pacing_overrun")
             lines.append(
                 f"{r['plan']:<16} {r['shape']:<46} {r['recompute']:<9} {r['split']:<8} {r['measured_s']:>10.3f} "
-                f"{r['predicted_before_s']:>9.3f} {r['error_before']:>+7.1%} {r['predicted_after_s']:>9.3f} {r['error_after']:>+7.1%} "
+                f"{r['predicted_before_s']:>9.3f} {r['error_before']:>+7.1%} {r['predicted_after_s']:>9.3f} "
+                f"{r['error_after']:>+7.1%} "
                 f"{'' if o is None else f'{o:.2f}':>7}"
             )
         return "\n".join(lines)
@@ -141,8 +152,6 @@ class Calibration:
 
 def predict(cluster: ClusterSpec, model: ModelSpec, cp: CalPlan) -> float:
     """The step replay's iteration time of a calibration plan (replicated parameters: the executor's default)."""
-    from ..costmodel import simulate
-
     wl = Workload(cp.plan.seq_len, 1, cp.recompute, "replicated", cp.plan.block_size)
     return float(simulate(cp.plan, cluster, model, wl).iteration_time_s)
 
@@ -164,8 +173,6 @@ def fit(
 ) -> dict[str, float]:
     """Multipliers on the FITTED fields minimising Σ log²(predicted / measured) over `plans`, plus
     RIDGE x Σ log2(multiplier)² (module doc)."""
-    from ..costmodel.fidelity import grid_search
-
     keys = list(FITTED)
 
     def loss(*x: float) -> float:
@@ -182,10 +189,29 @@ def fit(
 # ---------------------------------------------------------------------- running the plans
 
 
+def calibration_run_settings(
+    model: str,
+    seq_len: int,
+    steps: int,
+    recompute: str,
+    emulation: Emulation,
+    prediction: dict[str, Any],
+) -> RunSettings:
+    """The settings of one measured run of calibration or comparison: `steps` steps of `model` at
+    `seq_len` tokens on synthetic data, a constant learning rate, no warmup, no TensorBoard, emulated
+    as `emulation` says; `prediction` is the caller's own (the cost model with the profile)."""
+    return RunSettings(
+        model=ModelSettings(name=model, seq_len=seq_len),
+        parallel=ParallelSettings(recompute=recompute),
+        train=TrainSettings(steps=steps, lr=1e-3, warmup_steps=0, schedule="constant", timeout_s=300.0),
+        record=RecordSettings(tensorboard=False),
+        emulation=emulation,
+        prediction=prediction,
+    )
+
+
 def calibrate_worker(rank: int, world: int, jobs: list[Any]) -> list[dict[str, Any]]:
     """Body of one rank: every calibration run, one after another, in the same world."""
-    from ..runs.loop import run_worker
-
     return [run_worker(rank, world, job) for job in jobs]
 
 
@@ -204,11 +230,6 @@ def calibrate(
 ) -> Calibration:
     """Run the calibration (module doc) and return its rows; runs and calibration.json go under `out`
     (default runs/calibrate-<time>). `quick`: a short sequence and 3 steps per plan (tests, notebooks)."""
-    from ..runs.config import resolve
-    from ..runs.loop import RunJob
-    from ..runs.rundir import RunDir, default_run_dir
-    from ..runtime.launch import spawn_world
-
     say = say or print
     spec, named = resolve_world(world, cluster)
     if spec.size != WORLD:
@@ -219,7 +240,6 @@ def calibrate(
     mspec = get_model(model)
     S = seq_len or (1024 if quick else 8192)
     n_steps = steps or (3 if quick else 6)
-    from ..runs.config import WARMUP_EXCLUDED
 
     if n_steps <= WARMUP_EXCLUDED:
         raise HexiSeqError(
@@ -253,31 +273,19 @@ def calibrate(
         raise HexiSeqError(f"{root} already holds files; give another --out")
     jobs = []
     for p, pred in zip(plans, before):
-        run = RunDir.create(root / p.name)
-        cfg = resolve(
-            p.plan,
-            run.data,
-            model=model,
-            seq_len=S,
-            steps=n_steps,
-            lr=1e-3,
-            warmup_steps=0,
-            schedule="constant",
-            recompute=p.recompute,
-            tensorboard=False,
-            timeout_s=300.0,
-        )
-        cfg = dataclasses.replace(
-            cfg,
-            emulation=emulation_for(p.plan, spec).to_dict(),
-            predicted={
+        settings = calibration_run_settings(
+            model,
+            S,
+            n_steps,
+            p.recompute,
+            emulation=emulation_for(p.plan, spec),
+            prediction={
                 "step_time_s": pred,
                 "cluster": spec.name,
                 "note": f"simulated iteration on {spec.name} with the profile ({prof.measured.get('when')})",
             },
         )
-        run.write_json(run.config, cfg.to_dict())
-        run.write_json(run.plan, cfg.plan)
+        run, cfg = start_run(p.plan, settings, root / p.name)
         jobs.append(RunJob(str(run.path), cfg))
     load0 = _load()
     say(f"running {len(plans)} plans x {n_steps} steps on {spec.size} CPU ranks ({spec.name}, S={S:,}) ...")

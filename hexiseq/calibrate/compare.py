@@ -13,7 +13,6 @@ plan is one the fit saw.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -21,10 +20,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..costmodel import simulate
 from ..errors import HexiSeqError
+from ..planner import plan_cluster
+from ..runs.config import WARMUP_EXCLUDED
+from ..runs.loop import RunJob, run_worker
+from ..runs.rundir import default_run_dir
+from ..runs.start import start_run
+from ..runtime.launch import spawn_world
 from ..specs import ClusterSpec, Workload, get_model, load_cluster, write_text_atomic
+from .calibrate import calibrate, calibration_run_settings, pacing_overrun, scaled_cluster
 from .emulation import check_emulated, emulation_for
-from .profile import DEFAULT_MODEL, Profile
+from .profile import DEFAULT_MODEL, Profile, _load
 from .profile import profile as measure_profile
 
 
@@ -61,7 +68,8 @@ class Comparison:
         for r in self.rows:
             o = r.get("pacing_overrun")
             lines.append(
-                f"  {r['system']:<8} {r['config']:<52} measured {r['measured_s']:7.3f} s, predicted {r['predicted_s']:7.3f} s "
+                f"  {r['system']:<8} {r['config']:<52} measured {r['measured_s']:7.3f} s, predicted "
+                f"{r['predicted_s']:7.3f} s "
                 f"({r['error']:+.1%}; profile alone {r['predicted_profile_s']:.3f} s, {r['error_profile']:+.1%})"
                 + (f", pacing overrun {o:.2f}" if o else "")
             )
@@ -106,32 +114,15 @@ def run_plan(
     timeout_s: float,
 ) -> dict[str, Any]:
     """One real emulated run of `plan` (its own spawned world); its summary."""
-    from ..runs.config import resolve
-    from ..runs.loop import RunJob, run_worker
-    from ..runs.rundir import RunDir
-    from ..runtime.launch import spawn_world
-
-    run = RunDir.create(run_path)
-    cfg = resolve(
-        plan,
-        run.data,
-        model=model,
-        seq_len=plan.seq_len,
-        steps=steps,
-        lr=1e-3,
-        warmup_steps=0,
-        schedule="constant",
-        recompute=recompute,
-        tensorboard=False,
-        timeout_s=300.0,
+    settings = calibration_run_settings(
+        model,
+        plan.seq_len,
+        steps,
+        recompute,
+        emulation=emulation_for(plan, cluster),
+        prediction={"step_time_s": predicted, "cluster": cluster.name, "note": "simulated with the profile"},
     )
-    cfg = dataclasses.replace(
-        cfg,
-        emulation=emulation_for(plan, cluster).to_dict(),
-        predicted={"step_time_s": predicted, "cluster": cluster.name, "note": "simulated with the profile"},
-    )
-    run.write_json(run.config, cfg.to_dict())
-    run.write_json(run.plan, cfg.plan)
+    run, cfg = start_run(plan, settings, run_path)
     spawn_world(run_worker, plan.world_size, RunJob(str(run.path), cfg), timeout_s=timeout_s, pg_timeout_s=300.0)
     summary = run.read_json(run.summary) or {}
     if summary.get("measured_step_time_s") is None:
@@ -154,12 +145,6 @@ def compare(
 ) -> Comparison:
     """Profile, calibrate, plan the emulated cluster, run the planner's plan and the best even plan,
     compare (module doc). `calibration`: a calibration.json of this cluster to reuse (its profile too)."""
-    from ..planner import plan_cluster
-    from ..runs.config import WARMUP_EXCLUDED
-    from ..runs.rundir import default_run_dir
-    from .calibrate import calibrate, pacing_overrun, scaled_cluster
-    from .profile import _load
-
     say = say or print
     spec = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
     check_emulated(spec)
@@ -188,7 +173,8 @@ def compare(
     missing = [t for t in spec.gpu_types if t not in prof.gpus]
     if missing:
         raise HexiSeqError(
-            f"the profile has no figures for {', '.join(missing)}; profile the cluster: hexiseq profile --cluster {spec.name}"
+            f"the profile has no figures for {', '.join(missing)}; profile the cluster: hexiseq profile --cluster "
+            f"{spec.name}"
         )
     base = prof.apply(spec)
     if record is None:
@@ -267,8 +253,6 @@ def _uneven_label(plan: Any, policy: str) -> str:
 
 
 def _simulate(cluster: ClusterSpec, model: Any, plan: Any, policy: str) -> float:
-    from ..costmodel import simulate
-
     return float(
         simulate(
             plan, cluster, model, Workload(plan.seq_len, 1, policy, "replicated", plan.block_size)
@@ -289,6 +273,7 @@ def _read_calibration(path: str | Path, cluster: str, model: str) -> dict[str, A
         raise HexiSeqError(f"--calibration {path}: not a calibration.json of hexiseq calibrate (no factors / profile)")
     if record.get("cluster") != cluster or record.get("model") != model:
         raise HexiSeqError(
-            f"--calibration {path} calibrated {record.get('cluster')} with {record.get('model')}, not {cluster} with {model}"
+            f"--calibration {path} calibrated {record.get('cluster')} with {record.get('model')}, not {cluster} with "
+            f"{model}"
         )
     return record

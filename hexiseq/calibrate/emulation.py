@@ -15,10 +15,13 @@ import os
 import re
 from dataclasses import replace
 
+import torch
+
+from ..costmodel.arrays import link_matrices
 from ..errors import HexiSeqError, SpecError
 from ..plan import Plan
 from ..runtime.emulation import Emulation
-from ..specs import ClusterSpec, GPUType, gpu_catalog
+from ..specs import ClusterSpec, GPUType, gpu_catalog, load_cluster
 
 CPU_TYPE = re.compile(r"^CPU-x(\d+(?:\.\d+)?)$")
 RATE_FIELDS = (
@@ -67,8 +70,6 @@ def check_emulated(cluster: ClusterSpec) -> None:
 
 def emulation_for(plan: Plan, cluster: ClusterSpec) -> Emulation:
     """The emulation that runs `plan` on CPU ranks as if on `cluster` (module doc)."""
-    from ..costmodel.arrays import link_matrices
-
     check_emulated(cluster)
     plan.check(cluster)
     dev = list(plan.rank_devices)
@@ -120,20 +121,15 @@ def local_cluster(world: int, cores: int | None = None, nic_gbps: float | None =
     )
 
 
-def describe(emu: Emulation) -> dict[str, object]:
-    """What a run records about its emulation (summary.json `emulation`)."""
-    links = sorted(
-        {
-            (round(emu.link_gbps[a][b], 6), round(emu.link_latency_us[a][b], 3))
-            for a in range(emu.world_size)
-            for b in range(emu.world_size)
-            if emu.link_gbps and emu.link_gbps[a][b] > 0
-        }
-    )
-    return {
-        "method": "each CPU operator stretched to f x its CPU time by sleeping; transfers over emulated links held to "
-        "alpha + bytes(bf16)/beta (hexiseq/runtime/emulation.py)",
-        "slowdown": list(emu.slowdown),
-        "links": [{"gbps": g, "latency_us": l} for g, l in links],
-        "source": emu.source,
-    }
+def emulation_of(plan: Plan) -> Emulation | None:
+    """How CPU ranks emulate the plan's cluster when its devices are emulated CPU types
+    (this module); None for any other cluster, or on a CUDA machine."""
+    if not plan.cluster or torch.cuda.is_available():
+        return None
+    try:
+        cluster = load_cluster(plan.cluster)
+    except HexiSeqError:
+        return None
+    if any(cpu_factor(d.gpu) is None for d in cluster.devices):
+        return None
+    return emulation_for(plan, cluster)

@@ -33,7 +33,16 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from ..runtime.emulation import MODEL_BYTES_PER_ELEMENT  # bytes counted as the cost model counts them (bf16)
+from ..costmodel.kernels import memory_bytes
+from ..runs.config import model_spec
+from ..runtime import emulation as emu
+from ..runtime.comm import P2PBatch, ragged_all_to_all
+from ..runtime.emulation import (
+    MODEL_BYTES_PER_ELEMENT,  # bytes counted as the cost model counts them (bf16)
+    active,
+)
+from ..runtime.kernels import local_attention, local_attention_backward
+from ..runtime.model import Llama, LlamaConfig, RMSNorm, apply_rope, chunked_loss_sum, rope_inv_freq
 
 
 @dataclass(frozen=True)
@@ -55,8 +64,6 @@ def _timed(fn: Callable[[], Any], repeats: int, stat: Callable[[list[float]], fl
     stretched), the median for transfers (`stat`). Under an emulation every call starts owing nothing
     (no credit from an earlier stretched call) and ends by sleeping off all it owes, so that each timing
     holds exactly its own pacing."""
-    from ..runtime.emulation import active
-
     pacer = active()
     out = []
     for i in range(repeats + 1):
@@ -113,8 +120,6 @@ def measure_matmul(cfg: Any, rows: int, repeats: int, gen: torch.Generator) -> d
 
 
 def _attention_fwd_bwd(lq: int, lk: int, kind: str, cfg: Any, gen: torch.Generator) -> Callable[[], None]:
-    from ..runtime.kernels import local_attention, local_attention_backward
-
     q = torch.randn(lq, cfg.heads, cfg.head_dim, generator=gen)
     k = torch.randn(lk, cfg.kv_heads, cfg.head_dim, generator=gen)
     v = torch.randn(lk, cfg.kv_heads, cfg.head_dim, generator=gen)
@@ -128,8 +133,6 @@ def _attention_fwd_bwd(lq: int, lk: int, kind: str, cfg: Any, gen: torch.Generat
 
 
 def _attention_fwd(lq: int, lk: int, kind: str, cfg: Any, gen: torch.Generator) -> Callable[[], None]:
-    from ..runtime.kernels import local_attention
-
     q = torch.randn(lq, cfg.heads, cfg.head_dim, generator=gen)
     k = torch.randn(lk, cfg.kv_heads, cfg.head_dim, generator=gen)
     v = torch.randn(lk, cfg.kv_heads, cfg.head_dim, generator=gen)
@@ -185,9 +188,6 @@ def measure_attention(
 
 def measure_memory(cfg: Any, spec: Any, rows: int, repeats: int, gen: torch.Generator) -> dict[str, Any]:
     """One layer's elementwise kernels forward + backward at `rows` tokens, bytes as the cost model counts them."""
-    from ..costmodel.kernels import memory_bytes
-    from ..runtime.model import RMSNorm, apply_rope, rope_inv_freq
-
     h, d, H, Hkv, f = cfg.hidden, cfg.head_dim, cfg.heads, cfg.kv_heads, cfg.ffn
     norm1, norm2 = RMSNorm(h, cfg.norm_eps), RMSNorm(h, cfg.norm_eps)
     x = torch.randn(rows, h, generator=gen).requires_grad_()
@@ -225,8 +225,6 @@ def measure_memory(cfg: Any, spec: Any, rows: int, repeats: int, gen: torch.Gene
 
 def measure_step_parts(cfg: Any, rows: int, repeats: int, gen: torch.Generator) -> dict[str, Any]:
     """The LM head with its loss (forward + backward) at `rows` tokens and one AdamW step of the model."""
-    from ..runtime.model import Llama, chunked_loss_sum
-
     model = Llama(cfg).init_weights(0)
     hid = torch.randn(rows, cfg.hidden, generator=gen).requires_grad_()
     labels = torch.randint(0, cfg.vocab, (rows,), generator=gen)
@@ -247,7 +245,6 @@ def measure_step_parts(cfg: Any, rows: int, repeats: int, gen: torch.Generator) 
 
 def measure_links(rank: int, world: int, elems: int, repeats: int) -> dict[str, Any]:
     """Ping-pong between every pair (one pair at a time) and one all-to-all of the world."""
-    from ..runtime.comm import P2PBatch, ragged_all_to_all
 
     def exchange(peer: int, n: int, first: bool) -> None:
         buf = torch.zeros(n)
@@ -265,8 +262,8 @@ def measure_links(rank: int, world: int, elems: int, repeats: int) -> dict[str, 
             dist.barrier()
             if rank in (a, b):
                 peer, first = (b, True) if rank == a else (a, False)
-                small = _timed(lambda: exchange(peer, 1, first), repeats, statistics.median)
-                large = _timed(lambda: exchange(peer, elems, first), repeats, statistics.median)
+                small = _timed(lambda peer=peer, first=first: exchange(peer, 1, first), repeats, statistics.median)
+                large = _timed(lambda peer=peer, first=first: exchange(peer, elems, first), repeats, statistics.median)
                 if rank == a:  # a large message that did not take longer than a small one (load noise): no bandwidth
                     extra = large - small
                     pairs.append(
@@ -289,10 +286,6 @@ def measure_links(rank: int, world: int, elems: int, repeats: int) -> dict[str, 
 
 def measure_worker(rank: int, world: int, job: MeasureJob) -> dict[str, Any]:
     """Body of one rank of `hexiseq profile`."""
-    from ..runs.config import model_spec
-    from ..runtime import emulation as emu
-    from ..runtime.model import LlamaConfig
-
     cfg = LlamaConfig(**job.model)
     spec = model_spec(cfg, job.model_name)
     gen = torch.Generator().manual_seed(1000 + rank)

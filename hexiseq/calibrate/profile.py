@@ -37,7 +37,10 @@ from typing import Any
 import yaml
 
 from ..errors import HexiSeqError
-from ..specs import ClusterSpec, get_model, gpu_catalog, load_cluster, read_yaml
+from ..plan import symmetric_plan
+from ..runtime.launch import spawn_world
+from ..runtime.model import LlamaConfig
+from ..specs import ClusterSpec, get_model, gpu_catalog, load_cluster, load_profile, read_yaml
 from ..specs.files import write_text_atomic
 from .emulation import check_emulated, emulation_for, local_cluster
 from .measure import MeasureJob, measure_worker
@@ -101,8 +104,6 @@ class Profile:
     @classmethod
     def load(cls, path: Path | str) -> Profile:
         """A profile file, checked as `hexiseq plan --profile` checks it (SpecError naming each problem)."""
-        from ..specs import load_profile
-
         gpus = load_profile(path)
         raw = read_yaml(path)
         return cls(gpus, dict(raw.get("measured") or {}), raw.get("notes") or "")
@@ -113,8 +114,10 @@ class Profile:
         for name, g in self.gpus.items():
             lines.append(
                 f"{name}: linear {g['peak_bf16_tflops'] * g['eff_matmul'] * 1e3:.2f} GFLOP/s, attention "
-                f"{g['peak_bf16_tflops'] * g['eff_attention'] * 1e3:.2f} GFLOP/s (half rate at {g['attn_block_half_keys']:.0f} keys), "
-                f"memory-bound {g['hbm_bandwidth_gbps'] * g['eff_hbm']:.2f} GB/s, link {g['link_bandwidth_gbps']:.3f} GB/s "
+                f"{g['peak_bf16_tflops'] * g['eff_attention'] * 1e3:.2f} GFLOP/s (half rate at "
+                f"{g['attn_block_half_keys']:.0f} keys), "
+                f"memory-bound {g['hbm_bandwidth_gbps'] * g['eff_hbm']:.2f} GB/s, link {g['link_bandwidth_gbps']:.3f} "
+                f"GB/s "
                 f"+ {g['link_latency_us']:.0f} us"
             )
         return "\n".join(lines)
@@ -280,10 +283,6 @@ def profile(
     tiny at 8K tokens; `quick`: 2K tokens, 2 repeats — for tests)."""
     from dataclasses import asdict
 
-    from ..plan import symmetric_plan
-    from ..runtime.launch import spawn_world
-    from ..runtime.model import LlamaConfig
-
     say = say or (lambda s: None)
     spec, named = resolve_world(world, cluster)
     n = spec.size
@@ -304,7 +303,8 @@ def profile(
     )
     started, load0 = _dt.datetime.now(_dt.UTC), _load()
     say(
-        f"profiling {n} CPU ranks ({', '.join(f'{t} x{c}' for t, c in spec.gpu_types.items())}) on {model} shapes at S={S:,} ..."
+        f"profiling {n} CPU ranks ({', '.join(f'{t} x{c}' for t, c in spec.gpu_types.items())}) on {model} shapes at "
+        f"S={S:,} ..."
     )
     ranks = spawn_world(measure_worker, n, job, timeout_s=timeout_s)
     load1 = _load()

@@ -23,8 +23,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from .checks import steps_arg
-from .common import tokens_arg
+from ..calibrate.calibrate import calibrate
+from ..calibrate.compare import compare
+from ..calibrate.profile import resolve_world
+from ..errors import HexiSeqError
+from .checks import steps_arg, tokens_arg
 from .profile import add_world_args
 
 
@@ -65,11 +68,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..calibrate.calibrate import calibrate
-    from ..calibrate.compare import compare
-    from ..calibrate.profile import resolve_world
-    from ..errors import HexiSeqError
-
     spec, named = resolve_world(args.world, args.cluster)  # bad input refused before any work
     if args.calibration and not args.compare:
         raise HexiSeqError("--calibration is reused by --compare; without it, calibrate measures a new one")

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
-
-from ..errors import SpecError
 from ..specs import (
     RECOMPUTE_POLICIES,
     ClusterSpec,
@@ -21,37 +18,8 @@ from ..specs import (
     load_profile,
     parse_tokens,
 )
-from ..specs.schema import problems
 from ..specs.workload import BlockSize, GlobalBatch
-
-
-def number_arg(field_type: Any) -> Callable[[str], Any]:
-    """An argparse `type=`: the text as a number, checked against a declared field type (its
-    range and unit), so a bad value is refused with the rule before any work starts."""
-    adapter = TypeAdapter(field_type)
-
-    def parse(text: str) -> Any:
-        value: Any = text
-        for convert in (int, float):
-            try:
-                value = convert(text)
-                break
-            except ValueError:
-                pass
-        try:
-            return adapter.validate_python(value)
-        except ValidationError as e:
-            raise argparse.ArgumentTypeError(problems(e)[0]) from None
-
-    return parse
-
-
-def tokens_arg(text: str) -> int:
-    """An argparse `type=` for token counts: 4096, 128K, 1M (parse_tokens, with its limit)."""
-    try:
-        return parse_tokens(text)
-    except SpecError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+from .checks import number_arg, time_limit_arg, timeout_arg, tokens_arg
 
 
 def add_cluster_args(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -110,8 +78,6 @@ def add_recompute_arg(p: argparse.ArgumentParser, help: str, allow_auto: bool) -
 
 def add_world_args(p: argparse.ArgumentParser, timeout: float = 300.0) -> None:
     """--timeout (every collective), --time-limit (the whole run), --debug: the spawned/torchrun world's bounds."""
-    from .checks import time_limit_arg, timeout_arg
-
     p.add_argument(
         "--timeout",
         type=timeout_arg,
@@ -126,12 +92,6 @@ def add_world_args(p: argparse.ArgumentParser, timeout: float = 300.0) -> None:
         help="seconds the whole run may take; it is stopped after that (default: none)",
     )
     p.add_argument("--debug", action="store_true", help="show every rank's Python traceback when something fails")
-
-
-def plan_recompute(plan: Any) -> str | None:
-    """The recompute policy a plan file records (`hexiseq plan` writes it into meta), if any."""
-    policy = (getattr(plan, "meta", None) or {}).get("recompute")
-    return policy if policy in RECOMPUTE_POLICIES else None
 
 
 def load_cluster_arg(args: argparse.Namespace) -> ClusterSpec:

@@ -17,8 +17,10 @@ from __future__ import annotations
 import argparse
 import re
 
+from ..costmodel import PHASES, estimate
 from ..errors import PlanError, SpecError
 from ..plan import Plan, symmetric_plan
+from ..runs.config import plan_recompute
 from .common import (
     RECOMPUTE_HELP,
     add_cluster_args,
@@ -26,12 +28,12 @@ from .common import (
     dump_json,
     load_cluster_arg,
     load_workload_args,
-    plan_recompute,
     print_table,
 )
 
-_SHORT = {
-    "linear": "linear",
+# Column headers of the per-phase table: the cost model's phase names (PHASES), shortened where long;
+# a phase not named here is its own header (tests check every header is short and unique).
+PHASE_ABBREVIATIONS = {
     "memory_bound": "mem",
     "lm_head": "head",
     "attention": "attn",
@@ -40,8 +42,12 @@ _SHORT = {
     "recompute": "recomp",
     "param_comm": "params",
     "optimizer": "optim",
-    "wait": "wait",
 }
+
+
+def phase_header(phase: str) -> str:
+    """The per-phase table's column header of a cost-model phase."""
+    return PHASE_ABBREVIATIONS.get(phase, phase)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -127,8 +133,6 @@ def _inputs(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..costmodel import PHASES, estimate
-
     plan, cluster, model, wl = _inputs(args)
     e = estimate(plan, cluster, model, wl)
     if args.json:
@@ -147,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         )
     print_table(
         ["rank", "dev", "gpu", "grp", "tokens", "heads"]
-        + [_SHORT[p] for p in PHASES]
+        + [phase_header(p) for p in PHASES]
         + ["busy s", "wait s", "mem/cap GiB", ""],
         rows,
         indent="  ",

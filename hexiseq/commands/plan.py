@@ -8,8 +8,7 @@ same as one JSON object; `--out` writes the plan itself (the file `hexiseq run` 
 Recompute: `--recompute auto` (the default) lets the planner try none, selective and full
 activation checkpointing and keep the fastest plan that fits (it says which, and the plan file
 records it in meta["recompute"], which `hexiseq estimate` and `hexiseq run` then use by default);
-`--recompute none|selective|full` plans exactly that policy (bare `--recompute`: selective);
-`--strict` is the old spelling of "never turn recompute on by itself": policy none unless given.
+`--recompute none|selective|full` plans exactly that policy (bare `--recompute`: selective).
 """
 
 from __future__ import annotations
@@ -17,6 +16,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..errors import HexiSeqError
+from ..planner import Layout, LayoutModel, plan_cluster
 from ..specs import GIB, check_output_path
 from .common import add_cluster_args, add_workload_args, dump_json, load_cluster_arg, load_workload_args, print_table
 
@@ -42,31 +43,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--write-model",
         metavar="FILE.lp|FILE.mps",
-        help="write the optimization model of the chosen layout (with its cutting planes) for reading or another solver",
+        help="write the optimization model of the chosen layout (with its cutting planes) for reading or another "
+        "solver",
     )
     p.add_argument("--out", help="write the plan JSON to this file")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--ranks", type=int, default=64, help="print at most this many rank rows (default 64; 0 = all)")
-    p.add_argument(
-        "--strict",
-        action="store_true",
-        help="never turn on activation checkpointing by itself: without --recompute, plan with none "
-        "(default without --recompute: auto)",
-    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import HexiSeqError
-    from ..planner import plan_cluster
-
     if args.ranks < 0:
         raise HexiSeqError(f"--ranks must be >= 0 (0 = all), got {args.ranks}")
     if args.out:
         check_output_path(args.out, "--out")  # before planning, not after minutes of it
     cluster = load_cluster_arg(args)
-    model, workload = load_workload_args(args, default_recompute="none" if args.strict else "auto")
+    model, workload = load_workload_args(args, default_recompute="auto")
     if args.write_model:
         check_output_path(args.write_model, "--write-model")
         if not args.write_model.endswith((".lp", ".mps")):
@@ -91,8 +84,6 @@ def run(args: argparse.Namespace) -> int:
 
 def write_model(result, cluster, model, workload, path: str) -> None:
     """The optimization model of the plan's layout and policy, with the cutting planes that bound it."""
-    from ..planner import Layout, LayoutModel
-
     plan = result.plan
     layout = Layout(tuple(g.devices for g in plan.groups), tuple(g.heads for g in plan.groups))
     lm = LayoutModel(cluster, model, workload.with_recompute(result.recompute), layout)
@@ -182,7 +173,8 @@ def print_result(result, cluster, max_ranks: int = 64) -> None:
         print(
             f"  speedup over the best baseline ({result.best_baseline.name}): {sp:.3f}x"
             + (
-                f"; over the best symmetric CP/HP baseline ({result.best_symmetric_baseline.name}): {result.speedup_vs_best_symmetric:.3f}x"
+                f"; over the best symmetric CP/HP baseline ({result.best_symmetric_baseline.name}): "
+                f"{result.speedup_vs_best_symmetric:.3f}x"
                 if result.best_symmetric_baseline and result.best_symmetric_baseline is not result.best_baseline
                 else ""
             )
@@ -190,16 +182,19 @@ def print_result(result, cluster, max_ranks: int = 64) -> None:
     else:
         print("  no baseline fits in memory on this cluster")
     print(
-        f"  efficiency vs the compute-bound limit ({_tok(result.bound_tokens_per_s)} tokens/s): {result.efficiency_vs_bound:.3f}"
+        f"  efficiency vs the compute-bound limit ({_tok(result.bound_tokens_per_s)} tokens/s): "
+        f"{result.efficiency_vs_bound:.3f}"
     )
     print(
-        f"  step time (replayed) {result.iteration_time_s:.4f} s; lower bound {result.lower_bound_s:.4f} s over the whole "
+        f"  step time (replayed) {result.iteration_time_s:.4f} s; lower bound {result.lower_bound_s:.4f} s over the "
+        f"whole "
         f"search space: this plan is within {_pct(result.gap)} of the best plan there"
     )
     stages = ", ".join(f"{k} {v:.2f} s" for k, v in result.stage_times_s.items())
     print(
         f"  planning took {result.plan_time_s:.2f} s ({stages}); {result.candidates} (layout, policy) candidates: "
-        f"{result.solved} searched with their model, {result.pruned} bounded by their devices' subset bound alone (balanced compute, parameter collectives); "
+        f"{result.solved} searched with their model, {result.pruned} bounded by their devices' subset bound alone "
+        f"(balanced compute, parameter collectives); "
         f"{result.work_rounds} cutting-plane rounds"
     )
     for n in result.left_out:

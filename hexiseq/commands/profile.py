@@ -19,9 +19,9 @@ import argparse
 import json
 from pathlib import Path
 
+from ..calibrate.profile import profile, resolve_world
 from ..errors import HexiSeqError
-from .checks import ranks_arg
-from .common import tokens_arg
+from .checks import ranks_arg, tokens_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -56,8 +56,6 @@ def add_world_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..calibrate.profile import profile, resolve_world
-
     spec, named = resolve_world(args.world, args.cluster)  # bad input refused before anything starts
     out = Path(args.out or f"profiles/{spec.name}.yaml")
     if out.exists() and not args.force:
@@ -78,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({**prof.to_dict(), "file": str(out)}, indent=2, default=float))
     else:
         print(
-            f"profile written to {out} (use it with: hexiseq plan/estimate --cluster {spec.name if named else '...'} --profile {out})"
+            f"profile written to {out} (use it with: hexiseq plan/estimate --cluster {spec.name if named else '...'} "
+            f"--profile {out})"
         )
     return 0

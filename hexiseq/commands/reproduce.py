@@ -18,6 +18,9 @@ import importlib.util
 import shlex
 import sys
 
+from ..errors import HexiSeqError
+from ..reproduce import QUICK_DIR, RESULT_DIR, redraw, reproduce
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -43,15 +46,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import HexiSeqError
-
     missing = [m for m in ("matplotlib", "seaborn", "pandas") if importlib.util.find_spec(m) is None]
     if missing:  # before anything imports them
         raise HexiSeqError(
             f"hexiseq reproduce draws its figures with {', '.join(missing)}, not installed here: "
             "pip install -e '.[notebooks]' (or: make setup)"
         )
-    from ..reproduce import QUICK_DIR, RESULT_DIR, redraw, reproduce
 
     out = args.out or (QUICK_DIR if args.quick else RESULT_DIR)
     if args.figures_only:
@@ -75,12 +75,14 @@ def run(args: argparse.Namespace) -> int:
     )
     last = results.meta["last_run"]
     print(
-        f"{results.meta['cells']} cells ({last['computed']} computed, {last['cached']} from the cache) in {last['wall_s']:.0f} s; "
+        f"{results.meta['cells']} cells ({last['computed']} computed, {last['cached']} from the cache) in "
+        f"{last['wall_s']:.0f} s; "
         f"cost-model version {results.meta['version']}"
     )
     print(f"  {out}/results.csv, {out}/paper_comparison.md, {out}/figures/")
     for c in results.comparison():
         print(
-            f"  {c.figure.what[:70]:<70} paper {c.value_text(c.figure.value):>8}  ours {c.value_text(c.ours):>8}  {c.status}"
+            f"  {c.figure.what[:70]:<70} paper {c.value_text(c.figure.value):>8}  ours {c.value_text(c.ours):>8}  "
+            f"{c.status}"
         )
     return 0

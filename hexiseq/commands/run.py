@@ -17,63 +17,33 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
+from dataclasses import replace
 
+from ..calibrate.emulation import emulation_of
 from ..errors import HexiSeqError
 from ..plan import Plan
-from ..specs.workload import GlobalBatch
+from ..runs import checkpoint as ckpt
+from ..runs.config import RunConfig, for_resume
+from ..runs.export import export
+from ..runs.launch import execute_spawned, execute_torchrun
+from ..runs.loop import write_summary
+from ..runs.plots import save_loss_curve
+from ..runs.progress import Console
+from ..runs.rundir import RunDir
+from ..runs.settings import OptionField, RunSettings, given_value, options
+from ..runs.start import start_run
+from ..runtime.checkpoint import check_save_target
+from ..runtime.launch import torchrun_env
+from ..runtime.placement import placement_from_env
+from ..runtime.verify import check_nproc
+from ..specs import load_cluster
 from .checks import (
-    clip_arg,
-    every_arg,
-    keep_arg,
-    loss_chunk_arg,
-    lr_arg,
-    min_lr_arg,
     node_arg,
+    number_arg,
     ranks_arg,
-    seed_arg,
-    steps_arg,
-    warmup_arg,
-    wd_arg,
+    tokens_arg,
 )
-from .common import add_recompute_arg, add_world_args, number_arg, tokens_arg
-
-# Defaults of the options a resumed run takes from its config (given on --resume they are refused).
-DEFAULTS = {
-    "steps": 5,
-    "lr": 1e-3,
-    "grad_clip": 1.0,
-    "global_batch": 1,
-    "seed": 0,
-    "dtype": "float32",
-    "schedule": "cosine",
-    "min_lr_ratio": 0.1,
-    "weight_decay": 0.1,
-    "loss_chunk": 4096,
-    "checkpoint_every": 0,
-    "keep_checkpoints": 2,
-}
-FIXED_ON_RESUME = (
-    "data",
-    "tokenizer",
-    "labels",
-    "token_dtype",
-    "model",
-    "init_from",
-    "seq_len",
-    "lr",
-    "grad_clip",
-    "global_batch",
-    "seed",
-    "dtype",
-    "schedule",
-    "min_lr_ratio",
-    "weight_decay",
-    "warmup_steps",
-    "recompute",
-    "loss_chunk",
-    "out",
-)
+from .common import add_world_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -97,110 +67,70 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--out", metavar="RUN_DIR", help="the run directory (default runs/<timestamp>; required under torchrun)"
     )
-    d = p.add_argument_group("data")
-    d.add_argument(
-        "--data", help="text file or folder (*.txt, *.md), or token file (.bin uint16, .npy 1-D stream or 2-D [N, S])"
-    )
-    d.add_argument("--tokenizer", help="a Hugging Face tokenizer.json (or its folder) for text; default: byte-level")
-    d.add_argument("--labels", help="labels .npy of 2-D token data, Hugging Face convention (-100 = ignored)")
-    d.add_argument("--token-dtype", help="dtype of a raw .bin token file (default uint16)")
-    m = p.add_argument_group("model and plan")
-    m.add_argument(
+    groups = {
+        "data": p.add_argument_group("data"),
+        "model": p.add_argument_group("model and plan"),
+        "train": p.add_argument_group("training"),
+        "record": p.add_argument_group("record"),
+    }
+    groups["parallel"] = groups["model"]
+    groups["model"].add_argument(
         "--nproc", type=ranks_arg, help="ranks to spawn (default and only valid value: the plan's world size)"
     )
-    m.add_argument(
-        "--model",
-        help="Llama-family model of data/models.yaml or a HF config.json (default: a small proxy "
-        "Llama with the plan's head counts)",
-    )
-    m.add_argument("--init-from", help="Hugging Face checkpoint directory to start from (overrides --model)")
-    m.add_argument(
-        "--seq-len",
-        type=tokens_arg,
-        help="scale the plan to this many tokens, same groups, heads and shard proportions "
-        "(default: plans over 8192 tokens are scaled to 2048 unless --full-length; 2-D token data: its length)",
-    )
-    m.add_argument("--full-length", action="store_true", help="run the plan at its own length (for a real GPU run)")
-    add_recompute_arg(
-        m,
-        "activation checkpointing policy: none, selective (a bare --recompute), full "
-        "(default: the plan file's policy, meta['recompute'], else none)",
-        allow_auto=False,
-    )
-    m.add_argument("--fsdp", action="store_true", help="shard parameters with FSDP2 (for large models on GPUs)")
-    m.add_argument("--loss-chunk", type=loss_chunk_arg, help="tokens per chunk of the LM head + loss (default 4096)")
-    m.add_argument(
-        "--dtype",
-        choices=["float32", "float64"],
-        help="CPU parameters and activations (default float32; float64 for exact comparisons); CUDA runs bf16 autocast",
-    )
-    m.add_argument(
-        "--strict-gpus",
-        action="store_true",
-        help="refuse (not just warn) when a rank's GPU model differs from the plan's device",
-    )
-    m.add_argument(
+    groups["model"].add_argument(
         "--node",
         type=node_arg,
         help="torchrun: this node's index among the plan's nodes (default: torchrun's node rank)",
     )
-    t = p.add_argument_group("training")
-    t.add_argument("--steps", type=steps_arg, help="optimizer steps (default 5; with --resume: the run's, or more)")
-    t.add_argument(
-        "--global-batch", type=number_arg(GlobalBatch), help="sequences per step, gradients accumulated (default 1)"
-    )
-    t.add_argument("--lr", type=lr_arg, help="peak AdamW learning rate (default 1e-3)")
-    t.add_argument(
-        "--warmup-steps", type=warmup_arg, help="linear warmup steps (default: a tenth of the steps, at most 100)"
-    )
-    t.add_argument(
-        "--schedule", choices=["cosine", "constant"], help="after warmup (default cosine, to --min-lr-ratio x lr)"
-    )
-    t.add_argument(
-        "--min-lr-ratio", type=min_lr_arg, help="final learning rate of the cosine, as a fraction of --lr (default 0.1)"
-    )
-    t.add_argument("--weight-decay", type=wd_arg, help="AdamW weight decay on matrices (default 0.1)")
-    t.add_argument("--grad-clip", type=clip_arg, help="max gradient norm (default 1.0; 0 disables)")
-    t.add_argument("--seed", type=seed_arg, help="weights and data order (default 0)")
-    o = p.add_argument_group("record")
-    o.add_argument(
-        "--checkpoint-every",
-        type=every_arg,
-        help="DCP checkpoint every K steps (default 0: at the end, and when stopped)",
-    )
-    o.add_argument("--keep-checkpoints", type=keep_arg, help="newest checkpoints kept (default 2)")
+    for row in options():
+        add_option(groups[row.section], row)
+    o = groups["record"]
     o.add_argument("--save", help="also write the final weights here in Hugging Face layout (as hexiseq export)")
     o.add_argument("--plot", action="store_true", help="save the loss curve as RUN_DIR/loss.png")
-    o.add_argument("--no-tensorboard", action="store_true", help="no TensorBoard event files")
     o.add_argument("--json", action="store_true", help="print the summary as JSON (progress goes to stderr)")
     add_world_args(p)
     p.set_defaults(func=run)
 
 
-def _given(args: argparse.Namespace, key: str) -> bool:
-    value = getattr(args, key)
-    return value not in (None, False)
+def add_option(group: argparse._ArgumentGroup, row: OptionField) -> None:
+    """One option of the field table on the command line. Its argparse default is None (a flag:
+    False): "not given", so that a resumed run keeps its own value and a new run takes the table's."""
+    how = row.option
+    if isinstance(row.default, bool):
+        group.add_argument(row.flag, action="store_true", help=how.help)
+        return
+    kwargs: dict = {"help": how.help, "default": None}
+    if how.number is not None:
+        kwargs["type"] = number_arg(how.number)
+    elif how.tokens:
+        kwargs["type"] = tokens_arg
+    if how.choices:
+        kwargs["choices"] = list(how.choices)
+    if how.bare is not None:
+        kwargs.update(nargs="?", const=how.bare, metavar="{" + ",".join(how.choices) + "}")
+    group.add_argument(row.flag, **kwargs)
+
+
+def _option_values(args: argparse.Namespace) -> dict:
+    """The field table's options as given on the command line, by key."""
+    return {row.key: getattr(args, row.key) for row in options()}
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..runtime.launch import torchrun_env
-    from ..runtime.verify import check_nproc
-
     torchrun = torchrun_env()
     if args.save:  # before any work: a save that fails after training would lose the trained weights
-        from ..runtime.checkpoint import check_save_target
-
         check_save_target(args.save)
     if args.resume:
-        given = [k for k in FIXED_ON_RESUME if _given(args, k)]
+        given = [row.flag for row in options() if row.option.fixed_on_resume and given_value(getattr(args, row.key))]
+        given += ["--out"] if args.out else []
         if given:
             raise HexiSeqError(
-                f"--resume continues the run as configured; {', '.join('--' + k.replace('_', '-') for k in given)} "
+                f"--resume continues the run as configured; {', '.join(given)} "
                 "cannot change (start a new run with --init-from to change them)"
             )
         run_dir, cfg, resume, session, notes = _prepare_resume(args)
         if not torchrun:
-            check_nproc(cfg.plan_obj(), args.nproc)
+            check_nproc(cfg.plan, args.nproc)
     else:
         if not args.plan:
             raise HexiSeqError("give --plan FILE (or --resume RUN_DIR)")
@@ -219,82 +149,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _prepare_new(args: argparse.Namespace, torchrun: bool):
-    from ..runs.config import resolve
-    from ..runs.rundir import RunDir, default_run_dir
-
     plan = Plan.load(args.plan)
-    out = Path(args.out) if args.out else default_run_dir()
-    existed = out.exists()
-    if not torchrun:
-        run = RunDir.create(out)
-    else:  # every process checks, none writes before the process group exists (all have passed this check)
-        run = RunDir(out)
-        if run.config.exists():
-            raise HexiSeqError(
-                f"--out {out}: already holds a run; continue it with --resume {out}, or give another --out"
-            )
-        run.path.mkdir(parents=True, exist_ok=True)
-    steps = args.steps or DEFAULTS["steps"]
-    opt = {k: getattr(args, k) if getattr(args, k) is not None else DEFAULTS[k] for k in DEFAULTS}
-    warmup = args.warmup_steps if args.warmup_steps is not None else min(100, steps // 10)
-    try:
-        cfg = resolve(
-            plan,
-            run.data,
-            model=args.model,
-            init_from=args.init_from,
-            seq_len=args.seq_len,
-            full_length=args.full_length,
-            data=args.data,
-            tokenizer=args.tokenizer,
-            labels=args.labels,
-            token_dtype=args.token_dtype,
-            steps=steps,
-            global_batch=opt["global_batch"],
-            seed=opt["seed"],
-            dtype=opt["dtype"],
-            lr=opt["lr"],
-            warmup_steps=warmup,
-            schedule=opt["schedule"],
-            min_lr_ratio=opt["min_lr_ratio"],
-            weight_decay=opt["weight_decay"],
-            grad_clip=opt["grad_clip"],
-            recompute=args.recompute,
-            fsdp=args.fsdp,
-            loss_chunk=opt["loss_chunk"],
-            checkpoint_every=opt["checkpoint_every"],
-            keep_checkpoints=opt["keep_checkpoints"],
-            strict_gpus=args.strict_gpus,
-            tensorboard=not args.no_tensorboard,
-            timeout_s=args.timeout,
-        )
-    except BaseException:
-        if not existed:  # nothing half-made is left behind
-            import shutil
-
-            if torchrun:  # other processes may be writing there too: only an empty directory goes
-                shutil.rmtree(run.data, ignore_errors=True)
-                try:
-                    run.path.rmdir()
-                except OSError:
-                    pass
-            else:
-                shutil.rmtree(run.path, ignore_errors=True)
-        raise
+    settings = RunSettings.from_options(_option_values(args), emulation=emulation_of(plan))
+    settings = replace(settings, train=replace(settings.train, timeout_s=args.timeout))
+    run, cfg = start_run(plan, settings, args.out, shared=torchrun)
     return run, cfg, list(cfg.notes)
 
 
 def _prepare_resume(args: argparse.Namespace):
-    from ..runs import checkpoint as ckpt
-    from ..runs.config import RunConfig, for_resume
-    from ..runs.rundir import RunDir
-
     run = RunDir.existing(args.resume)
     data = run.read_json(run.config)
     if data is None:
         raise HexiSeqError(f"--resume {run.path}: config.json is unreadable")
     cfg = RunConfig.from_dict(data)
-    cfg, notes = for_resume(cfg, Plan.load(args.plan) if args.plan else None, args.steps, args.timeout)
+    plan = Plan.load(args.plan) if args.plan else None
+    emulation = emulation_of(plan) if plan is not None else None
+    cfg, notes = for_resume(cfg, plan, _option_values(args), args.timeout, emulation)
     found = ckpt.find(
         run.checkpoints, args.checkpoint
     )  # verified against its manifest: corrupt ones are refused, named
@@ -313,18 +183,15 @@ def _prepare_resume(args: argparse.Namespace):
 
 
 def _execute(args, run, cfg, resume, session, notes, torchrun: bool) -> int:
-    from ..runs.launch import execute_spawned, execute_torchrun
-    from ..runs.progress import Console
-
-    plan = cfg.plan_obj()
+    plan = cfg.plan
     start = 0
     if resume is not None:
         start = int(json.loads((resume / "trainer.json").read_text())["step"])
     console = Console(stream=sys.stderr if args.json else sys.stdout)
     header = [
         f"hexiseq run: plan {plan.name!r}, {plan.world_size} ranks, {plan.seq_len} tokens x {cfg.global_batch}, model "
-        f"{cfg.model_name}, steps {start + 1}-{cfg.steps}, recompute {cfg.options['activation_checkpointing']}, lr "
-        f"{cfg.train['lr']:g} ({cfg.train['schedule']}, warmup {cfg.train['warmup_steps']})"
+        f"{cfg.model_name}, steps {start + 1}-{cfg.steps}, recompute {cfg.options.activation_checkpointing}, lr "
+        f"{cfg.train.lr:g} ({cfg.train.schedule}, warmup {cfg.train.warmup_steps})"
     ]
     header += [f"  note: {n}" for n in notes]
     header.append(f"  run directory: {run.path}")
@@ -357,12 +224,8 @@ def _execute(args, run, cfg, resume, session, notes, torchrun: bool) -> int:
         if summary is None:
             return 0
     if args.plot:
-        from ..runs.plots import save_loss_curve
-
         console.print(f"loss curve: {save_loss_curve(run.path)}")
     if args.save:
-        from ..runs.export import export
-
         console.print(f"saved to {export(run.path, args.save)} (Hugging Face layout)")
     console.close()
     if args.json:
@@ -372,9 +235,6 @@ def _execute(args, run, cfg, resume, session, notes, torchrun: bool) -> int:
 
 def _placement(plan: Plan, args: argparse.Namespace):
     """(this torchrun process's Placement, the plan's cluster): the mapping follows the cluster file."""
-    from ..runtime.placement import placement_from_env
-    from ..specs import load_cluster
-
     cluster = load_cluster(plan.cluster) if plan.cluster else None
     return placement_from_env(plan, cluster, os.environ, node=args.node), cluster
 
@@ -383,11 +243,11 @@ def _write_run_files(run, cfg, resume, start: int, session: int) -> None:
     """The record a run starts with: config.json, plan.json (earlier plans kept in plans/), and on
     resume the metrics cut back to the checkpoint's step."""
     previous = run.read_json(run.plan)
-    if previous is not None and previous != cfg.plan:
+    if previous is not None and previous != cfg.plan.to_dict():
         (run.path / "plans").mkdir(exist_ok=True)
         run.write_json(run.path / "plans" / f"plan-until-step-{start:08d}.json", previous)
     run.write_json(run.config, cfg.to_dict())
-    run.write_json(run.plan, cfg.plan)
+    run.write_json(run.plan, cfg.plan.to_dict())
     if resume is not None:
         run.keep_metrics_until(start)
     run.set_status("starting", session=session)
@@ -399,8 +259,6 @@ def time_limit_exit(limit_s: float, run=None, cfg=None, lead: bool = False) -> N
     message = f"stopped at the --time-limit of {limit_s:g} s"
     if lead and run is not None:
         try:
-            from ..runs.loop import write_summary
-
             write_summary(run, cfg, None, "failed", error=message)
         except Exception:
             pass

@@ -18,8 +18,8 @@ from ..plan import Plan, random_plan
 from ..runtime.verify import check_nproc, prepare_check, verify_plan
 from ..specs import get_model
 from ..specs.workload import BlockSize
-from .checks import ranks_arg, seed_arg, tolerance_arg
-from .common import add_world_args, dump_json, number_arg, tokens_arg
+from .checks import number_arg, ranks_arg, seed_arg, tokens_arg, tolerance_arg
+from .common import add_world_args, dump_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -79,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
         dump_json(res)
     else:
         print(
-            f"plan {res['plan']!r}: {res['nproc']} ranks, S={res['seq_len']}, model {res['model']}, {res['dtype']} ({res['backend']})"
+            f"plan {res['plan']!r}: {res['nproc']} ranks, S={res['seq_len']}, model {res['model']}, {res['dtype']} "
+            f"({res['backend']})"
         )
         for note in res["notes"]:
             print(f"  note: {note}")

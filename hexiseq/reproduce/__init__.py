@@ -5,7 +5,8 @@
     results.table                             # one row per cell and system (pandas)
     for name, fig in results.figures(): ...   # every figure, drawn from the table
 
-Modules: `scenarios` (scenario files -> cells), `sensitivity` (sweeps), `cells` (one cell planned),
+Modules: `scenarios` (scenario files -> cells), `sensitivity` (sweeps), `recipes` (cluster recipes and
+cells), `cells` (one cell planned),
 `cache` (per-cell cache and the cost-model version), `table` (the tidy results table),
 `pipeline` (`reproduce`), `comparison` (paper_comparison.md), `paper` (the paper's figures),
 `figures` / `plan_figures` (plots), `palette` / `style` (the one look of every figure).
@@ -13,7 +14,8 @@ The CLI is `hexiseq reproduce [SCENARIO...] [--quick] [--out DIR] [--force]`.
 """
 
 from .pipeline import QUICK_DIR, RESULT_DIR, Results, draw_outputs, load_results, notebook_results, redraw, reproduce
-from .scenarios import bundled_scenarios, load_scenario, load_scenarios, mixed_cluster
+from .recipes import mixed_cluster
+from .scenarios import bundled_scenarios, load_scenario, load_scenarios
 
 __all__ = [
     "QUICK_DIR",

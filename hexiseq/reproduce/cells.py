@@ -16,8 +16,10 @@ import platform
 import time
 from typing import Any
 
+from .. import planner  # planner.plan_cluster looked up at call time: tests replace it
+from ..costmodel import estimate
 from ..errors import HexiSeqError
-from ..specs import get_model
+from ..specs import ClusterSpec, ModelSpec, Workload, get_model, load_cluster
 
 HEXISEQ = "hexiseq"
 
@@ -57,8 +59,6 @@ def _system(
     name: str, plan: Any, cluster: Any, model: Any, workload: Any, est: Any = None, **fields: Any
 ) -> dict[str, Any]:
     """The row facts of one system that fits: its estimate's memory and phase times."""
-    from ..costmodel import estimate
-
     est = est if est is not None else estimate(plan, cluster, model, workload)
     crit = est.ranks[est.critical_rank]
     headroom = min(r.capacity_gib - r.memory_gib for r in est.ranks)
@@ -123,10 +123,18 @@ def systems_of(result: Any, cluster: Any, model: Any, wl: Any) -> list[dict[str,
     return systems
 
 
+def plan_setting(
+    cluster_name: str, model_name: str, seq_len: int, recompute: str = "auto", sharding: str = "zero3"
+) -> tuple[ClusterSpec, ModelSpec, Workload, Any]:
+    """One setting (a bundled cluster, a model, a length) planned as the plan explorer plans it:
+    (cluster, model, workload, PlanResult). Planner errors (nothing fits, a bad name) propagate."""
+    cluster, model = load_cluster(cluster_name), get_model(model_name)
+    wl = Workload(seq_len=seq_len, activation_checkpointing=recompute, param_sharding=sharding)
+    return cluster, model, wl, planner.plan_cluster(cluster, model, wl, progress=False)
+
+
 def run_cell(cell: Any) -> dict[str, Any]:
     """Plan one cell (HexiSeq and every baseline) and return its record (module doc)."""
-    from ..planner import plan_cluster
-
     cluster, model, wl = cell.cluster.build(), get_model(cell.model), cell.workload_spec()
     record: dict[str, Any] = {
         "inputs": cell.compute_params(),
@@ -147,7 +155,7 @@ def run_cell(cell: Any) -> dict[str, Any]:
     }
     t0 = time.perf_counter()
     try:
-        result = plan_cluster(cluster, model, wl, progress=False)
+        result = planner.plan_cluster(cluster, model, wl, progress=False)
     except HexiSeqError as e:
         record.update(
             status="infeasible",

@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..specs import get_gpu
 from . import paper
 from .style import tokens_label
 from .table import grid_rows, hexiseq_rows, pair_ratios, speedup_stats
@@ -45,13 +46,13 @@ class Comparison:
 
 
 def _catalog_ratio() -> str:
-    from ..specs import get_gpu
-
     h, a = get_gpu("H100-SXM"), get_gpu("A100-80GB")
     return (
         f"under data/gpus.yaml an H100 does {h.matmul_flops / a.matmul_flops:.2f}x an A100's matmul work and "
-        f"{h.attention_flops / a.attention_flops:.2f}x its attention work (peak {h.peak_bf16_tflops:g} vs {a.peak_bf16_tflops:g} "
-        f"TFLOP/s at efficiencies {h.eff_matmul:g}/{h.eff_attention:g} vs {a.eff_matmul:g}/{a.eff_attention:g}); a symmetric "
+        f"{h.attention_flops / a.attention_flops:.2f}x its attention work (peak {h.peak_bf16_tflops:g} vs "
+        f"{a.peak_bf16_tflops:g} "
+        f"TFLOP/s at efficiencies {h.eff_matmul:g}/{h.eff_attention:g} vs {a.eff_matmul:g}/{a.eff_attention:g}); a "
+        f"symmetric "
         "layout runs every device at the slowest one's pace, so this ratio sets the speedup"
     )
 
@@ -75,12 +76,14 @@ def _subset_baselines(df: pd.DataFrame, cells: pd.DataFrame) -> str | None:
             n += 1
             example = (
                 example
-                or f"{c['best_symmetric']} on {int(b['devices_used'].iloc[0])} of {int(c['gpus'])} GPUs ({c['cluster']}, {c['model']}, {tokens_label(c['seq_len'])})"
+                or f"{c['best_symmetric']} on {int(b['devices_used'].iloc[0])} of {int(c['gpus'])} GPUs "
+                f"({c['cluster']}, {c['model']}, {tokens_label(c['seq_len'])})"
             )
     if not n:
         return None
     return (
-        f"in {n} of {len(cells)} cells the best CP/HP baseline runs on a subset of the devices (e.g. {example}): our baselines may "
+        f"in {n} of {len(cells)} cells the best CP/HP baseline runs on a subset of the devices (e.g. {example}): our "
+        f"baselines may "
         "leave slow GPUs out, which makes them stronger than baselines that must use every device"
     )
 
@@ -184,9 +187,11 @@ def _pair(df: pd.DataFrame) -> tuple[float | None, str, list[str]]:
     if len(mixed) and len(homo):
         m, o = mixed.iloc[0], homo.iloc[0]
         facts.append(
-            f"the pair is matched by peak FLOP/s ({m['peak_pflops']:.1f} vs {o['peak_pflops']:.1f} PFLOP/s) but under our catalog its "
+            f"the pair is matched by peak FLOP/s ({m['peak_pflops']:.1f} vs {o['peak_pflops']:.1f} PFLOP/s) but under "
+            f"our catalog its "
             f"effective matmul FLOP/s differ {m['matmul_pflops'] / o['matmul_pflops']:.2f}x and its memory "
-            f"{m['memory_gib'] / o['memory_gib']:.2f}x ({m['memory_gib']:,.0f} vs {o['memory_gib']:,.0f} GiB): the homogeneous side "
+            f"{m['memory_gib'] / o['memory_gib']:.2f}x ({m['memory_gib']:,.0f} vs {o['memory_gib']:,.0f} GiB): the "
+            f"homogeneous side "
             "holds more of the sequence per device and spends less on recompute"
         )
     return float(a["ratio"].mean()), detail, facts
@@ -207,7 +212,8 @@ def _scheduler(df: pd.DataFrame, gpus: int) -> tuple[float | None, str, list[str
     from .figures import machines_label
 
     facts = [
-        f"wall clock on {machines_label(h) or 'this machine'}, one process, HiGHS embedded: a different machine or load gives a different time"
+        f"wall clock on {machines_label(h) or 'this machine'}, one process, HiGHS embedded: a different machine or "
+        f"load gives a different time"
     ]
     return v, detail, facts
 
@@ -258,9 +264,12 @@ def markdown(rows: list[Comparison], meta: dict[str, Any]) -> str:
         f"Cost-model version `{meta.get('version', '?')}`, {meta.get('cells', '?')} cells"
         + (f" — QUICK grid for {', '.join(quick)} (a subset: not the paper's experiments in full)" if quick else "")
         + ".",
-        "Our values are the cost model's predictions: HexiSeq's plan and every baseline (ring, Ulysses, USP over every legal "
-        "CP x HP factorization and placement, on all devices and on each single GPU type, and a FLOP-proportional split), "
-        "all judged by the same step simulator. Speedups are over the best symmetric CP/HP baseline, as the paper reports. "
+        "Our values are the cost model's predictions: HexiSeq's plan and every baseline (ring, Ulysses, USP over "
+        "every legal "
+        "CP x HP factorization and placement, on all devices and on each single GPU type, and a FLOP-proportional "
+        "split), "
+        "all judged by the same step simulator. Speedups are over the best symmetric CP/HP baseline, as the paper "
+        "reports. "
         f'"agrees": within {TOLERANCE:.0%} of the paper\'s value.',
         "",
         "| figure | paper | ours | | what ours is |",

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from ..costmodel import PHASES
 from . import paper
 from .cells import HEXISEQ
 from .palette import BEST_BASELINE_COLOR, HEXISEQ_COLOR, PAPER_COLOR, phase_colors, series_colors
@@ -161,7 +162,7 @@ def fig_speedup_vs_length(df: pd.DataFrame, scenarios: Sequence[str] | None = No
         ax.axhline(1.0, color="0.6", lw=0.8)
         for key, ls in zip(paper.REFERENCE_LINES.get(sc, ()), ("--", ":")):
             _paper_line(ax, key, ls)
-        for key, model, seq in paper.REFERENCE_POINTS.get(sc, ()):
+        for key, _model, seq in paper.REFERENCE_POINTS.get(sc, ()):
             f = paper.figure(key)
             ax.plot([seq], [f.value], ls="none", marker="*", ms=11, color=PAPER_COLOR, label=f.legend)
         token_axis(ax.xaxis, rows["seq_len"].unique())
@@ -328,8 +329,6 @@ def fig_planner_time(df: pd.DataFrame, machine: str = "") -> Figure:
 def fig_phases(df: pd.DataFrame, scenario: str, cell: Any | None = None) -> Figure:
     """Where the time goes in one cell (default: the scenario's allocation cell): the critical
     rank's time by cost-model phase, for HexiSeq and every baseline that fits."""
-    from ..costmodel import PHASES
-
     rows = df[df["scenario"] == scenario]
     fig, ax = new_figure(9, 4.0)
     ax.set_xlabel("seconds per iteration (the slowest rank)")

@@ -15,6 +15,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 
+from .. import costmodel  # costmodel.PHASES read at call time: the list may grow
+from ..specs import gpu_catalog
+
 IDLE_COLOR = "#d9d9d9"  # waiting for others: not a phase of the cost model
 UNUSED_COLOR = "#f0f0f0"  # a device the plan leaves out
 HEXISEQ_COLOR = "#c44e52"
@@ -38,16 +41,12 @@ def _qualitative(name: str, n: int) -> list[str]:
 
 def phase_colors() -> dict[str, str]:
     """{phase: colour} for the cost model's phases, in their order."""
-    from ..costmodel import PHASES
-
-    return dict(zip(PHASES, _qualitative("colorblind", len(PHASES))))
+    return dict(zip(costmodel.PHASES, _qualitative("colorblind", len(costmodel.PHASES))))
 
 
 @functools.lru_cache(maxsize=1)
 def _gpu_colors() -> dict[str, str]:
     import seaborn as sns
-
-    from ..specs import gpu_catalog
 
     names = list(gpu_catalog())
     colors = _hex(sns.color_palette("Set2", 8) + sns.color_palette("Dark2", 8))

@@ -27,6 +27,8 @@ from typing import Any
 
 import pandas as pd
 
+from ..errors import HexiSeqError, SpecError
+from ..plan import Plan
 from ..specs import DATA_DIR, ClusterSpec, LinkOverride, NodeSpec, get_gpu
 from .cache import REPO_DIR, CellCache, cell_key, model_version, version_inputs, write_atomic
 from .cells import machine_info, run_cell
@@ -98,8 +100,6 @@ class Results:
 
     def allocation(self, scenario: str) -> tuple[Any, ClusterSpec, dict[str, Any]] | None:
         """(plan, cluster, cell labels) of the scenario's allocation picture, if saved."""
-        from ..plan import Plan
-
         p = self.directory / "plans" / f"{scenario}.json"
         if not p.exists():
             return None
@@ -270,8 +270,6 @@ def reproduce(
 
 def _check_out(out: Path) -> None:
     """The results directory can be made and written: checked before any planning."""
-    from ..errors import SpecError
-
     try:
         (out / "cache").mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -335,8 +333,6 @@ def draw_outputs(results: Results, log: Callable[[str], None] | None = None) -> 
 
 def redraw(directory: Path | str = RESULT_DIR) -> Results:
     """Figures and comparison again from a results directory's CSV and plans (no planning)."""
-    from ..errors import HexiSeqError
-
     results = load_results(directory)
     if results is None:
         raise HexiSeqError(f"{directory}: no results.csv to draw from; run `hexiseq reproduce --out {directory}` first")

@@ -10,7 +10,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .cells import plan_setting
 from .pipeline import RESULT_DIR, redraw
+from .plan_figures import plot_allocation
+from .style import save
 
 EXPLORER_CASE = ("testbed-8", "llama2-7b", 131072)  # notebook 01's defaults
 EXPLORER_NAME = "explorer_allocation"  # the 02 picture is speedup_vs_length, one of the results' figures
@@ -19,15 +22,10 @@ EXPLORER_NAME = "explorer_allocation"  # the 02 picture is speedup_vs_length, on
 def readme_figures(results_dir: Path = RESULT_DIR) -> list[Path]:
     """Redraw the results' figures (the 02 picture among them) and write the explorer's picture
     next to them, in `results_dir/figures/`; returns the two README pictures."""
-    from ..widgets import Settings, plan_view
-    from .style import save
-
     results = redraw(results_dir)
     fig_dir = results.directory / "figures"
-    view = plan_view(Settings(*EXPLORER_CASE))
-    if not view.ok:  # pragma: no cover - the bundled default case fits
-        raise RuntimeError(f"the explorer's default case does not plan: {view.explanation}")
-    save(dict(view.figures)["allocation"], fig_dir, EXPLORER_NAME)
+    cluster, _, _, result = plan_setting(*EXPLORER_CASE)  # the bundled default case fits
+    save(plot_allocation(result.plan, cluster), fig_dir, EXPLORER_NAME)
     return [fig_dir / f"{EXPLORER_NAME}.png", fig_dir / "speedup_vs_length.png"]
 
 

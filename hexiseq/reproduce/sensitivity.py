@@ -1,6 +1,6 @@
 """Sensitivity studies: how HexiSeq's speedup moves with the network, the share of old GPUs and
 the sequence length. Each sweep of a scenario's `sweeps:` becomes cells with `sweep` and
-`sweep_value` set (the x of its figure); the cluster variants are built here.
+`sweep_value` set (the x of its figure); the cluster variants are built in `recipes.py`.
 
 - `inter_node_bandwidth`: `{cluster, model, seq_len, nic_gbps: [12.5, ..., 100]}`; every NIC of the
   cluster set to each value (GB/s per GPU, per direction)
@@ -11,12 +11,13 @@ the sequence length. Each sweep of a scenario's `sweeps:` becomes cells with `sw
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SpecError
-from ..specs import ClusterSpec, get_gpu, parse_tokens
+from ..specs import get_gpu, parse_tokens
+from .recipes import Cell, ClusterRecipe, checked_models, cluster_recipe
 
 
 @dataclass(frozen=True)
@@ -79,15 +80,13 @@ def _numbers(values: Any, where: str, key: str, lo: float, hi: float) -> list[fl
 
 def sweep_cells(scenario: str, name: str, params: Any, workload: tuple, where: str) -> list:
     """The cells of one sweep (see module doc)."""
-    from .scenarios import Cell, ClusterRecipe, _models, cluster_recipe
-
     if name not in SWEEPS:
         raise SpecError(f"{where}: unknown sweep {name!r}; known: {', '.join(SWEEPS)}")
     sweep = SWEEPS[name]
     if not isinstance(params, Mapping):
         raise SpecError(f"{where}: parameters must be a mapping")
     _need(params, sweep, where)
-    (model,) = _models([params["model"]], where)
+    (model,) = checked_models([params["model"]], where)
 
     def cell(recipe: ClusterRecipe, seq_len: int, x: float) -> Cell:
         return Cell(scenario, recipe, model, seq_len, workload, sweep=name, sweep_value=x)
@@ -144,36 +143,3 @@ def _checked(recipe: Any, where: str) -> Any:
     except SpecError as e:
         raise SpecError(f"{where}: {e}") from None
     return recipe
-
-
-def _nic_variant(recipe: Any) -> ClusterSpec:
-    p = dict(recipe.params)
-    base: ClusterSpec = p["base"].build()
-    nodes = tuple(replace(n, nic_gbps=p["nic_gbps"]) for n in base.nodes)
-    return ClusterSpec(
-        recipe.name,
-        nodes,
-        base.inter_node_latency_us,
-        base.overrides,
-        f"{base.name} with every NIC at {p['nic_gbps']:g} GB/s per GPU",
-    )
-
-
-def _old_fraction_variant(recipe: Any) -> ClusterSpec:
-    p = dict(recipe.params)
-    old = p["old_nodes"]
-    nodes = [(p["new"], p["node_size"], p["nic_gbps"])] * (p["nodes"] - old) + [
-        (p["old"], p["node_size"], p["nic_gbps"])
-    ] * old
-    return ClusterSpec.from_nodes(
-        recipe.name, nodes, description=f"{p['nodes'] - old} {p['new']} + {old} {p['old']} nodes of {p['node_size']}"
-    )
-
-
-BUILDERS: dict[str, Callable[[Any], ClusterSpec]] = {"nic": _nic_variant, "old_fraction": _old_fraction_variant}
-
-
-def build_variant(recipe: Any) -> ClusterSpec:
-    if recipe.kind not in BUILDERS:  # pragma: no cover - programming error
-        raise ValueError(f"unknown cluster recipe kind {recipe.kind!r}")
-    return BUILDERS[recipe.kind](recipe)

@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..costmodel import PHASES
 from .cache import write_atomic
 from .cells import HEXISEQ
 
@@ -61,8 +62,6 @@ CELL_KEYS = ("scenario", "cluster", "model", "seq_len", "pair", "pair_role", "sw
 
 
 def phase_columns() -> list[str]:
-    from ..costmodel import PHASES
-
     return [f"time_{p}_s" for p in PHASES]
 
 

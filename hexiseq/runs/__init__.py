@@ -3,8 +3,10 @@
 - `launch(plan, data=..., steps=...)` starts a run in the background (notebooks) -> RunHandle
   (`.metrics`, `.summary`, `.wait()`, `.stop()`, `.watch()`);
 - `load(RUN_DIR)` the per-step metrics as a table, `load_summary(RUN_DIR)` predicted vs measured;
-- data.py (tokenize, pack, each rank's own tokens), config.py (the resolved run), loop.py (a rank's
-  training loop), checkpoint.py (DCP, atomic, verified), rundir.py, progress.py, export.py, plots.py.
+- settings.py (what a run is asked to do, typed: the field table of every run option), start.py
+  (`start_run`: the one place a run directory is made), config.py (the resolved run, config.json),
+  data.py (tokenize, pack, each rank's own tokens), loop.py (a rank's training loop), checkpoint.py
+  (DCP, atomic, verified), rundir.py, progress.py, export.py, plots.py.
 
 The command line twin is `hexiseq run` (and `hexiseq export`).
 """

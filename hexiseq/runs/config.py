@@ -2,91 +2,124 @@
 work starts (the plan that runs, the model, the data, the training settings, the prediction), and
 stored as `RUN_DIR/config.json` so that `--resume` continues exactly the same run.
 
-`resolve` is shared by `hexiseq run` and `hexiseq.launch`; bad input raises a HexiSeqError here,
+`resolve(plan, settings, workdir)` turns a run's settings (hexiseq.runs.settings) into it; every
+starter of a run goes through `hexiseq.runs.start.start_run`. Bad input raises a HexiSeqError here,
 before a rank is started.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from ..costmodel import simulate
 from ..errors import HexiSeqError, PlanError, SpecError
 from ..plan import Plan
+from ..runtime.checkpoint import inspect_checkpoint
+from ..runtime.emulation import Emulation
+from ..runtime.model import LlamaConfig
+from ..runtime.parallel import ParallelOptions
+from ..runtime.train import TrainConfig
+from ..runtime.verify import proxy_config, scale_for_check
+from ..specs import RECOMPUTE_POLICIES, ModelSpec, Workload, get_model, load_cluster
 from .data import DataSpec, fit_plan, prepare_data
+from .settings import (
+    DEFAULT_RUN_TOKENS,
+    DTYPES,
+    LONGEST_UNSCALED_TOKENS,
+    SCHEDULES,
+    RecordSettings,
+    RunSettings,
+    given_value,
+    options,
+)
 
 CONFIG_VERSION = 1
 WARMUP_EXCLUDED = 2  # steps of each session left out of the measured step time (allocator, caches, first collectives)
-DTYPES = ("float32", "float64")
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    """The resolved configuration of a run (JSON: `to_dict` / `from_dict`)."""
+    """The resolved configuration of a run, typed; `to_dict` / `from_dict` are its JSON (config.json:
+    the sections as dicts, the record settings at the top level, as version 1 has always written them)."""
 
-    plan: dict[str, Any]  # Plan.to_dict() of the plan that runs (scaled / fitted to the data)
-    model: dict[str, Any]  # LlamaConfig fields
+    plan: Plan  # the plan that runs (scaled / fitted to the data)
+    model: LlamaConfig
     model_name: str
-    data: dict[str, Any]  # DataSpec fields
+    data: DataSpec
     steps: int  # total optimizer steps of the run
     global_batch: int = 1  # sequences per step (gradient accumulation)
     seed: int = 0
     dtype: str = "float32"  # parameters and activations on CPU ("float64" for exact comparisons); bf16 autocast on CUDA
-    train: dict[str, Any] = field(default_factory=dict)  # TrainConfig fields
-    options: dict[str, Any] = field(default_factory=dict)  # ParallelOptions fields
+    train: TrainConfig = TrainConfig()
+    options: ParallelOptions = ParallelOptions()
     init_from: str | None = None
-    checkpoint_every: int = 0  # 0: only at the end (and when stopped)
-    keep_checkpoints: int = 2
+    record: RecordSettings = RecordSettings()
     strict_gpus: bool = False
-    tensorboard: bool = True
     predicted: dict[str, Any] = field(default_factory=dict)  # step time from the cost model (predict())
     notes: tuple[str, ...] = ()
-    emulation: dict[str, Any] | None = (
-        None  # runtime.emulation.Emulation.to_dict(): CPU ranks emulating the plan's cluster
-    )
+    emulation: Emulation | None = None  # CPU ranks emulating the plan's cluster
     version: int = CONFIG_VERSION
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["notes"] = list(self.notes)
-        return d
+        return {
+            "plan": self.plan.to_dict(),
+            "model": asdict(self.model),
+            "model_name": self.model_name,
+            "data": self.data.to_dict(),
+            "steps": self.steps,
+            "global_batch": self.global_batch,
+            "seed": self.seed,
+            "dtype": self.dtype,
+            "train": asdict(self.train),
+            "options": asdict(self.options),
+            "init_from": self.init_from,
+            **asdict(self.record),
+            "strict_gpus": self.strict_gpus,
+            "predicted": self.predicted,
+            "notes": list(self.notes),
+            "emulation": self.emulation.to_dict() if self.emulation is not None else None,
+            "version": self.version,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunConfig:
+        """The config of a config.json; record settings it does not hold (written by an older
+        HexiSeq) take their defaults."""
         if d.get("version") != CONFIG_VERSION:
             raise HexiSeqError(
                 f"run config has version {d.get('version')!r}; this HexiSeq reads version {CONFIG_VERSION}"
             )
-        known = set(cls.__dataclass_fields__)
-        return cls(**{k: (tuple(v) if k == "notes" else v) for k, v in d.items() if k in known})
+        train = d.get("train") or {}
+        record = {f.name: d[f.name] for f in fields(RecordSettings) if f.name in d}
+        scalars = ("model_name", "steps", "global_batch", "seed", "dtype", "init_from", "strict_gpus", "predicted")
+        return cls(
+            plan=Plan.from_dict(d["plan"]),
+            model=LlamaConfig(**d["model"]),
+            data=DataSpec.from_dict(d["data"]),
+            train=TrainConfig(**{**train, "betas": tuple(train.get("betas", (0.9, 0.95)))}),
+            options=ParallelOptions(**(d.get("options") or {})),
+            record=RecordSettings(**record),
+            notes=tuple(d.get("notes") or ()),
+            emulation=Emulation.from_dict(d["emulation"]) if d.get("emulation") else None,
+            **{k: d[k] for k in scalars if k in d},
+        )
 
-    # typed views
-    def plan_obj(self) -> Plan:
-        return Plan.from_dict(self.plan)
-
-    def model_cfg(self):
-        from ..runtime.model import LlamaConfig
-
-        return LlamaConfig(**self.model)
-
-    def train_cfg(self):
-        from ..runtime.train import TrainConfig
-
-        return TrainConfig(**{**self.train, "betas": tuple(self.train.get("betas", (0.9, 0.95)))})
-
-    def options_obj(self):
-        from ..runtime.parallel import ParallelOptions
-
-        return ParallelOptions(**self.options)
-
-    def data_spec(self) -> DataSpec:
-        return DataSpec.from_dict(self.data)
+    def model_cfg(self) -> LlamaConfig:
+        """The model (runs/export.py still asks for it so; `model` is the same)."""
+        return self.model
 
     @property
     def tokens_per_step(self) -> int:
-        return self.plan["seq_len"] * self.global_batch
+        return self.plan.seq_len * self.global_batch
+
+
+def plan_recompute(plan: Plan) -> str | None:
+    """The recompute policy a plan file records (`hexiseq plan` writes it into meta), if any."""
+    policy = (plan.meta or {}).get("recompute")
+    return policy if policy in RECOMPUTE_POLICIES else None
 
 
 def _round_up(n: int, unit: int) -> int:
@@ -96,11 +129,6 @@ def _round_up(n: int, unit: int) -> int:
 def resolve_model(plan: Plan, model: str | None, init_from: str | None, vocab_needed: int):
     """(LlamaConfig, name, notes) of the model to run: a checkpoint's, a catalog / HF config model
     (checked against the plan's heads), or a small proxy with the plan's heads."""
-    from ..runtime.checkpoint import inspect_checkpoint
-    from ..runtime.model import LlamaConfig
-    from ..runtime.verify import proxy_config
-    from ..specs import get_model
-
     notes: list[str] = []
     if init_from:
         cfg = inspect_checkpoint(init_from)  # readable, complete, right shapes, floating dtypes
@@ -133,8 +161,6 @@ def resolve_model(plan: Plan, model: str | None, init_from: str | None, vocab_ne
 
 def model_spec(cfg, name: str):
     """The cost model's ModelSpec of a runtime LlamaConfig."""
-    from ..specs import ModelSpec
-
     return ModelSpec(
         name=name,
         layers=cfg.layers,
@@ -152,9 +178,6 @@ def model_spec(cfg, name: str):
 def predict(plan: Plan, cfg, name: str, global_batch: int, recompute: str, fsdp: bool) -> dict[str, Any]:
     """The cost model's step time for this plan and model on the plan's cluster (the simulator: the
     judge of a plan). `step_time_s` None, with the reason, when the plan names no usable cluster."""
-    from ..costmodel import simulate
-    from ..specs import Workload, load_cluster
-
     if not plan.cluster:
         return {"step_time_s": None, "cluster": None, "note": "the plan names no cluster: no prediction"}
     try:
@@ -173,129 +196,95 @@ def predict(plan: Plan, cfg, name: str, global_batch: int, recompute: str, fsdp:
     }
 
 
-def resolve(
-    plan: Plan,
-    workdir: Path,
-    *,
-    model: str | None = None,
-    init_from: str | None = None,
-    seq_len: int | None = None,
-    full_length: bool = False,
-    data: str | None = None,
-    tokenizer: str | None = None,
-    labels: str | None = None,
-    token_dtype: str | None = None,
-    steps: int = 20,
-    global_batch: int = 1,
-    seed: int = 0,
-    dtype: str = "float32",
-    lr: float = 1e-3,
-    warmup_steps: int | None = None,
-    schedule: str = "cosine",
-    min_lr_ratio: float = 0.1,
-    weight_decay: float = 0.1,
-    grad_clip: float | None = 1.0,
-    recompute: str | None = None,
-    fsdp: bool = False,
-    loss_chunk: int = 4096,
-    checkpoint_every: int = 0,
-    keep_checkpoints: int = 2,
-    strict_gpus: bool = False,
-    tensorboard: bool = True,
-    timeout_s: float = 300.0,
-) -> RunConfig:
-    """The RunConfig of a new run; data are prepared into `workdir` (tokenized text). Everything is
-    checked here, before any rank starts."""
-    from ..commands.common import plan_recompute
-    from ..runtime.parallel import ParallelOptions
-    from ..runtime.train import TrainConfig
-    from ..runtime.verify import scale_for_check
+def scale_to_run_length(plan: Plan, seq_len: int | None = None) -> tuple[Plan, list[str]]:
+    """The plan at the run's length: `seq_len` tokens when given, else plans longer than
+    LONGEST_UNSCALED_TOKENS scaled to DEFAULT_RUN_TOKENS (same groups, heads and shard proportions);
+    with a note when it was scaled."""
+    if seq_len is None:
+        seq_len = DEFAULT_RUN_TOKENS if plan.seq_len > LONGEST_UNSCALED_TOKENS else plan.seq_len
+    return scale_for_check(plan, seq_len)
 
-    if dtype not in DTYPES:
-        raise HexiSeqError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    if schedule not in ("cosine", "constant"):
-        raise HexiSeqError(f"--schedule must be cosine or constant, got {schedule!r}")
-    warmup = warmup_steps if warmup_steps is not None else 0
-    if warmup >= steps and warmup > 0:
-        raise HexiSeqError(f"--warmup-steps ({warmup}) must be fewer than --steps ({steps})")
-    policy = recompute or plan_recompute(plan) or "none"
+
+def resolve(plan: Plan, settings: RunSettings, workdir: Path) -> RunConfig:
+    """The RunConfig of a new run of `plan` as `settings` ask; data are prepared into `workdir`
+    (tokenized text). Everything is checked here, before any rank starts."""
+    data, model, par, train, record = settings.data, settings.model, settings.parallel, settings.train, settings.record
+    if model.dtype not in DTYPES:
+        raise HexiSeqError(f"--dtype must be one of {', '.join(DTYPES)}, got {model.dtype!r}")
+    if train.schedule not in SCHEDULES:
+        raise HexiSeqError(f"--schedule must be cosine or constant, got {train.schedule!r}")
+    warmup = train.warmup
+    if warmup >= train.steps and warmup > 0:
+        raise HexiSeqError(f"--warmup-steps ({warmup}) must be fewer than --steps ({train.steps})")
+    policy = par.recompute or plan_recompute(plan) or "none"
     notes: list[str] = []
-    spec = prepare_data(data, workdir, tokenizer, labels, token_dtype) if data else DataSpec("synthetic")
-    if spec.kind == "sequences" and seq_len is None:
+    if data.path:
+        spec = prepare_data(data.path, workdir, data.tokenizer, data.labels, data.token_dtype)
+    else:
+        spec = DataSpec("synthetic")
+    if spec.kind == "sequences" and model.seq_len is None:
         plan.check()
         plan, fit_notes = fit_plan(plan, spec.seq_len)
         notes += fit_notes
     else:
-        plan, scale_notes = scale_for_check(plan, plan.seq_len if full_length else seq_len)
+        plan, scale_notes = scale_to_run_length(plan, plan.seq_len if model.full_length else model.seq_len)
         notes += scale_notes
     if spec.kind == "sequences" and spec.seq_len > plan.seq_len:
         raise PlanError(
             f"the data's sequences have {spec.seq_len:,} tokens but the plan holds {plan.seq_len:,}: "
             f"give --seq-len {spec.seq_len} or more (rounded up to the plan's alignment)"
         )
-    cfg, name, model_notes = resolve_model(plan, model, init_from, spec.vocab)
+    cfg, name, model_notes = resolve_model(plan, model.name, model.init_from, spec.vocab)
     notes = model_notes + notes
     if spec.kind != "synthetic":
         notes.insert(0, f"data: {spec.describe()}")
-    train = TrainConfig(
-        lr=lr,
-        weight_decay=weight_decay,
-        grad_clip=grad_clip or None,
-        timeout_s=timeout_s,
+    train_cfg = TrainConfig(
+        lr=train.lr,
+        weight_decay=train.weight_decay,
+        grad_clip=train.grad_clip or None,
+        timeout_s=train.timeout_s,
         warmup_steps=warmup,
-        schedule=schedule,
-        min_lr_ratio=min_lr_ratio,
+        schedule=train.schedule,
+        min_lr_ratio=train.min_lr_ratio,
     )
-    options = ParallelOptions(fsdp=fsdp, activation_checkpointing=policy, loss_chunk=loss_chunk)
+    parallel = ParallelOptions(fsdp=par.fsdp, activation_checkpointing=policy, loss_chunk=par.loss_chunk)
+    predicted = settings.prediction
+    if predicted is None:
+        predicted = predict(plan, cfg, name, train.global_batch, policy, par.fsdp)
     return RunConfig(
-        plan=plan.to_dict(),
-        model=asdict(cfg),
+        plan=plan,
+        model=cfg,
         model_name=name,
-        data=spec.to_dict(),
-        steps=steps,
-        global_batch=global_batch,
-        seed=seed,
-        dtype=dtype,
-        train=asdict(train),
-        options=asdict(options),
-        init_from=init_from,
-        checkpoint_every=checkpoint_every,
-        keep_checkpoints=keep_checkpoints,
-        strict_gpus=strict_gpus,
-        tensorboard=tensorboard,
-        predicted=predict(plan, cfg, name, global_batch, policy, fsdp),
+        data=spec,
+        steps=train.steps,
+        global_batch=train.global_batch,
+        seed=train.seed,
+        dtype=model.dtype,
+        train=train_cfg,
+        options=parallel,
+        init_from=model.init_from,
+        record=record,
+        strict_gpus=par.strict_gpus,
+        predicted=predicted,
         notes=tuple(notes),
-        emulation=emulation_of(plan),
+        emulation=settings.emulation,
     )
-
-
-def emulation_of(plan: Plan) -> dict[str, Any] | None:
-    """How CPU ranks emulate the plan's cluster when its devices are emulated CPU types
-    (hexiseq.calibrate.emulation); None for any other cluster, or on a CUDA machine."""
-    import torch
-
-    from ..calibrate.emulation import cpu_factor, emulation_for
-    from ..specs import load_cluster
-
-    if not plan.cluster or torch.cuda.is_available():
-        return None
-    try:
-        cluster = load_cluster(plan.cluster)
-    except HexiSeqError:
-        return None
-    if any(cpu_factor(d.gpu) is None for d in cluster.devices):
-        return None
-    return emulation_for(plan, cluster).to_dict()
 
 
 def for_resume(
-    cfg: RunConfig, plan: Plan | None = None, steps: int | None = None, timeout_s: float | None = None
+    cfg: RunConfig,
+    plan: Plan | None = None,
+    changes: dict[str, Any] | None = None,
+    timeout_s: float | None = None,
+    emulation: Emulation | None = None,
 ) -> tuple[RunConfig, list[str]]:
     """The config of a resumed run: the same, under a new plan (elastic: any world size and shape
-    with the same sequence length and heads) and/or with more steps. Returns it with notes."""
+    with the same sequence length and heads, emulated as `emulation` says), with the options a
+    resumed run may change (`changes`, by option key: more steps, the record settings, ...) and
+    another collective timeout. Returns it with notes."""
     notes: list[str] = []
     if plan is not None:
-        old = cfg.plan_obj()
+        old = cfg.plan
         if plan.seq_len != old.seq_len:  # e.g. a production-length plan for a run trained at a scaled length
             plan.check()
             try:
@@ -317,19 +306,28 @@ def for_resume(
             f"plan: resuming under {plan.name!r} ({plan.world_size} ranks, {plan.num_groups} groups), was "
             f"{old.name!r} ({old.world_size} ranks, {old.num_groups} groups); the checkpoint is resharded"
         )
-        opts = cfg.options_obj()
+        opts = cfg.options
         cfg = replace(
             cfg,
-            plan=plan.to_dict(),
-            emulation=emulation_of(plan),
+            plan=plan,
+            emulation=emulation,
             predicted=predict(
-                plan, cfg.model_cfg(), cfg.model_name, cfg.global_batch, opts.activation_checkpointing, opts.fsdp
+                plan, cfg.model, cfg.model_name, cfg.global_batch, opts.activation_checkpointing, opts.fsdp
             ),
         )
-    if steps is not None and steps != cfg.steps:
-        if cfg.train.get("schedule") == "cosine":
-            notes.append(f"steps: {cfg.steps} -> {steps}; the cosine schedule now decays over {steps} steps")
-        cfg = replace(cfg, steps=steps)
+    for row in options():
+        value = (changes or {}).get(row.key)
+        if row.option.fixed_on_resume or not given_value(value):
+            continue
+        value = (not value) if row.option.negate else value
+        if row.section == "record":
+            cfg = replace(cfg, record=replace(cfg.record, **{row.name: value}))
+        elif row.name == "steps":
+            if value != cfg.steps and cfg.train.schedule == "cosine":
+                notes.append(f"steps: {cfg.steps} -> {value}; the cosine schedule now decays over {value} steps")
+            cfg = replace(cfg, steps=value)
+        else:  # a setting the config keeps at its top level (strict_gpus)
+            cfg = replace(cfg, **{row.name: value})
     if timeout_s is not None:
-        cfg = replace(cfg, train={**cfg.train, "timeout_s": timeout_s})
+        cfg = replace(cfg, train=replace(cfg.train, timeout_s=timeout_s))
     return cfg, notes

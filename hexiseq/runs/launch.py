@@ -17,9 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HexiSeqError
+from ..plan import Plan
+from ..runtime.launch import WorldError, arm_time_limit, init_from_env, local_backend, spawn_world
+from ..runtime.placement import check_placement
 from .config import RunConfig
 from .progress import Console, Progress, closing_lines
 from .rundir import RunDir, default_run_dir, load, load_summary
+from .settings import options
 
 
 class _Tail:
@@ -60,11 +64,10 @@ def execute_spawned(
     time_limit_s: float | None,
 ) -> dict[str, Any]:
     """Spawn the plan's ranks on this machine; this process shows the progress and keeps the record."""
-    from ..runtime.launch import WorldError, local_backend, spawn_world
     from .loop import RunJob, run_worker, write_summary
 
-    world = cfg.plan_obj().world_size
-    progress = Progress(console, cfg.steps, start)
+    world = cfg.plan.world_size
+    progress = Progress.of_run(console, cfg, start)
     tail = _Tail(run)
 
     def poll(elapsed: float = 0.0) -> None:
@@ -122,20 +125,18 @@ def execute_torchrun(
     the input first) and prints the progress; returns its summary (None on other ranks)."""
     import torch.distributed as dist
 
-    from ..runtime.launch import arm_time_limit, init_from_env
-    from ..runtime.placement import check_placement
     from .loop import RunJob, run_worker
 
     arm_time_limit(time_limit_s, on_time_limit)
     rank, world = init_from_env(timeout_s=timeout_s, rank=placement.rank, device_index=placement.cuda_index)
-    placements = check_placement(cfg.plan_obj(), placement, cluster)
+    placements = check_placement(cfg.plan, placement, cluster)
     lead = rank == 0
     if before_training is not None:
         before_training(rank)
     dist.barrier()
     progress = None
     if lead:
-        progress = Progress(console, cfg.steps, start)
+        progress = Progress.of_run(console, cfg, start)
         progress.beat_in_background()
         console.print(
             "  ranks: "
@@ -243,30 +244,18 @@ class RunHandle:
         return watch(self, every)
 
 
-_FLAG_VALUE = {
-    "model",
-    "init_from",
-    "seq_len",
-    "global_batch",
-    "lr",
-    "warmup_steps",
-    "schedule",
-    "min_lr_ratio",
-    "weight_decay",
-    "grad_clip",
-    "seed",
-    "dtype",
-    "recompute",
-    "loss_chunk",
-    "checkpoint_every",
-    "keep_checkpoints",
-    "tokenizer",
-    "token_dtype",
-    "timeout",
-    "time_limit",
-    "save",
-}
-_FLAG_BOOL = {"fsdp", "full_length", "strict_gpus", "plot", "no_tensorboard"}
+# The `hexiseq run` options launch passes on, besides the settings' field table: the world's and the record's.
+_COMMAND_VALUES = ("timeout", "time_limit", "save")
+_COMMAND_FLAGS = ("plot",)
+_OWN_ARGUMENTS = ("data", "labels", "steps")  # launch's own parameters
+
+
+def _known_options() -> tuple[set[str], set[str]]:
+    """(options that take a value, flags) of `launch`, by keyword."""
+    rows = [row for row in options() if row.key not in _OWN_ARGUMENTS]
+    flags = {row.key for row in rows if isinstance(row.default, bool)} | set(_COMMAND_FLAGS)
+    values = {row.key for row in rows if row.key not in flags} | set(_COMMAND_VALUES)
+    return values, flags
 
 
 def launch(
@@ -278,22 +267,22 @@ def launch(
     out: str | Path | None = None,
     launcher: str = "spawn",
     background: bool = True,
-    **options: Any,
+    **run_options: Any,
 ) -> RunHandle:
     """Start a run of `plan` (a Plan or a plan file) in the background and return its handle.
 
     `data`: a text file/folder or token file path (as `hexiseq run --data`), or token ids ([S], [1, S]
     or [N, S]; list, numpy or torch) with optional `labels` of the same shape (Hugging Face convention,
-    -100 = ignored). `options`: the `hexiseq run` options by name (lr=3e-3, global_batch=2,
+    -100 = ignored). `run_options`: the `hexiseq run` options by name (lr=3e-3, global_batch=2,
     warmup_steps=5, model="tiny", checkpoint_every=10, ...). `launcher`: "spawn" (ranks spawned on
     this machine) or "torchrun" (torchrun --standalone, one process per rank).
     """
-    from ..plan import Plan
     from .data import save_sequences
 
-    unknown = set(options) - _FLAG_VALUE - _FLAG_BOOL
+    values, flags = _known_options()
+    unknown = set(run_options) - values - flags
     if unknown:
-        raise HexiSeqError(f"launch: unknown options {sorted(unknown)}; known: {sorted(_FLAG_VALUE | _FLAG_BOOL)}")
+        raise HexiSeqError(f"launch: unknown options {sorted(unknown)}; known: {sorted(values | flags)}")
     if launcher not in ("spawn", "torchrun"):
         raise HexiSeqError(f"launch: launcher must be 'spawn' or 'torchrun', got {launcher!r}")
     run = RunDir(out if out is not None else default_run_dir())
@@ -313,8 +302,8 @@ def launch(
         else:
             tokens_path, labels_path = save_sequences(data, labels, run.inputs)
             argv += ["--data", str(tokens_path)] + (["--labels", str(labels_path)] if labels_path else [])
-    for key, value in options.items():
-        if key in _FLAG_BOOL:
+    for key, value in run_options.items():
+        if key in flags:
             argv += [f"--{key.replace('_', '-')}"] if value else []
         elif value is not None:
             argv += [f"--{key.replace('_', '-')}={value}"]

@@ -23,7 +23,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..plan import Plan
+from ..runtime import emulation
+from ..runtime.checkpoint import load_hf_checkpoint
+from ..runtime.groups import build_context
+from ..runtime.model import Llama, shift_labels
+from ..runtime.parallel import PlanParallel, Shard
+from ..runtime.train import check_world, compute_device, lr_at, make_optimizer, make_tokens, train_step
 from . import checkpoint as ckpt
 from .config import WARMUP_EXCLUDED, RunConfig
 from .data import PackedStream, Sampler, open_dataset
@@ -61,9 +66,6 @@ class Synthetic:
     """No --data: one seeded random sequence, the same every step (the executor's smoke test)."""
 
     def __init__(self, cfg: Any, seq_len: int, seed: int) -> None:
-        from ..runtime.model import shift_labels
-        from ..runtime.train import make_tokens
-
         tokens = make_tokens(cfg, seq_len, seed)
         self.tokens, self.labels, self.samples = tokens.numpy(), shift_labels(tokens).numpy(), 1
 
@@ -72,9 +74,9 @@ class Synthetic:
 
 
 def _dataset(cfg: RunConfig, seq_len: int) -> tuple[Any, Sampler]:
-    spec = cfg.data_spec()
+    spec = cfg.data
     if spec.kind == "synthetic":
-        data: Any = Synthetic(cfg.model_cfg(), seq_len, cfg.seed)
+        data: Any = Synthetic(cfg.model, seq_len, cfg.seed)
         return data, Sampler(1, cfg.seed, shuffle=False)
     data = open_dataset(spec, seq_len)
     return data, Sampler(data.samples, cfg.seed, shuffle=isinstance(data, PackedStream))
@@ -105,22 +107,15 @@ def run_worker(
     rank: int, world: int, job: RunJob, progress: Callable[[str, Any], None] | None = None
 ) -> dict[str, Any]:
     """Train the run of `job` on this rank; returns rank 0's records (other ranks: an empty list)."""
-    from ..runtime import emulation
-    from ..runtime.checkpoint import load_hf_checkpoint
-    from ..runtime.groups import build_context
-    from ..runtime.model import Llama
-    from ..runtime.parallel import PlanParallel, Shard
-    from ..runtime.train import check_world, compute_device, lr_at, make_optimizer, train_step
-
     cfg, run, lead = job.config, RunDir(job.run_dir), rank == 0
     say = progress if (lead and progress is not None) else (lambda kind, value: None)
     try:
         signal.signal(signal.SIGTERM, _ask_stop)  # a graceful stop at the next step boundary
     except ValueError:  # not the main thread: the STOP file still works
         pass
-    plan = Plan.from_dict(cfg.plan)
+    plan = cfg.plan
     check_world(plan, strict=cfg.strict_gpus)
-    train = cfg.train_cfg()
+    train = cfg.train
     ctx = build_context(plan, rank, timeout_s=train.timeout_s)
     if job.placement is not None and torch.cuda.is_available():
         torch.cuda.set_device(job.placement["cuda_index"])
@@ -134,8 +129,8 @@ def run_worker(
     if cfg.init_from and job.resume is None:
         model = load_hf_checkpoint(cfg.init_from, device=device, dtype=dtype)
     else:
-        model = Llama(cfg.model_cfg()).init_weights(cfg.seed).to(device, dtype)
-    runner = PlanParallel(model, ctx, cfg.options_obj())
+        model = Llama(cfg.model).init_weights(cfg.seed).to(device, dtype)
+    runner = PlanParallel(model, ctx, cfg.options)
     opt = make_optimizer(runner.model, train)
     start = 0
     if job.resume is not None:
@@ -156,12 +151,12 @@ def run_worker(
             "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         },
     )
-    tb = _TensorBoard(run.tensorboard, cfg.tensorboard) if lead else None
+    tb = _TensorBoard(run.tensorboard, cfg.record.tensorboard) if lead else None
     stop_file = run.path / "STOP"
     records: list[dict[str, Any]] = []
     stopped, step = False, start
     B, S = cfg.global_batch, plan.seq_len
-    pacer = emulation.Pacer(emulation.Emulation.from_dict(cfg.emulation), rank) if cfg.emulation else None
+    pacer = emulation.Pacer(cfg.emulation, rank) if cfg.emulation is not None else None
     if lead:
         run.set_status("training", step=start, steps=cfg.steps)
         say("phase", "first step")
@@ -199,7 +194,7 @@ def run_worker(
             "time": time.time(),
         }
         done = step + 1
-        save = done == cfg.steps or stopped or (cfg.checkpoint_every and done % cfg.checkpoint_every == 0)
+        save = done == cfg.steps or stopped or (cfg.record.checkpoint_every and done % cfg.record.checkpoint_every == 0)
         if save:
             if lead:
                 run.set_status("checkpoint", step=done, steps=cfg.steps)
@@ -208,12 +203,12 @@ def run_worker(
                 "samples": done * B,
                 "session": job.session,  # data position: samples used, in the Sampler's order
                 "schedule": {
-                    **{k: cfg.train[k] for k in ("lr", "warmup_steps", "schedule", "min_lr_ratio")},
+                    **{k: getattr(train, k) for k in ("lr", "warmup_steps", "schedule", "min_lr_ratio")},
                     "total_steps": cfg.steps,
                     "next_lr": lr_at(train, done, cfg.steps),
                 },
             }
-            ckpt.save(run.checkpoints, done, runner.model, opt, trainer, keep=cfg.keep_checkpoints)
+            ckpt.save(run.checkpoints, done, runner.model, opt, trainer, keep=cfg.record.keep_checkpoints)
             record["checkpoint_s"] = time.perf_counter() - t1
         if lead:
             run.append_metrics(record)
@@ -247,13 +242,29 @@ def measured_step_time(records: list[dict[str, Any]]) -> tuple[float | None, int
     return (statistics.median(steady) if steady else None), len(steady)
 
 
-def _emulation_record(cfg: RunConfig, pacing: list[dict[str, Any]] | None) -> dict[str, Any] | None:
-    if not cfg.emulation:
-        return None
-    from ..calibrate.emulation import describe
-    from ..runtime.emulation import Emulation
+def describe_emulation(emu: emulation.Emulation) -> dict[str, object]:
+    """What a run records about its emulation (summary.json `emulation`)."""
+    links = sorted(
+        {
+            (round(emu.link_gbps[a][b], 6), round(emu.link_latency_us[a][b], 3))
+            for a in range(emu.world_size)
+            for b in range(emu.world_size)
+            if emu.link_gbps and emu.link_gbps[a][b] > 0
+        }
+    )
+    return {
+        "method": "each CPU operator stretched to f x its CPU time by sleeping; transfers over emulated links held to "
+        "alpha + bytes(bf16)/beta (hexiseq/runtime/emulation.py)",
+        "slowdown": list(emu.slowdown),
+        "links": [{"gbps": g, "latency_us": lat} for g, lat in links],
+        "source": emu.source,
+    }
 
-    return {**describe(Emulation.from_dict(cfg.emulation)), "pacing": pacing}
+
+def _emulation_record(cfg: RunConfig, pacing: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+    if cfg.emulation is None:
+        return None
+    return {**describe_emulation(cfg.emulation), "pacing": pacing}
 
 
 def environment(env: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -302,7 +313,7 @@ def write_summary(
     the pacing did on each rank (`pacing`)."""
     records = run.read_metrics()
     measured, n = measured_step_time(records)
-    plan = cfg.plan_obj()
+    plan = cfg.plan
     backend = "nccl" if env and env[0]["gpu"] != "cpu" else "gloo"
     summary = {
         "status": status,
@@ -314,7 +325,7 @@ def write_summary(
         "seq_len": plan.seq_len,
         "global_batch": cfg.global_batch,
         "model": cfg.model_name,
-        "data": cfg.data_spec().describe(),
+        "data": cfg.data.describe(),
         "steps": cfg.steps,
         "steps_done": records[-1]["step"] if records else 0,
         "loss_first": records[0]["loss"] if records else None,
@@ -326,8 +337,8 @@ def write_summary(
         "warmup_steps_excluded_per_session": WARMUP_EXCLUDED,
         "measured_tokens_per_s": cfg.tokens_per_step / measured if measured else None,
         "measured_on": f"{plan.world_size} {'GPU' if backend == 'nccl' else 'CPU'} processes ({backend})"
-        + (f", emulating {cfg.emulation.get('source')}" if cfg.emulation else ""),
-        "emulated": bool(cfg.emulation),
+        + (f", emulating {cfg.emulation.source}" if cfg.emulation is not None else ""),
+        "emulated": cfg.emulation is not None,
         "emulation": _emulation_record(cfg, pacing),
         "dtype": cfg.dtype if backend == "gloo" else "bf16 autocast",
         "environment": environment(env),

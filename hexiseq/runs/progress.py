@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from .config import RunConfig
+
 
 class Console:
     """Prints to a stream and appends the same lines to the run's console.log."""
@@ -37,7 +39,8 @@ class Console:
 
 def step_line(r: dict[str, Any], steps: int) -> str:
     return (
-        f"step {r['step']}/{steps}  loss {r['loss']:.5f}  grad_norm {r['grad_norm']:.3f}  {r['tokens_per_s']:,.0f} tokens/s  "
+        f"step {r['step']}/{steps}  loss {r['loss']:.5f}  grad_norm {r['grad_norm']:.3f}  {r['tokens_per_s']:,.0f} "
+        f"tokens/s  "
         f"({r['step_time_s']:.3f} s)  lr {r['lr']:.2e}"
     )
 
@@ -46,12 +49,21 @@ class Progress:
     """Receives ("phase", text) and ("step", record) events; `heartbeat()` is called while waiting."""
 
     def __init__(
-        self, console: Console, steps: int, start: int = 0, every_s: float = 5.0, bar: bool | None = None
+        self,
+        console: Console,
+        steps: int,
+        start: int = 0,
+        every_s: float = 5.0,
+        bar: bool | None = None,
+        lines_every: int | None = None,
     ) -> None:
         self.console, self.steps, self.every_s = console, steps, every_s
         self.t0 = self._last = time.monotonic()
         self.phase_text, self.started = "starting the ranks", False
-        self.lines_every = max(1, (steps - start) // 100)  # at most ~100 lines in a log
+        # a line every `lines_every` steps (and the last); default: at most ~100 lines in a log, and
+        # under a progress bar every step into console.log
+        self.lines_every = lines_every or max(1, (steps - start) // 100)
+        self.log_every = lines_every or 1
         use_bar = bar if bar is not None else console.stream.isatty()
         self.bar = None
         if use_bar:
@@ -60,6 +72,11 @@ class Progress:
             self.bar = tqdm(total=steps, initial=start, desc="train", unit="step", file=sys.stderr, dynamic_ncols=True)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+
+    @classmethod
+    def of_run(cls, console: Console, cfg: RunConfig, start: int = 0) -> Progress:
+        """The progress display of a run as its settings ask."""
+        return cls(console, cfg.steps, start, lines_every=cfg.record.log_every)
 
     def __call__(self, kind: str, value: Any) -> None:
         with self._lock:
@@ -75,7 +92,7 @@ class Progress:
         if self.bar is not None:
             self.bar.update(r["step"] - self.bar.n)
             self.bar.set_postfix(loss=f"{r['loss']:.4f}", tok_s=f"{r['tokens_per_s']:,.0f}", lr=f"{r['lr']:.1e}")
-            if self.console._log is not None:
+            if self.console._log is not None and (r["step"] % self.log_every == 0 or r["step"] == self.steps):
                 self.console._log.write(step_line(r, self.steps) + "\n")
         elif r["step"] % self.lines_every == 0 or r["step"] == self.steps:
             self.console.print(step_line(r, self.steps))
@@ -122,7 +139,8 @@ def closing_lines(summary: dict[str, Any]) -> list[str]:
         )
     measured, predicted = summary.get("measured_step_time_s"), summary.get("predicted_step_time_s")
     m = (
-        f"{measured:.4f} s measured on {summary['measured_on']} (median of {summary['measured_steps']} steps after warm-up)"
+        f"{measured:.4f} s measured on {summary['measured_on']} (median of {summary['measured_steps']} steps after "
+        f"warm-up)"
         if measured is not None
         else "not measured"
     )
@@ -135,7 +153,8 @@ def closing_lines(summary: dict[str, Any]) -> list[str]:
     out.append(f"step time: {m} vs {p}")
     if predicted is not None and not summary.get("emulated") and "CPU" in summary.get("measured_on", ""):
         out.append(
-            "  (the prediction is for the plan's GPUs; these CPU ranks do not emulate them, so the two differ by design)"
+            "  (the prediction is for the plan's GPUs; these CPU ranks do not emulate them, so the two differ by "
+            "design)"
         )
     out.append(f"run directory: {summary['run_dir']}")
     return out
