@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast bench notebooks clean reproduce figures test-browser notebooks-full
+.PHONY: setup demo test test-fast lint bench notebooks clean reproduce figures test-browser notebooks-full
 
 setup: $(STAMP)
 
@@ -43,6 +43,13 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -q -ra
+
+# Lint and format (ruff, configured in pyproject.toml) and the layer contracts (import-linter, .importlinter;
+# tests/test_architecture.py runs them inside `make test` too). .ci/run calls this.
+lint: setup
+	$(VENV)/bin/ruff check hexiseq tests benchmarks .ci
+	$(VENV)/bin/ruff format --check hexiseq tests benchmarks .ci
+	$(VENV)/bin/lint-imports
 
 test-fast: setup
 	$(PY) -m pytest -q -ra -m "not slow"

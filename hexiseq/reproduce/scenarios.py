@@ -26,7 +26,6 @@ from typing import Any
 from ..errors import SpecError
 from ..specs import DATA_DIR, Workload, parse_tokens, read_yaml
 from .recipes import Cell, checked_models, cluster_recipe
-from .recipes import mixed_cluster as mixed_cluster  # hexiseq.experiments imports it from here
 from .sensitivity import sweep_cells
 
 SCENARIO_DIR = DATA_DIR / "scenarios"
