@@ -21,22 +21,23 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
-from ..costmodel.arrays import plan_arrays
+from ..costmodel.arrays import PlanArrays, plan_arrays
 from ..costmodel.bound import subset_time_bound
-from ..costmodel.comm import ParamComm, param_collectives
+from ..costmodel.comm import ParamComm, kv_bytes, param_collectives
 from ..costmodel.durations import coefficients, evaluate
-from ..costmodel.kernels import CostOptions
+from ..costmodel.kernels import CostOptions, attention_rows, attention_waste
 from ..costmodel.memory import memory_bytes
+from ..costmodel.paths import Pass, StepShape
+from ..costmodel.policy import rule_of
 from ..costmodel.simulate import pass_schedule, simulate_durations
 from ..errors import PlanError
 from ..plan import Group, Plan, symmetric_plan
 from ..specs import RECOMPUTE_POLICIES, ClusterSpec, ModelSpec, Workload
-from .candidates import device_subsets
+from .candidates import device_subsets, domains
 
 
 @dataclass
@@ -148,8 +149,6 @@ def proportional_plan(
 ) -> Plan:
     """Capacity-proportional heuristic: one group per (node, GPU type), chunk lengths ∝ the group's
     FLOP/s, shards and heads ∝ each device's FLOP/s (heads in whole KV-head units)."""
-    from .candidates import domains
-
     groups_devs = domains(cluster, devices if devices is not None else range(cluster.size))
     S, B, H = workload.seq_len, workload.block_size, model.heads
     if S % (2 * B) or S // (2 * B) < len(groups_devs):
@@ -180,17 +179,24 @@ def plan_lower_bound(
     exposed collectives, the optimizer and every rank's own work (durations.py's forms summed over the
     passes), where a pass's exchange takes at least max(its attention, its transfers, one after the
     other: from each other group its least latency and the bytes it needs of it over all of that
-    group's links at once) — waits, the all-to-alls and the overlap slowdown only add; every pass takes at least its slowest
-    rank's own work and its prefetched collective (simulate.pass_schedule)."""
+    group's links at once) — waits, the all-to-alls and the overlap slowdown only add; every pass
+    takes at least its slowest rank's own work and its prefetched collective (simulate.pass_schedule)."""
     a = plan_arrays(plan, cluster, model, workload, options)
     return _lower_bound(a, _floors(a, model, workload, options), model, workload, options)
 
 
-def _floors(a, model: ModelSpec, workload: Workload, options: CostOptions) -> SimpleNamespace:
-    """The parts of plan_lower_bound that do not depend on the recompute policy."""
-    from ..costmodel.comm import kv_bytes
-    from ..costmodel.kernels import attention_rows, attention_waste
+@dataclass(frozen=True)
+class _Floors:
+    """The parts of plan_lower_bound that do not depend on the recompute policy, per rank [R]."""
 
+    att: np.ndarray  # forward attention of all rounds
+    xf: np.ndarray  # the least time of the forward transfers, one after the other
+    xb: np.ndarray  # ... of the backward transfers
+    pc: ParamComm
+
+
+def _floors(a: PlanArrays, model: ModelSpec, workload: Workload, options: CostOptions) -> _Floors:
+    """The parts of plan_lower_bound that do not depend on the recompute policy."""
     w = a.work
     L = a.L[a.grp]
     rows = sum(attention_rows(L, a.k))
@@ -217,35 +223,30 @@ def _floors(a, model: ModelSpec, workload: Workload, options: CostOptions) -> Si
         if not options.ignore_comm
         else ParamComm(workload.param_sharding)
     )
-    return SimpleNamespace(att=att, xf=xf, xb=xb, pc=pc)
+    return _Floors(att=att, xf=xf, xb=xb, pc=pc)
 
 
-def _lower_bound(a, fl: SimpleNamespace, model: ModelSpec, workload: Workload, options: CostOptions) -> float:
-    from ..costmodel.policy import rule_of
-
-    rule = rule_of(workload)
+def _lower_bound(a: PlanArrays, fl: _Floors, model: ModelSpec, workload: Workload, options: CostOptions) -> float:
+    again = rule_of(workload).backward_factors()
     w = a.work
-    rerun = 1.0 if rule.rerun_linear else 0.0
-    rep = 1.0 if rule.replay_layer else 0.0
     active = a.eta > 0
     ex_f = np.where(active, np.maximum(fl.att, fl.xf), 0.0)
     ex_b = np.where(active, np.maximum(w.attn_bwd_factor * fl.att, fl.xb), 0.0)
     fwd = a.s * (w.pre_fwd + w.post_fwd) + ex_f
-    bwd = a.s * (w.pre_bwd + w.post_bwd + rerun * (w.pre_fwd + w.post_fwd)) + ex_b + rep * fwd
+    rerun = again.rerun_linear * (w.pre_fwd + w.post_fwd)
+    bwd = a.s * (w.pre_bwd + w.post_bwd + rerun) + ex_b + again.replay_layer * fwd
     own = {"f": fwd, "b": bwd, "h": a.s * w.head}
     local_params = model.param_count / (a.R if workload.param_sharding == "zero3" else 1)
-    shape = SimpleNamespace(
-        params=fl.pc, layers=model.layers, batch=workload.global_batch, comm=not options.ignore_comm
-    )
+    shape = StepShape(params=fl.pc, layers=model.layers, batch=workload.global_batch, comm=not options.ignore_comm)
     total = float(local_params * w.optimizer.max())
     for step in pass_schedule(shape):
-        if step[0] == "pass":  # every rank: max(its own work, the collective) + the slowdown the collective causes
-            _, _, kind, count, comm = step
-            total += count * float(
-                (np.maximum(own[kind], comm) + (w.overlap_slowdown * comm if comm > 0 else 0.0)).max()
+        if isinstance(step, Pass):  # every rank: max(its own work, the collective) + the slowdown the collective causes
+            comm = step.collective_s
+            total += step.count * float(
+                (np.maximum(own[step.chain], comm) + (w.overlap_slowdown * comm if comm > 0 else 0.0)).max()
             )
         else:
-            total += step[2] * step[3]
+            total += step.count * step.seconds
     return total
 
 

@@ -41,14 +41,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ..costmodel.arrays import plan_arrays
 from ..costmodel.durations import Coefficients, coefficients, evaluate
 from ..costmodel.kernels import CostOptions
-from ..costmodel.memory import memory_terms
+from ..costmodel.memory import memory_bytes, memory_terms
+from ..costmodel.paths import (
+    AllToAllPiece,
+    AttentionRound,
+    BackwardTransfer,
+    Barrier,
+    Constant,
+    ExposedCollective,
+    ForwardTransfer,
+    OverlapSlowdown,
+    OwnWork,
+    Pass,
+    PathItem,
+)
 from ..costmodel.simulate import pass_schedule, simulate_durations
 from ..errors import HexiSeqError
 from ..plan import Group, Plan
@@ -178,7 +191,7 @@ class LayoutModel:
         self._peers = [np.nonzero(pr == r)[0] for r in range(a.R)]
         self.box_lo = np.ones(k)
         self.box_hi = np.full(k, float(self.nb - (k - 1)))
-        self._schedule = pass_schedule(evaluate(self.coef, np.zeros(a.R), np.ones(k)))
+        self._schedule = pass_schedule(self.coef)
         self._cut_forms: list[tuple] = []
         self._mem_rows: set[tuple[int, int]] = set()
         self._build()
@@ -199,17 +212,19 @@ class LayoutModel:
             range(self.NV), bounds=(1.0, float(self.nb - (k - 1))), initialize=self.nb / k
         )  # blocks per group of the orbit
         m.s = pyo.Var(range(self.SV), bounds=(0.0, float(self.workload.seq_len)), initialize=0.0)  # tokens per member
-        passes = [st for st in self._schedule if st[0] == "pass"]
-        self.pass_names = [st[1] for st in passes]
+        passes = [st for st in self._schedule if isinstance(st, Pass)]
+        self.pass_names = [st.name for st in passes]
         m.D = pyo.Var(self.pass_names, bounds=(0.0, None))  # ms
-        const = sum(st[2] * st[3] for st in self._schedule if st[0] == "barrier") + float(self.coef.optimizer.max())
+        const = sum(st.count * st.seconds for st in self._schedule if isinstance(st, Barrier)) + float(
+            self.coef.optimizer.max()
+        )
         m.T = pyo.Var(bounds=(0.0, None))
         # the objective is T; bound tightening turns its weights to ±1 on one chunk variable instead
         # (parameters: the persistent solver keeps its model, planner/lp.py)
         m.w_T = pyo.Param(mutable=True, initialize=1.0)
         m.w_n = pyo.Param(range(self.NV), mutable=True, initialize=0.0)
         m.obj = pyo.Objective(expr=m.w_T * m.T + sum(m.w_n[o] * m.n[o] for o in range(self.NV)), sense=pyo.minimize)
-        m.total = pyo.Constraint(expr=m.T >= sum(st[3] * m.D[st[1]] for st in passes) + MS * const)
+        m.total = pyo.Constraint(expr=m.T >= sum(st.count * m.D[st.name] for st in passes) + MS * const)
         m.cover = pyo.Constraint(
             expr=sum(float(len(self.orbit_groups[o])) * m.n[o] for o in range(self.NV)) == float(self.nb)
         )
@@ -222,8 +237,8 @@ class LayoutModel:
         # (simulate._pass: chain_r + max(0, c - window_r) + slowdown_r·c ≥ c·(1 + slowdown_r))
         slow = float(np.max(self.coef.slowdown)) if len(self.coef.slowdown) else 0.0
         for st in passes:
-            if st[4] > 0:
-                m.D[st[1]].setlb(MS * st[4] * (1.0 + slow))
+            if st.collective_s > 0:
+                m.D[st.name].setlb(MS * st.collective_s * (1.0 + slow))
         m.cuts = pyo.ConstraintList()
         m.mem = pyo.ConstraintList()
         if self.with_memory:
@@ -260,50 +275,43 @@ class LayoutModel:
         f.n[g] += scale * B2 * b_
         f.const -= scale * B2 * a_ * b_
 
-    def _item(self, f: _Form, it: tuple) -> None:
+    def _item(self, f: _Form, it: PathItem) -> None:
         """f += the linear form (seconds) of one path item of simulate.py (attention: `_attention_sum`)."""
-        c, kind, B = self.coef, it[0], float(self.workload.block_size)
-        if kind == "const":
-            f.const += it[1]
-            return
-        if kind == "exposed":
-            f.const += it[3]
-            self._window(f, -1.0, it[1], int(it[2]))
-            return
-        r = int(it[1])
-        cl = self.cls[r]
-        g = int(c.a.grp[r])
-        if kind in ("pre_f", "post_f", "pre_b", "post_b", "head"):
-            f.s[cl] += getattr(c, kind)[r]
-            return
-        if kind in ("a2a_in", "a2a_out"):
-            f.const += c.a2a_lat[r]
-            if (kind == "a2a_in") == (it[2] == 0):  # in: piece 0 is the own send; out: piece 1 is the own recv
-                f.s[cl] += c.in_send[r] if kind == "a2a_in" else c.out_recv[r]
-            else:
-                sel = self._peers[r]
-                coef = (c.in_recv if kind == "a2a_in" else c.out_send)[sel]
-                np.add.at(f.s, self.cls[c.peer_q[sel]], coef)
-            return
-        j = int(it[2])
-        h = int(c.pair_src[r, j])
-        rc, sc = c.x_recv[r, j] * B, c.x_send[r, j] * B  # per block of L_h, of L_g
-        if kind in ("slow", "slow_b"):
-            both = 2.0 if kind == "slow_b" else 1.0  # backward: K/V in and dK/dV back
-            f.n[h] += both * c.slowdown[r] * rc
-            f.n[g] += both * c.slowdown[r] * sc
-        elif kind == "xc_f":
-            f.const += c.x_lat[r, j]
-            if it[3] == 0:
-                f.n[h] += rc
-            else:
-                f.n[g] += sc
-        elif kind == "xc_b":
-            f.const += 2 * c.x_lat[r, j]
-            f.n[h] += rc
-            f.n[g] += sc
-        else:  # pragma: no cover - a new item kind needs its linear form here
-            raise HexiSeqError(f"the model has no linear form for path item {it!r}")
+        c, B = self.coef, float(self.workload.block_size)
+        match it:
+            case Constant(seconds):
+                f.const += seconds
+            case ExposedCollective(chain, r, comm):
+                f.const += comm
+                self._window(f, -1.0, chain, int(r))
+            case OwnWork(part, r):
+                f.s[self.cls[r]] += getattr(c, part)[r]
+            case AllToAllPiece(direction, r, piece):
+                f.const += c.a2a_lat[r]
+                if (direction == "in") == (piece == 0):  # in: piece 0 is the own send; out: piece 1 is the own recv
+                    f.s[self.cls[r]] += c.in_send[r] if direction == "in" else c.out_recv[r]
+                else:
+                    sel = self._peers[r]
+                    coef = (c.in_recv if direction == "in" else c.out_send)[sel]
+                    np.add.at(f.s, self.cls[c.peer_q[sel]], coef)
+            case OverlapSlowdown(r, j, backward):
+                g, h = int(c.a.grp[r]), int(c.pair_src[r, j])
+                rc, sc = c.x_recv[r, j] * B, c.x_send[r, j] * B  # per block of L_h, of L_g
+                both = 2.0 if backward else 1.0  # backward: K/V in and dK/dV back
+                f.n[h] += both * c.slowdown[r] * rc
+                f.n[g] += both * c.slowdown[r] * sc
+            case ForwardTransfer(r, j, piece):
+                f.const += c.x_lat[r, j]
+                if piece == 0:
+                    f.n[int(c.pair_src[r, j])] += c.x_recv[r, j] * B
+                else:
+                    f.n[int(c.a.grp[r])] += c.x_send[r, j] * B
+            case BackwardTransfer(r, j):
+                f.const += 2 * c.x_lat[r, j]
+                f.n[int(c.pair_src[r, j])] += c.x_recv[r, j] * B
+                f.n[int(c.a.grp[r])] += c.x_send[r, j] * B
+            case _:  # pragma: no cover - a new item kind needs its linear form here
+                raise HexiSeqError(f"the model has no linear form for path item {it!r}")
 
     def _attention_sum(self, f: _Form, scale: float, r: int, rounds: set, n0: np.ndarray) -> None:
         """f += scale × Σ_{j in rounds} of rank r's forward attention, as tight as linear forms allow:
@@ -327,11 +335,11 @@ class LayoutModel:
         if kind == "h":
             f.s[cl] += scale * (2.0 / 3.0) * c.head[r]
             return
-        rep = 1.0 if c.rule.replay_layer else 0.0
+        again = c.rule.backward_factors()
         fwd, att = (c.pre_f[r] + c.post_f[r]), 1.0
         if kind == "b":
-            f.s[cl] += scale * ((c.pre_b[r] + c.post_b[r]) + rep * fwd)
-            att = c.attn_bwd_factor + rep
+            f.s[cl] += scale * ((c.pre_b[r] + c.post_b[r]) + again.replay_layer * fwd)
+            att = again.attention(c.attn_bwd_factor)
         else:
             f.s[cl] += scale * fwd
         self._attention_sum(f, scale * att, r, set(range(self.k)), np.zeros(self.k))
@@ -340,14 +348,14 @@ class LayoutModel:
         """Add D_name >= the path's length, a linear form of (n, s) that under-estimates it (exact at a
         plan); returns how far the solution (n0, s0) violates it (ms; > 0: the cut makes progress)."""
         f = _Form(self.k, self.C)
-        att: dict[tuple[str, int], set] = {}
+        att: dict[tuple[bool, int], set] = {}
         for it in items:
-            if it[0] in ("att_f", "att_b"):
-                att.setdefault((it[0], int(it[1])), set()).add(int(it[2]))
+            if isinstance(it, AttentionRound):
+                att.setdefault((it.backward, int(it.rank)), set()).add(int(it.round))
             else:
                 self._item(f, it)
-        for (kind, r), rounds in att.items():
-            self._attention_sum(f, self.coef.attn_bwd_factor if kind == "att_b" else 1.0, r, rounds, n0)
+        for (backward, r), rounds in att.items():
+            self._attention_sum(f, self.coef.attn_bwd_factor if backward else 1.0, r, rounds, n0)
         cn = np.bincount(self.nvar, f.n, minlength=self.NV)
         cs = np.bincount(self.svar, f.s, minlength=self.SV)
         self._add_form(name, MS * f.const, MS * cn, MS * cs)
@@ -618,8 +626,9 @@ class LayoutModel:
 
     def tighten_box(self, best_s: float) -> bool:
         """Optimality-based bound tightening: the least and the largest chunk length of every variable
-        over the model's constraints with T ≤ best_s, rounded inwards to whole blocks. Every plan at least as fast as `best_s` satisfies all of
-        them (its cuts hold in the current box), so the new box keeps every such plan, and its
+        over the model's constraints with T ≤ best_s, rounded inwards to whole blocks. Every plan at
+        least as fast as `best_s` satisfies all of them (its cuts hold in the current box), so the new
+        box keeps every such plan, and its
         McCormick planes are tighter; an empty box proves that no plan of the layout reaches
         `best_s` (the rounding makes this an argument about integer plans, stronger than the LP's).
         True when the box shrank."""
@@ -668,16 +677,17 @@ class LayoutModel:
         the group's shards cover 2·L_g, so L_g ≤ U·Σ_r 1/β_r / (2 + Σ_r α_r/β_r) and ≤ U/α_r."""
         cf, a, B = self.coef, self.coef.a, self.workload.block_size
         sched = self._schedule
-        n_f = sum(st[3] for st in sched if st[0] == "pass" and st[2] == "f")
-        n_b = sum(st[3] for st in sched if st[0] == "pass" and st[2] == "b")
-        n_h = sum(st[3] for st in sched if st[0] == "pass" and st[2] == "h")
-        const = sum(st[2] * st[3] for st in sched if st[0] == "barrier") + float(cf.optimizer.max())
+        passes = [st for st in sched if isinstance(st, Pass)]
+        n_f = sum(st.count for st in passes if st.chain == "f")
+        n_b = sum(st.count for st in passes if st.chain == "b")
+        n_h = sum(st.count for st in passes if st.chain == "h")
+        const = sum(st.count * st.seconds for st in sched if isinstance(st, Barrier)) + float(cf.optimizer.max())
         U = best_s - const
         # forward attention of a rank per unit L_g: Σ_j att_prod·L_h (Σ_h L_h = S/2) + Σ_j att_lin
         att = cf.att_prod[:, 0] * (self.workload.seq_len / 2.0) + cf.att_lin.sum(axis=1)
-        rep = 1.0 if cf.rule.replay_layer else 0.0
-        alpha = att * (n_f + n_b * (cf.attn_bwd_factor + rep))
-        beta = (cf.pre_f + cf.post_f) * (n_f + n_b * rep) + (cf.pre_b + cf.post_b) * n_b + cf.head * n_h
+        again = cf.rule.backward_factors()
+        alpha = att * (n_f + n_b * again.attention(cf.attn_bwd_factor))
+        beta = (cf.pre_f + cf.post_f) * (n_f + n_b * again.replay_layer) + (cf.pre_b + cf.post_b) * n_b + cf.head * n_h
         hi = np.zeros(self.k)
         for g in range(self.k):
             rr = np.nonzero(a.grp == g)[0]
@@ -722,10 +732,6 @@ class LayoutModel:
         """(replayed step time, fits in memory) of to_plan(blocks, shards), from this layout's
         coefficients (the plan's structure is the layout's: no schedule or coefficients to derive
         again); None when the plan would leave a rank out (its structure differs: estimate it)."""
-        from dataclasses import replace
-
-        from ..costmodel.memory import memory_bytes
-
         ints = self._whole_tokens(blocks, shards)
         if any(t == 0 and h == 0 for tok, heads in zip(ints, self.layout.heads) for t, h in zip(tok, heads)):
             return None
