@@ -21,7 +21,8 @@ from hexiseq.costmodel import estimate, simulate
 from hexiseq.costmodel.arrays import plan_arrays
 from hexiseq.costmodel.durations import coefficients, evaluate
 from hexiseq.costmodel.simulate import simulate_durations
-from hexiseq.plan import Group, Plan, even_split, ring_plan, symmetric_plan
+from hexiseq.plan import Group, Plan, ring_plan, symmetric_plan
+from hexiseq.rounding import even_split
 from hexiseq.specs import ClusterSpec, NodeSpec, Workload, get_gpu, get_model, parse_tokens
 
 TYPES = [("H100-SXM", 50.0), ("A100-80GB", 25.0), ("A800", 25.0), ("L40S", 12.5)]

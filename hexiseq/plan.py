@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import PlanError, SpecError
 from .planfile import SCHEMA_VERSION, parse_plan, plan_kwargs
+from .rounding import even_split, largest_remainder
 from .specs.files import parse_json, read_json, write_text_atomic
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -87,33 +88,6 @@ class RankLayout:
 
     def token_indices(self) -> list[int]:
         return [t for a, b in self.token_ranges for t in range(a, b)]
-
-
-def even_split(total: int, parts: int) -> tuple[int, ...]:
-    """Split `total` into `parts` integers differing by at most one (larger ones first)."""
-    if parts <= 0:
-        raise PlanError(f"cannot split {total} into {parts} parts")
-    q, r = divmod(total, parts)
-    return tuple(q + 1 if i < r else q for i in range(parts))
-
-
-def _proportional(weights: Sequence[int], total: int, minimum: int = 0, only_positive: bool = False) -> list[int]:
-    """Integers summing to `total` in proportion to `weights` (largest remainder); entries with a
-    positive weight get at least `minimum` (zero weights stay zero when `only_positive`)."""
-    idx = [i for i, w in enumerate(weights) if w > 0 or not only_positive]
-    out = [0] * len(weights)
-    floor = {i: minimum for i in idx}
-    rest = total - minimum * len(idx)
-    if rest < 0:
-        raise PlanError(f"cannot give {len(idx)} parts at least {minimum} each out of {total}")
-    wsum = sum(weights[i] for i in idx) or 1
-    exact = {i: rest * weights[i] / wsum for i in idx}
-    for i in idx:
-        out[i] = floor[i] + int(exact[i])
-    left = total - sum(out)
-    for i in sorted(idx, key=lambda i: exact[i] - int(exact[i]), reverse=True)[:left]:
-        out[i] += 1
-    return out
 
 
 def _cumsum(xs: Sequence[int]) -> list[int]:
@@ -356,25 +330,22 @@ class Plan:
                 f"cannot scale plan {self.name!r} ({k} groups) to {seq_len} tokens with block_size {block_size}: "
                 f"need a multiple of {2 * block_size} and at least {2 * k * block_size}"
             )
-        chunk_blocks = _proportional([g.chunk_len for g in self.groups], blocks, minimum=1)
+        chunk_blocks = largest_remainder([g.chunk_len for g in self.groups], blocks, minimum=1)
         groups = []
         for g, cb in zip(self.groups, chunk_blocks):
             n = 2 * cb * block_size
             # A rank that had tokens keeps at least one when the group has room (its code path stays exercised).
-            shards = _proportional(
-                list(g.shards), n, minimum=1 if n >= sum(1 for s in g.shards if s) else 0, only_positive=True
+            shards = largest_remainder(
+                list(g.shards), n, minimum=1 if n >= sum(1 for s in g.shards if s) else 0, skip_zero=True
             )
             groups.append(Group(g.devices, cb * block_size, tuple(shards), g.heads))
-        plan = Plan(
-            seq_len,
-            self.num_heads,
-            self.num_kv_heads,
-            tuple(groups),
-            block_size,
-            f"{self.name}@{seq_len}",
-            self.cluster,
-            self.model,
-            {**self.meta, "scaled_from": self.seq_len},
+        plan = replace(
+            self,
+            seq_len=seq_len,
+            groups=tuple(groups),
+            block_size=block_size,
+            name=f"{self.name}@{seq_len}",
+            meta={**self.meta, "scaled_from": self.seq_len},
         )
         problems = plan.validate()
         if problems:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,7 @@ from ..costmodel.policy import rule_of
 from ..costmodel.simulate import pass_schedule, simulate_durations
 from ..errors import PlanError
 from ..plan import Group, Plan, symmetric_plan
+from ..rounding import largest_remainder
 from ..specs import RECOMPUTE_POLICIES, ClusterSpec, ModelSpec, Workload
 from .candidates import device_subsets, domains
 
@@ -129,21 +130,6 @@ FAMILIES: dict[str, Callable[[Sequence[int], int, ModelSpec, int], list[tuple[st
 }
 
 
-def largest_remainder(total: int, weights: Sequence[float], unit: int = 1, minimum: int = 0) -> list[int]:
-    """Split `total` (a multiple of `unit`) into parts ∝ weights, each a multiple of `unit`, at least
-    `minimum` units each when possible; exact sum (ties to the first)."""
-    units = total // unit
-    k = len(weights)
-    base = [minimum] * k if units >= minimum * k else [0] * k
-    rest = units - sum(base)
-    wsum = sum(weights) or 1.0
-    raw = [rest * w / wsum for w in weights]
-    parts = [int(math.floor(x)) for x in raw]
-    for i in sorted(range(k), key=lambda i: (-(raw[i] - parts[i]), i))[: rest - sum(parts)]:
-        parts[i] += 1
-    return [(b + p) * unit for b, p in zip(base, parts)]
-
-
 def proportional_plan(
     cluster: ClusterSpec, model: ModelSpec, workload: Workload, devices: Iterable[int] | None = None
 ) -> Plan:
@@ -154,7 +140,8 @@ def proportional_plan(
     if S % (2 * B) or S // (2 * B) < len(groups_devs):
         raise PlanError(f"seq_len {S} cannot give {len(groups_devs)} groups whole chunks of {B} tokens")
     speeds = [[cluster.devices[d].gpu.matmul_flops for d in g] for g in groups_devs]
-    chunk_blocks = largest_remainder(S // (2 * B), [sum(s) for s in speeds], 1, minimum=1)
+    # at least one unit each where there are enough (else none): proportional, not a hard rule
+    chunk_blocks = largest_remainder([sum(s) for s in speeds], S // (2 * B), minimum=1, strict_minimum=False)
     groups = []
     for g, sp, cb in zip(groups_devs, speeds, chunk_blocks):
         L = cb * B
@@ -162,8 +149,8 @@ def proportional_plan(
             Group(
                 tuple(g),
                 L,
-                tuple(largest_remainder(2 * L, sp, 1, minimum=1)),
-                tuple(largest_remainder(H, sp, model.group_size)),
+                tuple(largest_remainder(sp, 2 * L, minimum=1, strict_minimum=False)),
+                tuple(largest_remainder(sp, H, unit=model.group_size)),
             )
         )
     return Plan(S, H, model.kv_heads, tuple(groups), B, "proportional", cluster.name, model.name)
@@ -294,16 +281,8 @@ def evaluate_family(
             continue
         plan = candidates[i][1]
         wl = workload.with_recompute(policy)
-        p = Plan(
-            plan.seq_len,
-            plan.num_heads,
-            plan.num_kv_heads,
-            plan.groups,
-            plan.block_size,
-            name,
-            cluster.name,
-            model.name,
-            {"config": label, "recompute": policy},
+        p = replace(
+            plan, name=name, cluster=cluster.name, model=model.name, meta={"config": label, "recompute": policy}
         )
         if i not in arrays:
             if len(arrays) >= 4:

@@ -65,6 +65,7 @@ from ..costmodel.paths import (
 from ..costmodel.simulate import pass_schedule, simulate_durations
 from ..errors import HexiSeqError
 from ..plan import Group, Plan
+from ..rounding import largest_remainder
 from ..specs import GIB, ClusterSpec, ModelSpec, Workload
 
 MS = 1e3  # the model's time unit is the millisecond
@@ -724,7 +725,7 @@ class LayoutModel:
         out, r0 = [], 0
         for g, devs in enumerate(self.layout.groups):
             n = len(devs)
-            out.append(round_to_sum(list(per_rank[r0 : r0 + n]), 2 * int(blocks[g]) * B))
+            out.append(largest_remainder(list(per_rank[r0 : r0 + n]), 2 * int(blocks[g]) * B))
             r0 += n
         return out
 
@@ -781,19 +782,3 @@ class _Form:
         self.n = np.zeros(k)
         self.s = np.zeros(C)
 
-
-def round_to_sum(xs: Sequence[float], total: int) -> list[int]:
-    """Non-negative integers summing to `total` in proportion to `xs` (largest remainder, ties to the
-    first; an even split when all are 0)."""
-    s = float(sum(xs))
-    scaled = [x * total / s for x in xs] if s > 0 else [total / len(xs)] * len(xs)
-    out = [int(math.floor(x)) for x in scaled]
-    for i in sorted(range(len(xs)), key=lambda i: (-(scaled[i] - out[i]), i))[: total - sum(out)]:
-        out[i] += 1
-    return out
-
-
-def round_blocks(blocks: Sequence[float], total: int) -> list[int]:
-    """Integer chunk blocks ≥ 1 summing to `total`, nearest to `blocks` (largest remainder)."""
-    k = len(blocks)
-    return [1 + b for b in round_to_sum([max(0.0, x - 1.0) for x in blocks], total - k)]

@@ -18,6 +18,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from ..costmodel import compute_bound, estimate
 from ..costmodel.kernels import CostOptions
@@ -150,16 +151,12 @@ def plan_cluster(
             bar.close()
     source = res.best_source + (f" +refine ({moves} moves)" if moves else "")
     lb = min(res.lower_bound_s, sim_t)
-    plan = Plan(
-        plan.seq_len,
-        plan.num_heads,
-        plan.num_kv_heads,
-        plan.groups,
-        plan.block_size,
-        "hexiseq",
-        cluster.name,
-        model.name,
-        {**plan.meta, "source": source, "recompute": res.best_policy},
+    plan = replace(
+        plan,
+        name="hexiseq",
+        cluster=cluster.name,
+        model=model.name,
+        meta={**plan.meta, "source": source, "recompute": res.best_policy},
     )
     est = estimate(plan, cluster, model, wl, options)
     bound = compute_bound(cluster, model, wl, options)
