@@ -14,7 +14,7 @@ import pytest
 
 from hexiseq.costmodel import CostOptions
 from hexiseq.costmodel import fidelity as F
-from hexiseq.costmodel.comm import ring_allgather_s
+from hexiseq.links import ring_allgather_s
 from hexiseq.specs import GPUType, ModelSpec, load_gpu_catalog
 
 ROOT = Path(__file__).resolve().parent.parent

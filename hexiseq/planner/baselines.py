@@ -37,6 +37,7 @@ from ..costmodel.simulate import pass_schedule, simulate_durations
 from ..errors import PlanError
 from ..plan import Group, Plan, symmetric_plan
 from ..rounding import largest_remainder
+from ..schedule import chunks_needed
 from ..specs import RECOMPUTE_POLICIES, ClusterSpec, ModelSpec, Workload
 from .candidates import device_subsets, domains
 
@@ -197,7 +198,7 @@ def _floors(a: PlanArrays, model: ModelSpec, workload: Workload, options: CostOp
         lat_h = np.minimum.reduceat(a.lat, a.gstart, axis=0)  # [k, R]
         bw_h = np.add.reduceat(a.bw, a.gstart, axis=0)  # [k, R]
         h = np.arange(a.k)[:, None]
-        mult = np.where(h < a.grp[None, :], 1.0, 2.0)  # zigzag need: L_h before g, 2·L_h after
+        mult = chunks_needed(h, a.grp[None, :])  # chunks of h that g needs (h = g: masked below)
         other = h != a.grp[None, :]
         secs = np.where(
             other, kv_bytes(a.kvc[None, :] * mult * a.L[:, None], model.head_dim) / np.where(other, bw_h, 1.0), 0.0

@@ -48,7 +48,7 @@ import numpy as np
 from ..costmodel.arrays import plan_arrays
 from ..costmodel.durations import Coefficients, coefficients, evaluate
 from ..costmodel.kernels import CostOptions
-from ..costmodel.memory import memory_bytes, memory_terms
+from ..costmodel.memory import kv_double_buffer, memory_bytes, memory_terms
 from ..costmodel.paths import (
     AllToAllPiece,
     AttentionRound,
@@ -430,15 +430,22 @@ class LayoutModel:
     def _add_kv_row(self, c: int, j: int) -> None:
         """Class c's memory with round j's double-buffered K/V receive pieces ≤ its capacity:
         2·(B_j + B_{j+1}), B_j = bytes received in round j (memory.py)."""
-        cf, r, k, B = self.coef, self.rep[c], self.k, float(self.workload.block_size)
-        piece = 2.0 * float(cf.x_recv_bytes[r, j]) * B * self.m.n[int(self.nvar[int(cf.pair_src[r, j])])]
-        if j + 1 < k:
-            piece = (
-                piece
-                + 2.0 * float(cf.x_recv_bytes[r, j + 1]) * B * self.m.n[int(self.nvar[int(cf.pair_src[r, j + 1])])]
-            )
+        (a, h1), (b, h2) = self._kv_buffer_terms(c, j)
+        piece = a * self.m.n[int(self.nvar[h1])]
+        if j + 1 < self.k:
+            piece = piece + b * self.m.n[int(self.nvar[h2])]
         self._mem_rows.add((c, j))
         self._register(self.m.mem.add(self._memory_expr(c, piece) <= self._capacity(c)))
+
+    def _kv_buffer_terms(self, c: int, j: int) -> tuple[tuple[float, int], tuple[float, int]]:
+        """Class c's K/V receive buffers while round j runs as a linear form of the chunk blocks:
+        (a, source group of round j), (b, source group of round j+1; b = 0 in the last round), the
+        buffers a·n_h1 + b·n_h2 bytes (memory.kv_double_buffer of the rounds' bytes per block)."""
+        cf, r, k, B = self.coef, self.rep[c], self.k, float(self.workload.block_size)
+        this = float(cf.x_recv_bytes[r, j]) * B
+        nxt = float(cf.x_recv_bytes[r, j + 1]) * B if j + 1 < k else 0.0
+        a, b = kv_double_buffer(np.array([this, 0.0]), np.array([0.0, nxt]))
+        return (float(a), int(cf.pair_src[r, j])), (float(b), int(cf.pair_src[r, j + 1]) if j + 1 < k else 0)
 
     def _register(self, con) -> None:
         """Keep a row added after the first solve for the persistent solver, which does not rescan
@@ -460,8 +467,8 @@ class LayoutModel:
             per_s = self._mem_s
             kv = []
             for j in range(1, k):
-                nxt = (2.0 * cf.x_recv_bytes[r, j + 1] * B, int(cf.pair_src[r, j + 1])) if j + 1 < k else (0.0, 0)
-                kv.append((2.0 * cf.x_recv_bytes[r, j] * B, int(cf.pair_src[r, j]), nxt[0], nxt[1]))
+                (a, h1), (b, h2) = self._kv_buffer_terms(c, j)
+                kv.append((a, h1, b, h2))
             out.append(
                 {
                     "group": int(cf.a.grp[r]),
@@ -484,7 +491,7 @@ class LayoutModel:
         L = B * x_n
         reps = self.rep
         rb = cf.x_recv_bytes[reps] * L[cf.pair_src[reps]]  # [C, k] bytes received per round
-        piece = 2.0 * (rb + np.concatenate([rb[:, 1:], np.zeros((len(reps), 1))], axis=1))
+        piece = kv_double_buffer(rb, np.concatenate([rb[:, 1:], np.zeros((len(reps), 1))], axis=1))
         piece[:, 0] = -np.inf  # round 0 receives nothing
         a = cf.a
         base = (
@@ -781,4 +788,3 @@ class _Form:
         self.const = 0.0
         self.n = np.zeros(k)
         self.s = np.zeros(C)
-
