@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from hexiseq.costmodel import CostOptions, simulate
 from hexiseq.plan import Group, Plan, random_plan
 from hexiseq.planner.candidates import layouts
-from hexiseq.planner.model import Layout, LayoutModel
+from hexiseq.planner.layout import Layout
+from hexiseq.planner.model import LayoutModel
 from hexiseq.rounding import round_near
 from hexiseq.specs import ClusterSpec, Workload, get_model
 

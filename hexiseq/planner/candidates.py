@@ -28,7 +28,7 @@ from functools import reduce
 
 from ..rounding import even_split
 from ..specs import ClusterSpec, ModelSpec
-from .model import Layout
+from .layout import Layout
 
 MAX_SPANNING = 16  # spanning groups only on small subsets: their all-to-all crosses nodes
 EXHAUSTIVE_DEVICES = 4  # clusters up to this size: every layout of every subset (`exhaustive_layouts`) ...
