@@ -10,7 +10,7 @@ Prints, per point, published and predicted tokens/s per GPU and their ratio; the
 model cannot represent are shown but not counted); the H100/A100 ratio on llm-foundry's matched
 pairs; the same statistics for the alternative fit without attention-implementation factors; a
 kernel-level ring-attention cross-check. Exits 1 when the held-out targets fail (median <= 10%,
-worst <= 35%, H100/A100 ratio within 10%). The mapping and the fit: hexiseq/costmodel/fidelity.py.
+worst <= 35%, H100/A100 ratio within 10%). The mapping and the fit: hexiseq/validation/fidelity.py.
 Deterministic: no timing, the same numbers on any machine.
 """
 
@@ -24,10 +24,10 @@ from pathlib import Path
 
 import yaml
 
-from hexiseq.costmodel import fidelity as F
 from hexiseq.specs import load_gpu_catalog, write_text_atomic
 from hexiseq.specs.files import data_path
 from hexiseq.specs.gpus import numeric_fields
+from hexiseq.validation import fidelity as F
 
 GPUS_YAML = data_path("gpus.yaml")
 FIT_YAML = data_path("validation") / "fit.yaml"
@@ -77,7 +77,7 @@ def refit(kernels: dict, published: dict) -> None:
     record = _record(cal, fits, alt, alt_fits, priors, baseline, kernels, points, catalog)
     text = (
         "# The fit of the GPU catalog's efficiencies to published measurements. Written by\n"
-        "# `python benchmarks/bench_fidelity.py --refit` (hexiseq/costmodel/fidelity.py); do not edit by hand\n"
+        "# `python benchmarks/bench_fidelity.py --refit` (hexiseq/validation/fidelity.py); do not edit by hand\n"
         "# except `baseline`, which the refit keeps. Cited as hexiseq_fit_2026 / hexiseq_priors_2026.\n"
     )
     write_text_atomic(FIT_YAML, text + yaml.safe_dump(record, sort_keys=False, width=120, allow_unicode=True))
