@@ -156,7 +156,7 @@ class Plan:
         lens = [g.chunk_len for g in self.groups]
         front = _cumsum(lens)
         out = []
-        for i, L in enumerate(lens):
+        for i in range(len(lens)):
             back = self.seq_len - front[i + 1]
             out.append((front[i], back))
         return out
@@ -241,7 +241,8 @@ class Plan:
                     v.append(f"{where}, rank {self.group_ranks(gi)[i]} (device {d}): negative head count {g.heads[i]}")
                 if g.shards[i] == 0 and g.heads[i] == 0:
                     v.append(
-                        f"{where}, rank {self.group_ranks(gi)[i]} (device {d}) has no tokens and no heads: leave the device out"
+                        f"{where}, rank {self.group_ranks(gi)[i]} (device {d}) has no tokens and no heads: "
+                        "leave the device out"
                     )
             if sum(g.shards) != g.tokens:
                 diff = sum(g.shards) - g.tokens
@@ -252,12 +253,14 @@ class Plan:
             if sum(g.heads) != H:
                 diff = sum(g.heads) - H
                 v.append(
-                    f"{where}: head counts sum to {sum(g.heads)}, expected {H}; {'over' if diff > 0 else 'short'} by {abs(diff)}"
+                    f"{where}: head counts sum to {sum(g.heads)}, expected {H}; "
+                    f"{'over' if diff > 0 else 'short'} by {abs(diff)}"
                 )
         if self.groups and total != self.seq_len:
             diff = total - self.seq_len
             v.append(
-                f"chunks cover {total} tokens (2 x sum of chunk_len) but seq_len is {self.seq_len}; {'over' if diff > 0 else 'short'} by {abs(diff)}"
+                f"chunks cover {total} tokens (2 x sum of chunk_len) but seq_len is {self.seq_len}; "
+                f"{'over' if diff > 0 else 'short'} by {abs(diff)}"
             )
         if cluster is not None:
             for d in seen:
@@ -359,7 +362,8 @@ class Plan:
     def describe(self) -> str:
         """A compact multi-line text of the allocation."""
         lines = [
-            f"plan {self.name!r}: S={self.seq_len}, H={self.num_heads} (kv {self.num_kv_heads}), {self.num_groups} groups, {self.world_size} ranks"
+            f"plan {self.name!r}: S={self.seq_len}, H={self.num_heads} (kv {self.num_kv_heads}), "
+            f"{self.num_groups} groups, {self.world_size} ranks"
         ]
         lay = self.layout()
         for gi, g in enumerate(self.groups):
@@ -367,7 +371,8 @@ class Plan:
             for r in self.group_ranks(gi):
                 rl = lay[r]
                 lines.append(
-                    f"    rank {r:>4} dev {rl.device:>4}: tokens {rl.num_tokens:>8} {list(rl.token_ranges)}  heads [{rl.head_range[0]},{rl.head_range[1]})"
+                    f"    rank {r:>4} dev {rl.device:>4}: tokens {rl.num_tokens:>8} {list(rl.token_ranges)}  "
+                    f"heads [{rl.head_range[0]},{rl.head_range[1]})"
                 )
         return "\n".join(lines)
 
@@ -460,7 +465,8 @@ def random_plan(
     blocks = seq_len // (2 * block_size)
     if seq_len % (2 * block_size) or blocks < k:
         raise PlanError(
-            f"seq_len {seq_len} cannot hold {k} groups of whole blocks of {block_size} (need a multiple of {2 * block_size}, >= {2 * k * block_size})"
+            f"seq_len {seq_len} cannot hold {k} groups of whole blocks of {block_size} "
+            f"(need a multiple of {2 * block_size}, >= {2 * k * block_size})"
         )
     cuts = sorted(rng.sample(range(1, blocks), k - 1))
     chunk_blocks = [b - a for a, b in zip([0] + cuts, cuts + [blocks])]

@@ -79,7 +79,8 @@ class ExchangeTable:
 
     @cached_property
     def kv_token_heads(self) -> np.ndarray:
-        """[transfers] KV heads × tokens of each transfer (its bytes are this × head_dim × 2 (K and V) × element size)."""
+        """[transfers] KV heads × tokens of each transfer (its bytes are this × head_dim × 2 (K and V) ×
+        element size)."""
         return self.num_kv_heads * self.tokens
 
     def per_rank_round(self, which: str = "dst") -> np.ndarray:

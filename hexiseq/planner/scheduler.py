@@ -46,7 +46,8 @@ MAX_GROUPS = 256  # layouts with more groups are not searched (the exchange has 
 
 SEARCH_SPACE = (
     f"up to {EXHAUSTIVE_DEVICES} devices: every layout at all (every subset, partition, ring order and head split "
-    f"in whole KV heads, when there are at most {EXHAUSTIVE_MAX}); otherwise: every device subset of the candidate list (all devices, each union of GPU types, the fastest n whole-node "
+    f"in whole KV heads, when there are at most {EXHAUSTIVE_MAX}); otherwise: every device subset of the "
+    "candidate list (all devices, each union of GPU types, the fastest n whole-node "
     f"prefixes); node groups of every size dividing the KV heads, spanning groups on up to {MAX_SPANNING} devices "
     f"(every head split); node and interleaved ring orders (every order up to {MAX_ORDERED} groups); at most "
     f"{MAX_GROUPS} groups, and layouts beyond {SYMMETRIC_FROM - 1} groups only in a periodic order with periodic "

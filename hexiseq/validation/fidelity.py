@@ -679,7 +679,8 @@ class Verdict:
             )
         if not abs(self.ratio_median_error) <= t["ratio"]:
             out.append(
-                f"H100/A100 ratio off by {self.ratio_median_error:+.1%} (held-out pairs; target within {t['ratio']:.0%})"
+                f"H100/A100 ratio off by {self.ratio_median_error:+.1%} "
+                f"(held-out pairs; target within {t['ratio']:.0%})"
             )
         return out
 
@@ -861,7 +862,7 @@ def ring_attention_efficiency(
     return float(ranks * (1.0 + w.attn_bwd_factor) * one / ring)
 
 
-# ------------------------------------------------------------------------------ the recorded fit (data/validation/fit.yaml)
+# ---------------------------------------------------------------------- the recorded fit (data/validation/fit.yaml)
 
 
 def load_fit(path=None) -> dict:
