@@ -10,7 +10,7 @@ Prints, per point, published and predicted tokens/s per GPU and their ratio; the
 model cannot represent are shown but not counted); the H100/A100 ratio on llm-foundry's matched
 pairs; the same statistics for the alternative fit without attention-implementation factors; a
 kernel-level ring-attention cross-check. Exits 1 when the held-out targets fail (median <= 10%,
-worst <= 35%, H100/A100 ratio within 10%). The mapping and the fit: hexiseq/costmodel/fidelity.py.
+worst <= 35%, H100/A100 ratio within 10%). The mapping and the fit: hexiseq/validation/fidelity.py.
 Deterministic: no timing, the same numbers on any machine.
 """
 
@@ -24,10 +24,10 @@ from pathlib import Path
 
 import yaml
 
-from hexiseq.costmodel import fidelity as F
 from hexiseq.specs import load_gpu_catalog, write_text_atomic
 from hexiseq.specs.files import data_path
 from hexiseq.specs.gpus import numeric_fields
+from hexiseq.validation import fidelity as F
 
 GPUS_YAML = data_path("gpus.yaml")
 FIT_YAML = data_path("validation") / "fit.yaml"
@@ -59,7 +59,8 @@ def refit(kernels: dict, published: dict) -> None:
         old["baseline"]
         if old
         else {
-            "note": "data/gpus.yaml before the first fit (the efficiencies as they were; eff_hbm, attn_block_half_keys, "
+            "note": "data/gpus.yaml before the first fit (the efficiencies as they were; eff_hbm, "
+            "attn_block_half_keys, "
             "overlap_slowdown, link_efficiency and nic_efficiency at their defaults 1, 0, 0, 1, 1)",
             "gpus": {n: {"eff_matmul": g.eff_matmul, "eff_attention": g.eff_attention} for n, g in catalog.items()},
         }
@@ -77,7 +78,7 @@ def refit(kernels: dict, published: dict) -> None:
     record = _record(cal, fits, alt, alt_fits, priors, baseline, kernels, points, catalog)
     text = (
         "# The fit of the GPU catalog's efficiencies to published measurements. Written by\n"
-        "# `python benchmarks/bench_fidelity.py --refit` (hexiseq/costmodel/fidelity.py); do not edit by hand\n"
+        "# `python benchmarks/bench_fidelity.py --refit` (hexiseq/validation/fidelity.py); do not edit by hand\n"
         "# except `baseline`, which the refit keeps. Cited as hexiseq_fit_2026 / hexiseq_priors_2026.\n"
     )
     write_text_atomic(FIT_YAML, text + yaml.safe_dump(record, sort_keys=False, width=120, allow_unicode=True))
@@ -190,7 +191,8 @@ def _record(cal, fits, alt, alt_fits, priors, baseline, kernels, points, catalog
             "statistics": _stats(v),
         },
         "per_gpu_only": {
-            "note": "the alternative without implementation factors: one (eff_matmul, eff_attention) per GPU whatever kernel a source ran",
+            "note": "the alternative without implementation factors: one (eff_matmul, eff_attention) per GPU whatever "
+            "kernel a source ran",
             "impl_factor": {i: {"value": 1.0} for i, _ in F.ATTENTION_IMPL.values()},
             "gpus": _gpu_record(alt, alt_fits, names),
             "statistics": _stats(va),
@@ -275,13 +277,15 @@ def report(kernels: dict, published: dict, record: dict) -> tuple[str, bool]:
     )
     w("layout = family cp/hp/tp/dp/pp; q = quality grade; * = judged (grade A/B, modelled)\n\n")
     w(
-        f"{'point':44s} {'gpu':21s} {'layout':18s} {'split':7s} q {'published':>10s} {'before':>10s} {'ratio':>6s} {'after':>10s} {'ratio':>6s}\n"
+        f"{'point':44s} {'gpu':21s} {'layout':18s} {'split':7s} q {'published':>10s} {'before':>10s} {'ratio':>6s} "
+        f"{'after':>10s} {'ratio':>6s}\n"
     )
     for i, p in enumerate(points):
         b, a = preds["before"][i], preds["after"][i]
         w(
             f"{p.id:44s} {p.gpu:21s} {_layout(p):18s} {p.split:7s} {p.quality}{'*' if p.judged else ' '}"
-            f"{p.published:10.1f} {b.tokens_per_s_per_gpu:10.1f} {b.ratio:6.3f} {a.tokens_per_s_per_gpu:10.1f} {a.ratio:6.3f}\n"
+            f"{p.published:10.1f} {b.tokens_per_s_per_gpu:10.1f} {b.ratio:6.3f} {a.tokens_per_s_per_gpu:10.1f} "
+            f"{a.ratio:6.3f}\n"
         )
     w("\nNot judged:\n")
     for p in points:
@@ -298,22 +302,26 @@ def report(kernels: dict, published: dict, record: dict) -> tuple[str, bool]:
     for label, key in (("fit", "fit"), ("held-out", "holdout"), ("held-out + grade C", "holdout_all")):
         b, a = getattr(verdicts["before"], key), getattr(verdicts["after"], key)
         w(
-            f"  {label:19s} median {b.median:6.1%} worst {b.worst:6.1%}   ->   median {a.median:6.1%} worst {a.worst:6.1%} "
+            f"  {label:19s} median {b.median:6.1%} worst {b.worst:6.1%}   ->   median {a.median:6.1%} worst "
+            f"{a.worst:6.1%} "
             f"({a.n} points; worst {a.worst_id})\n"
         )
     w("\nH100/A100 tokens/s per GPU on llm-foundry's matched pairs (same software, batch, recompute):\n")
     w(f"  {'pair':14s} {'split':8s} {'published':>9s} {'before':>7s} {'after':>7s} {'after err':>9s}\n")
     for rb, ra in zip(verdicts["before"].pairs, verdicts["after"].pairs):
         w(
-            f"  {ra.pair:14s} {ra.split:8s} {ra.published:9.2f} {rb.predicted:7.2f} {ra.predicted:7.2f} {ra.error:+9.1%}\n"
+            f"  {ra.pair:14s} {ra.split:8s} {ra.published:9.2f} {rb.predicted:7.2f} {ra.predicted:7.2f} "
+            f"{ra.error:+9.1%}\n"
         )
     w(
-        f"  median over held-out pairs of predicted/published - 1: before {verdicts['before'].ratio_median_error:+.1%}, "
+        "  median over held-out pairs of predicted/published - 1: before "
+        f"{verdicts['before'].ratio_median_error:+.1%}, "
         f"after {verdicts['after'].ratio_median_error:+.1%}\n"
     )
     va = verdicts["per_gpu_only"]
     w(
-        "\nAlternative fit, one efficiency pair per GPU whatever attention kernel a source ran (no implementation factor):\n"
+        "\nAlternative fit, one efficiency pair per GPU whatever attention kernel a source ran (no implementation "
+        "factor):\n"
     )
     w(
         f"  fit {va.fit.line()}\n  held-out {va.holdout.line()}\n  H100/A100 ratio {va.ratio_median_error:+.1%}; "
@@ -325,21 +333,25 @@ def report(kernels: dict, published: dict, record: dict) -> tuple[str, bool]:
         if name in base:
             src = record["fit"]["gpus"][name]["from"]
             w(
-                f"  {name:12s} {base[name]['eff_matmul']:.3f} {base[name]['eff_attention']:.3f} -> {g.eff_matmul:.3f} {g.eff_attention:.3f}  ({src})\n"
+                f"  {name:12s} {base[name]['eff_matmul']:.3f} {base[name]['eff_attention']:.3f} -> {g.eff_matmul:.3f} "
+                f"{g.eff_attention:.3f}  ({src})\n"
             )
     for name, r in record["fit"]["extra_gpus"].items():
         w(
-            f"  {name}: {r['eff_matmul']:.3f} {r['eff_attention']:.3f} (fitted; peak taken as {r['peak_bf16_tflops']:g})\n"
+            f"  {name}: {r['eff_matmul']:.3f} {r['eff_attention']:.3f} (fitted; peak taken as "
+            f"{r['peak_bf16_tflops']:g})\n"
         )
     w("\nKernel-level cross-checks:\n")
     for g, c in record["cross_checks"]["fa2_long_block_fraction"].items():
         w(
-            f"  {g}: flash-attention-2 long-block fraction of peak {c['kernel']:.3f} (kernels.yaml) vs fitted eff_attention "
+            f"  {g}: flash-attention-2 long-block fraction of peak {c['kernel']:.3f} (kernels.yaml) vs fitted "
+            "eff_attention "
             f"{cals['after'].gpus[g].eff_attention:.3f}\n"
         )
     for entry, c in _ring_checks(cals["after"], kernels).items():
         w(
-            f"  {entry} ({c['what']}): zigzag ring fwd+bwd efficiency measured {c['measured']:.3f}, model {c['model']:.3f}\n"
+            f"  {entry} ({c['what']}): zigzag ring fwd+bwd efficiency measured {c['measured']:.3f}, model "
+            f"{c['model']:.3f}\n"
         )
     fails = verdicts["after"].failures
     w(

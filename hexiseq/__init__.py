@@ -2,7 +2,8 @@
 asymmetric context parallelism (ring attention) x head parallelism (Ulysses)."""
 
 from .errors import HexiSeqError, InfeasibleError, PlanError, SpecError
-from .plan import Group, Plan, RankLayout, even_split, random_plan, ring_plan, symmetric_plan, ulysses_plan
+from .plan import Group, Plan, RankLayout, random_plan, ring_plan, symmetric_plan, ulysses_plan
+from .rounding import even_split
 from .specs import (
     ClusterSpec,
     Device,

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import PlanError, SpecError
 from .planfile import SCHEMA_VERSION, parse_plan, plan_kwargs
+from .rounding import even_split, largest_remainder
 from .specs.files import parse_json, read_json, write_text_atomic
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -87,33 +88,6 @@ class RankLayout:
 
     def token_indices(self) -> list[int]:
         return [t for a, b in self.token_ranges for t in range(a, b)]
-
-
-def even_split(total: int, parts: int) -> tuple[int, ...]:
-    """Split `total` into `parts` integers differing by at most one (larger ones first)."""
-    if parts <= 0:
-        raise PlanError(f"cannot split {total} into {parts} parts")
-    q, r = divmod(total, parts)
-    return tuple(q + 1 if i < r else q for i in range(parts))
-
-
-def _proportional(weights: Sequence[int], total: int, minimum: int = 0, only_positive: bool = False) -> list[int]:
-    """Integers summing to `total` in proportion to `weights` (largest remainder); entries with a
-    positive weight get at least `minimum` (zero weights stay zero when `only_positive`)."""
-    idx = [i for i, w in enumerate(weights) if w > 0 or not only_positive]
-    out = [0] * len(weights)
-    floor = {i: minimum for i in idx}
-    rest = total - minimum * len(idx)
-    if rest < 0:
-        raise PlanError(f"cannot give {len(idx)} parts at least {minimum} each out of {total}")
-    wsum = sum(weights[i] for i in idx) or 1
-    exact = {i: rest * weights[i] / wsum for i in idx}
-    for i in idx:
-        out[i] = floor[i] + int(exact[i])
-    left = total - sum(out)
-    for i in sorted(idx, key=lambda i: exact[i] - int(exact[i]), reverse=True)[:left]:
-        out[i] += 1
-    return out
 
 
 def _cumsum(xs: Sequence[int]) -> list[int]:
@@ -182,7 +156,7 @@ class Plan:
         lens = [g.chunk_len for g in self.groups]
         front = _cumsum(lens)
         out = []
-        for i, L in enumerate(lens):
+        for i in range(len(lens)):
             back = self.seq_len - front[i + 1]
             out.append((front[i], back))
         return out
@@ -267,7 +241,8 @@ class Plan:
                     v.append(f"{where}, rank {self.group_ranks(gi)[i]} (device {d}): negative head count {g.heads[i]}")
                 if g.shards[i] == 0 and g.heads[i] == 0:
                     v.append(
-                        f"{where}, rank {self.group_ranks(gi)[i]} (device {d}) has no tokens and no heads: leave the device out"
+                        f"{where}, rank {self.group_ranks(gi)[i]} (device {d}) has no tokens and no heads: "
+                        "leave the device out"
                     )
             if sum(g.shards) != g.tokens:
                 diff = sum(g.shards) - g.tokens
@@ -278,12 +253,14 @@ class Plan:
             if sum(g.heads) != H:
                 diff = sum(g.heads) - H
                 v.append(
-                    f"{where}: head counts sum to {sum(g.heads)}, expected {H}; {'over' if diff > 0 else 'short'} by {abs(diff)}"
+                    f"{where}: head counts sum to {sum(g.heads)}, expected {H}; "
+                    f"{'over' if diff > 0 else 'short'} by {abs(diff)}"
                 )
         if self.groups and total != self.seq_len:
             diff = total - self.seq_len
             v.append(
-                f"chunks cover {total} tokens (2 x sum of chunk_len) but seq_len is {self.seq_len}; {'over' if diff > 0 else 'short'} by {abs(diff)}"
+                f"chunks cover {total} tokens (2 x sum of chunk_len) but seq_len is {self.seq_len}; "
+                f"{'over' if diff > 0 else 'short'} by {abs(diff)}"
             )
         if cluster is not None:
             for d in seen:
@@ -356,25 +333,22 @@ class Plan:
                 f"cannot scale plan {self.name!r} ({k} groups) to {seq_len} tokens with block_size {block_size}: "
                 f"need a multiple of {2 * block_size} and at least {2 * k * block_size}"
             )
-        chunk_blocks = _proportional([g.chunk_len for g in self.groups], blocks, minimum=1)
+        chunk_blocks = largest_remainder([g.chunk_len for g in self.groups], blocks, minimum=1)
         groups = []
         for g, cb in zip(self.groups, chunk_blocks):
             n = 2 * cb * block_size
             # A rank that had tokens keeps at least one when the group has room (its code path stays exercised).
-            shards = _proportional(
-                list(g.shards), n, minimum=1 if n >= sum(1 for s in g.shards if s) else 0, only_positive=True
+            shards = largest_remainder(
+                list(g.shards), n, minimum=1 if n >= sum(1 for s in g.shards if s) else 0, skip_zero=True
             )
             groups.append(Group(g.devices, cb * block_size, tuple(shards), g.heads))
-        plan = Plan(
-            seq_len,
-            self.num_heads,
-            self.num_kv_heads,
-            tuple(groups),
-            block_size,
-            f"{self.name}@{seq_len}",
-            self.cluster,
-            self.model,
-            {**self.meta, "scaled_from": self.seq_len},
+        plan = replace(
+            self,
+            seq_len=seq_len,
+            groups=tuple(groups),
+            block_size=block_size,
+            name=f"{self.name}@{seq_len}",
+            meta={**self.meta, "scaled_from": self.seq_len},
         )
         problems = plan.validate()
         if problems:
@@ -388,7 +362,8 @@ class Plan:
     def describe(self) -> str:
         """A compact multi-line text of the allocation."""
         lines = [
-            f"plan {self.name!r}: S={self.seq_len}, H={self.num_heads} (kv {self.num_kv_heads}), {self.num_groups} groups, {self.world_size} ranks"
+            f"plan {self.name!r}: S={self.seq_len}, H={self.num_heads} (kv {self.num_kv_heads}), "
+            f"{self.num_groups} groups, {self.world_size} ranks"
         ]
         lay = self.layout()
         for gi, g in enumerate(self.groups):
@@ -396,7 +371,8 @@ class Plan:
             for r in self.group_ranks(gi):
                 rl = lay[r]
                 lines.append(
-                    f"    rank {r:>4} dev {rl.device:>4}: tokens {rl.num_tokens:>8} {list(rl.token_ranges)}  heads [{rl.head_range[0]},{rl.head_range[1]})"
+                    f"    rank {r:>4} dev {rl.device:>4}: tokens {rl.num_tokens:>8} {list(rl.token_ranges)}  "
+                    f"heads [{rl.head_range[0]},{rl.head_range[1]})"
                 )
         return "\n".join(lines)
 
@@ -489,7 +465,8 @@ def random_plan(
     blocks = seq_len // (2 * block_size)
     if seq_len % (2 * block_size) or blocks < k:
         raise PlanError(
-            f"seq_len {seq_len} cannot hold {k} groups of whole blocks of {block_size} (need a multiple of {2 * block_size}, >= {2 * k * block_size})"
+            f"seq_len {seq_len} cannot hold {k} groups of whole blocks of {block_size} "
+            f"(need a multiple of {2 * block_size}, >= {2 * k * block_size})"
         )
     cuts = sorted(rng.sample(range(1, blocks), k - 1))
     chunk_blocks = [b - a for a, b in zip([0] + cuts, cuts + [blocks])]

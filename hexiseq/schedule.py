@@ -48,6 +48,13 @@ def block_mask(q_start: int, q_len: int, k_start: int, k_len: int) -> tuple[str,
     return CAUSAL, q_start - k_start
 
 
+def chunks_needed(src_group, dst_group):
+    """The zigzag need (module doc): how many chunks of group `src_group` some query of group
+    `dst_group` sees — 1 (the front chunk) of a group before it in the ring, 2 (both) of a group
+    after it. The one place the rule is written; works on ints and numpy arrays alike."""
+    return 1 + (src_group > dst_group)
+
+
 # ------------------------------------------------------------------------------ the whole table
 
 
@@ -72,7 +79,8 @@ class ExchangeTable:
 
     @cached_property
     def kv_token_heads(self) -> np.ndarray:
-        """[transfers] KV heads × tokens of each transfer (its bytes are this × head_dim × 2 (K and V) × element size)."""
+        """[transfers] KV heads × tokens of each transfer (its bytes are this × head_dim × 2 (K and V) ×
+        element size)."""
         return self.num_kv_heads * self.tokens
 
     def per_rank_round(self, which: str = "dst") -> np.ndarray:
@@ -124,7 +132,7 @@ def exchange_table(plan: Plan, layouts: list[RankLayout] | tuple[RankLayout, ...
     jj, ii = np.divmod(cell, len(rr))
     dst = rr[ii]
     hs = sg[sidx]
-    after = hs > grp[dst]
+    need = chunks_needed(hs, grp[dst])
     return ExchangeTable(
         num_ranks=R,
         num_groups=k,
@@ -133,8 +141,8 @@ def exchange_table(plan: Plan, layouts: list[RankLayout] | tuple[RankLayout, ...
         dst=dst,
         kv0=np.maximum(kv0[dst], ssa[sidx]),
         kv1=np.minimum(kv1[dst], ssb[sidx]),
-        tokens=L[hs] * (1 + after),
-        both_chunks=after,
+        tokens=L[hs] * need,
+        both_chunks=need == 2,
     )
 
 
@@ -209,8 +217,7 @@ def block_pairs(q_segs: tuple[Segment, ...], k_segs: tuple[Segment, ...]) -> tup
 def needed_segments(plan: Plan, src: int, dst: int) -> tuple[Segment, ...]:
     """Segments of group `src` (rows in src's group order) that some query of group `dst` can see:
     the front chunk of an earlier group, both chunks of a later one (module doc)."""
-    front, back = group_segments(plan, src)
-    return (front, back) if src > dst else (front,)
+    return group_segments(plan, src)[: chunks_needed(src, dst)]
 
 
 def packed(segs: tuple[Segment, ...]) -> tuple[Segment, ...]:

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from hexiseq.costmodel import fidelity as F
 from hexiseq.specs import load_gpu_catalog
 from hexiseq.specs.files import data_path
 from hexiseq.specs.gpus import numeric_fields
+from hexiseq.validation import fidelity as F
 
 
 @pytest.fixture(scope="module")

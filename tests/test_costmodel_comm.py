@@ -16,10 +16,9 @@ from hexiseq.costmodel.comm import (
     intra_group_pairs,
     kv_bytes,
     param_collectives,
-    ring_allgather_s,
-    ring_allreduce_s,
 )
 from hexiseq.costmodel.durations import coefficients, evaluate
+from hexiseq.links import ring_allgather_s, ring_allreduce_s
 from hexiseq.plan import Group, Plan, random_plan, ring_plan, symmetric_plan
 from hexiseq.schedule import rank_rounds
 from hexiseq.specs import ClusterSpec, ModelSpec, Workload, get_model, load_cluster

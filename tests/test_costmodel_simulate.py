@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from hexiseq.costmodel import CostOptions, simulate
 from hexiseq.costmodel.durations import durations
+from hexiseq.costmodel.paths import Barrier, Pass
 from hexiseq.costmodel.simulate import PHASES, pass_schedule, path_length, simulate_durations
 from hexiseq.plan import Group, Plan, random_plan, ring_plan, symmetric_plan, ulysses_plan
 from hexiseq.specs import ClusterSpec, ModelSpec, Workload, get_model, load_cluster
@@ -518,11 +519,11 @@ def test_pass_schedule_lists_every_pass(testbed):
     w = Workload(seq_len=32 * 1024, param_sharding="zero3", global_batch=2)
     d = durations(symmetric_plan(range(8), w.seq_len, H, HKV, 2, 4), testbed, MODEL, w)
     steps = pass_schedule(d)
-    passes = [s for s in steps if s[0] == "pass"]
-    assert sum(s[3] for s in passes if s[2] == "f") == 2 * MODEL.layers
-    assert sum(s[3] for s in passes if s[2] == "b") == 2 * MODEL.layers
-    assert sum(s[3] for s in passes if s[2] == "h") == 2
-    assert [s[1] for s in steps if s[0] == "barrier"] == [
+    passes = [s for s in steps if isinstance(s, Pass)]
+    assert sum(s.count for s in passes if s.chain == "f") == 2 * MODEL.layers
+    assert sum(s.count for s in passes if s.chain == "b") == 2 * MODEL.layers
+    assert sum(s.count for s in passes if s.chain == "h") == 2
+    assert [s.name for s in steps if isinstance(s, Barrier)] == [
         "gather root + first layer",
         "reduce-scatter last layer + root",
     ]

@@ -1,4 +1,4 @@
-"""The cost model against published points (hexiseq.costmodel.fidelity): the mapping builds valid
+"""The cost model against published points (hexiseq.validation.fidelity): the mapping builds valid
 plans for every point, one point reproduces a hand computation, the DP / micro-batch / TP / FP8 /
 attention-kernel rules do what the module doc says, the statistics, and the recorded fit is the
 fit of the model as it is."""
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from hexiseq.costmodel import CostOptions
-from hexiseq.costmodel import fidelity as F
-from hexiseq.costmodel.comm import ring_allgather_s
+from hexiseq.links import ring_allgather_s
 from hexiseq.specs import GPUType, ModelSpec, load_gpu_catalog
+from hexiseq.validation import fidelity as F
 
 ROOT = Path(__file__).resolve().parent.parent
 FREE = CostOptions(ignore_comm=True)

@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 from hexiseq.costmodel import CostOptions, simulate
 from hexiseq.plan import Group, Plan, random_plan
 from hexiseq.planner.candidates import layouts
-from hexiseq.planner.model import Layout, LayoutModel, round_blocks
+from hexiseq.planner.layout import Layout
+from hexiseq.planner.model import LayoutModel
+from hexiseq.rounding import round_near
 from hexiseq.specs import ClusterSpec, Workload, get_model
 
 GPUS = ["H100-SXM", "A100-80GB", "L40S", "A800"]
@@ -156,7 +158,7 @@ def test_orbit_model_is_the_periodic_restriction():
         fixed.fix_shards([p.shards[int(fixed.rep[c])] for c in range(fixed.C)])
         got = fixed.solve()
         assert got.status == "optimal" and got.bound_s == pytest.approx(t, rel=1e-9)
-    plan = lm.to_plan(round_blocks(sol.blocks, lm.nb), sol.shards)
+    plan = lm.to_plan(round_near(sol.blocks, lm.nb, minimum=1), sol.shards)
     assert plan.validate(cluster, model, wl) == []
     assert simulate(plan, cluster, model, wl).iteration_time_s >= sol.bound_s * (1 - 1e-9)
 
@@ -200,7 +202,7 @@ def test_judge_equals_the_estimate_of_the_rounded_plan(testbed, seed):
     lm = LayoutModel(testbed, model, wl, cand.layout)
     rng = np.random.default_rng(seed)
     for _ in range(4):
-        blocks = round_blocks(list(rng.random(lm.k) + 0.2), lm.nb)
+        blocks = round_near(list(rng.random(lm.k) + 0.2), lm.nb, minimum=1)
         shards = list(rng.random(lm.C) * 3000 + 1)
         t, fits = lm.judge(blocks, shards)
         est = estimate(lm.to_plan(blocks, shards), testbed, model, wl)

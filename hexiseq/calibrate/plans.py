@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ..errors import HexiSeqError
 from ..plan import Group, Plan, symmetric_plan
+from ..rounding import largest_remainder
 
 WORLD = 4
 
@@ -27,18 +28,6 @@ class CalPlan:
     shape: str  # "CP", "HP" or "CPxHP", even or uneven, in words
 
 
-def _split(total: int, weights: list[int], unit: int) -> list[int]:
-    """`total` (a multiple of `unit`) into parts proportional to `weights`, each a multiple of `unit`
-    (largest remainder; a zero weight gets zero)."""
-    units = total // unit
-    wsum = sum(weights)
-    exact = [units * w / wsum for w in weights]
-    out = [int(x) for x in exact]
-    for i in sorted(range(len(weights)), key=lambda i: exact[i] - out[i], reverse=True)[: units - sum(out)]:
-        out[i] += 1
-    return [x * unit for x in out]
-
-
 def _groups(
     seq_len: int,
     block: int,
@@ -49,11 +38,16 @@ def _groups(
     heads: int,
     gq: int,
 ) -> tuple[Group, ...]:
-    chunks = _split(seq_len // 2, chunk_w, block)
+    chunks = largest_remainder(chunk_w, seq_len // 2, unit=block)
     out, dev = [], 0
     for size, L, sw, hw in zip(sizes, chunks, shard_w, head_w):
         out.append(
-            Group(tuple(range(dev, dev + size)), L, tuple(_split(2 * L, sw, block)), tuple(_split(heads, hw, gq)))
+            Group(
+                tuple(range(dev, dev + size)),
+                L,
+                tuple(largest_remainder(sw, 2 * L, unit=block)),
+                tuple(largest_remainder(hw, heads, unit=gq)),
+            )
         )
         dev += size
     return tuple(out)

@@ -30,7 +30,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..specs import ClusterSpec, ModelSpec, Workload
+from .arrays import link_matrices
+from .comm import ParamComm, param_collectives
 from .kernels import CostOptions, work_times
+from .paths import Pass, StepShape
+from .policy import rule_of
+from .simulate import pass_schedule
 
 
 def useful_flops(model: ModelSpec, workload: Workload) -> tuple[float, float]:
@@ -104,20 +109,11 @@ def subset_time_bound(
     exposed collectives add; the collectives are those of these devices (comm.param_collectives:
     they depend on the set of devices only). The planner prunes a candidate whose subset cannot beat
     the best plan found."""
-    from types import SimpleNamespace
-
-    from .arrays import link_matrices
-    from .comm import ParamComm, param_collectives
-    from .policy import rule_of
-    from .simulate import pass_schedule
-
-    rule = rule_of(workload)
+    again = rule_of(workload).backward_factors()
     w = work_times([cluster.devices[d].gpu for d in devices], model, options)
     fwd_tok = w.pre_fwd + w.post_fwd
-    rerun = 1.0 if rule.rerun_linear else 0.0
-    rep = 1.0 if rule.replay_layer else 0.0
-    tau = model.layers * (w.token_fwd_bwd + rerun * fwd_tok + rep * fwd_tok) + w.head
-    rho = (1.0 + w.attn_bwd_factor + rep) * w.pair
+    tau = model.layers * (w.token_fwd_bwd + again.rerun_linear * fwd_tok + again.replay_layer * fwd_tok) + w.head
+    rho = (1.0 + w.attn_bwd_factor + again.replay_layer) * w.pair
     S, B = workload.seq_len, workload.global_batch
     pairs = float(model.heads * model.causal_pairs(S))  # per layer and sequence
     work = min_compute_time(1.0 / tau, 1.0 / rho, float(B * S), float(B * model.layers) * pairs)
@@ -127,8 +123,8 @@ def subset_time_bound(
     per_pass = {
         "f": min_compute_time(1.0 / fwd_tok, 1.0 / w.pair, float(S), pairs),
         "b": min_compute_time(
-            1.0 / (w.pre_bwd + w.post_bwd + (rerun + rep) * fwd_tok),
-            1.0 / ((w.attn_bwd_factor + rep) * w.pair),
+            1.0 / (w.pre_bwd + w.post_bwd + again.forward_linear * fwd_tok),
+            1.0 / (again.attention(w.attn_bwd_factor) * w.pair),
             float(S),
             pairs,
         ),
@@ -146,12 +142,12 @@ def subset_time_bound(
     # rank, and the slowest rank's work + slowdown·c
     slow_lo, slow_hi = float(w.overlap_slowdown.min()), float(w.overlap_slowdown.max())
     passes = optimizer
-    for step in pass_schedule(SimpleNamespace(params=pc, layers=model.layers, batch=B, comm=comm)):
-        if step[0] == "pass":
-            _, _, kind, count, c = step
-            passes += count * max(c * (1.0 + slow_hi), per_pass[kind] + slow_lo * c)
+    for step in pass_schedule(StepShape(params=pc, layers=model.layers, batch=B, comm=comm)):
+        if isinstance(step, Pass):
+            c = step.collective_s
+            passes += step.count * max(c * (1.0 + slow_hi), per_pass[step.chain] + slow_lo * c)
         else:
-            passes += step[2] * step[3]
+            passes += step.count * step.seconds
     return max(work + optimizer, passes)
 
 

@@ -22,7 +22,7 @@ arrays and optimization-model expressions alike):
   to their owners, so a rank's backward round moves recv + send bytes in each direction:
   2α + recv/β + send/β.
 - Collectives among all R ranks of the plan run as rings over the slowest link they cross (min β,
-  max α over the plan's devices): all-reduce 2(R-1)/R·bytes/β + 2(R-1)·α; all-gather and
+  max α over the plan's devices; hexiseq.links): all-reduce 2(R-1)/R·bytes/β + 2(R-1)·α; all-gather and
   reduce-scatter (R-1)/R·bytes/β + (R-1)·α. Parameter traffic per call (P_layer = one layer's
   parameters; the root unit = embedding, final norm, LM head; bf16): "zero3" (FSDP, one unit per
   layer + the root) all-gathers a layer's weights (AG) and reduce-scatters its gradients (RS);
@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..links import ring_allgather_s, ring_allreduce_s
 from ..specs import ModelSpec, Workload
 from .arrays import PlanArrays
 from .kernels import BF16
@@ -53,16 +54,6 @@ def a2a_out_bytes(s_dst, eta_src, head_dim: int):
 def kv_bytes(kv_head_tokens, head_dim: int):
     """Bytes of K and V for `kv_head_tokens` = KV heads × tokens."""
     return kv_head_tokens * (2 * head_dim * BF16)
-
-
-def ring_allreduce_s(nbytes: float, n: int, bw: float, lat: float) -> float:
-    """Ring all-reduce of `nbytes` over n ranks: 2(n-1)/n·bytes/bw + 2(n-1)·lat seconds."""
-    return 0.0 if n <= 1 else 2.0 * (n - 1) / n * nbytes / bw + 2.0 * (n - 1) * lat
-
-
-def ring_allgather_s(nbytes: float, n: int, bw: float, lat: float) -> float:
-    """Ring all-gather (or reduce-scatter) of a `nbytes` result over n ranks: (n-1)/n·bytes/bw + (n-1)·lat."""
-    return 0.0 if n <= 1 else (n - 1) / n * nbytes / bw + (n - 1) * lat
 
 
 def collective_link(bw: np.ndarray, lat: np.ndarray) -> tuple[float, float]:

@@ -147,7 +147,7 @@ def coefficients(
     """The linear forms of every duration for the structure in `a` (groups, ring order, heads, devices)."""
     rule = rule_of(workload)
     w, R, k, d = a.work, a.R, a.k, model.head_dim
-    rerun = 1.0 if rule.rerun_linear else 0.0
+    rerun = rule.backward_factors().rerun_linear
     off = not options.ignore_comm
     # attention per round: pairs = 2·L_g² + L_g (round 0) or 2·L_g·L_h; waste and rows ∝ L_g (kernels.py)
     unit = np.ones(a.k)
@@ -254,7 +254,9 @@ def evaluate(
     pre_f, post_f, pre_b, post_b = c.pre_f * s, c.post_f * s, c.pre_b * s, c.post_b * s
     att_b = c.attn_bwd_factor * att
     window_f = pre_f + post_f + att_w.sum(axis=1)
-    window_b = pre_b + post_b + c.attn_bwd_factor * att_w.sum(axis=1) + (window_f if c.rule.replay_layer else 0.0)
+    window_b = (
+        pre_b + post_b + c.attn_bwd_factor * att_w.sum(axis=1) + c.rule.backward_factors().replay_layer * window_f
+    )
     head = c.head * s
     return Durations(
         c=c,

@@ -140,13 +140,20 @@ def logits_bytes_per_token(model: ModelSpec) -> float:
     return model.vocab * (BF16 + FP32)
 
 
+def kv_double_buffer(this_round, next_round):
+    """Bytes of the K/V receive buffers while round j runs (module doc): round j's and the prefetched
+    round j+1's K/V, and their dK/dV in backward, 2·(B_j + B_{j+1}). The one place the rule is
+    written; works on numbers, numpy arrays and optimization-model expressions alike."""
+    return 2.0 * (this_round + next_round)
+
+
 def kv_buffer_bytes(recv_bytes: np.ndarray) -> np.ndarray:
     """[R] 2·max_j (B_j + B_{j+1}) from the per-round received bytes [R, k] (column 0 = own group)."""
     B = recv_bytes[:, 1:]
     if B.shape[1] == 0:
         return np.zeros(recv_bytes.shape[0])
     nxt = np.concatenate([B[:, 1:], np.zeros((B.shape[0], 1))], axis=1)
-    return 2.0 * (B + nxt).max(axis=1)
+    return kv_double_buffer(B, nxt).max(axis=1)
 
 
 def memory_bytes(

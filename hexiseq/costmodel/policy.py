@@ -22,6 +22,25 @@ from ..specs import RECOMPUTE_POLICIES, Workload
 
 
 @dataclass(frozen=True)
+class BackwardFactors:
+    """What a recompute rule adds to a layer's backward pass, in multiples of forward work (each 0 or
+    1): every time model (durations.py, bound.py, the planner's forms and bounds) reads these."""
+
+    rerun_linear: float  # the linear parts' forward, again inside their backward (selective)
+    replay_layer: float  # the whole layer forward, attention and collectives included, before the backward (full)
+
+    @property
+    def forward_linear(self) -> float:
+        """The forward linear work a backward pass repeats, either way."""
+        return self.rerun_linear + self.replay_layer
+
+    def attention(self, attn_bwd_factor: float) -> float:
+        """A backward pass's attention in multiples of the forward attention: the kernels' backward
+        factor, plus the forward again under full recompute."""
+        return attn_bwd_factor + self.replay_layer
+
+
+@dataclass(frozen=True)
 class RecomputeRule:
     """What a recompute policy costs and keeps."""
 
@@ -35,6 +54,10 @@ class RecomputeRule:
     def extra_forward(self) -> bool:
         """Some forward work runs twice."""
         return self.rerun_linear or self.replay_layer
+
+    def backward_factors(self) -> BackwardFactors:
+        """What the rule adds to a backward pass's time (the one place the booleans become factors)."""
+        return BackwardFactors(1.0 if self.rerun_linear else 0.0, 1.0 if self.replay_layer else 0.0)
 
 
 RULES: dict[str, RecomputeRule] = {

@@ -54,6 +54,21 @@ from ..plan import Plan
 from ..specs import ClusterSpec, ModelSpec, Workload
 from .durations import Durations, durations
 from .kernels import CostOptions
+from .paths import (
+    AllToAllPiece,
+    AttentionRound,
+    BackwardTransfer,
+    Barrier,
+    Constant,
+    ExposedCollective,
+    ForwardTransfer,
+    IterationShape,
+    OverlapSlowdown,
+    OwnWork,
+    Pass,
+    PathItem,
+    Step,
+)
 
 PHASES = (
     "linear",
@@ -68,13 +83,6 @@ PHASES = (
     "wait",
 )
 
-# A critical path is a list of items, each one duration of durations.py (the planner's model turns
-# them into linear constraints): ("pre_f" | "post_f" | "pre_b" | "post_b" | "head", r),
-# ("a2a_in" | "a2a_out", r, piece), ("att_f" | "att_b", r, j), ("slow" | "slow_b", r, j) (slowdown ×
-# link of round j, charged to round j-1's attention; twice in backward), ("xc_f", r, j, piece), ("xc_b", r, j),
-# ("exposed", window, r, comm) (comm - window_r of a prefetching pass), ("const", seconds).
-Item = tuple
-
 
 @dataclass
 class SimResult:
@@ -83,7 +91,7 @@ class SimResult:
     passes: dict[str, tuple[float, float]] = field(
         default_factory=dict
     )  # pass kind -> (count per iteration, seconds each)
-    paths: dict[str, list[Item]] = field(default_factory=dict)  # with trace=True: each pass kind's critical path
+    paths: dict[str, list[PathItem]] = field(default_factory=dict)  # with trace=True: each pass kind's critical path
 
     @property
     def busy_s(self) -> np.ndarray:
@@ -245,8 +253,9 @@ class _Chain:
         t = t + d.lin_pre_b
         ph["alltoall"] += d.a2a_in.max(axis=1) + d.a2a_out.max(axis=1)
         lin = d.lin_pre_b + d.lin_post_b
-        rerun = (d.lin_pre_f + d.lin_post_f) if d.rule.rerun_linear else 0.0
-        matmul = d.matmul_b - (d.matmul_f if d.rule.rerun_linear else 0.0)
+        again = d.rule.backward_factors().rerun_linear  # the linear forward rerun inside the backward
+        rerun = again * (d.lin_pre_f + d.lin_post_f)
+        matmul = d.matmul_b - again * d.matmul_f
         ph["recompute"] += rerun
         ph["linear"] += matmul
         ph["memory_bound"] += lin - rerun - matmul
@@ -256,20 +265,19 @@ class _Chain:
         return t
 
     # ------------------------------------------------------------------ tracing back
-    def _exchange_path(self, tag: str, r: int, backward: bool) -> tuple[list[Item], int]:
+    def _exchange_path(self, tag: str, r: int, backward: bool) -> tuple[list[PathItem], int]:
         """Items from the exchange's start (t2 of the returned rank) to rank r's exchange end."""
         a, k = self.a, self.a.k
-        items: list[Item] = []
+        items: list[PathItem] = []
         if not a.active[r]:
             return items, r
-        att_kind = "att_b" if backward else "att_f"
         log = self.log[tag]
         j, at = k - 1, "A"
         while True:
             if at == "A":
-                items.append((att_kind, r, j))
+                items.append(AttentionRound(r, j, backward))
                 if j + 1 < k:
-                    items.append(("slow_b" if backward else "slow", r, j + 1))
+                    items.append(OverlapSlowdown(r, j + 1, backward))
                 if j == 0:
                     return items, r
                 if not self.d.comm or not log["A_from_C"][j - 1][r]:
@@ -277,7 +285,7 @@ class _Chain:
                     continue
                 at = "C"
             if at == "C":  # C_j = M_j + c_j
-                items.append(("xc_b", r, j) if backward else ("xc_f", r, j, int(log["piece"][j - 1][r])))
+                items.append(BackwardTransfer(r, j) if backward else ForwardTransfer(r, j, int(log["piece"][j - 1][r])))
                 r = int(log["M_from"][j - 1][r])
                 at = "P"
             if at == "P":  # P_j: t2 for j = 1, else max(C_{j-1}, A_{j-2})
@@ -293,26 +301,26 @@ class _Chain:
         log = self.log[tag]
         return r if log is None else int(log[self.a.grp[r]])
 
-    def forward_path(self, r: int, tag: str = "f") -> list[Item]:
+    def forward_path(self, r: int, tag: str = "f") -> list[PathItem]:
         """Rank r's forward finish traced back to the pass's start (a rank's own all-to-all time is
         added after its group's last arrival: each sync jumps to the member that arrived last)."""
-        items: list[Item] = [("post_f", r), ("a2a_out", r, int(self.log[tag + ":a2a_out"][r]))]
+        items: list[PathItem] = [OwnWork("post_f", r), AllToAllPiece("out", r, int(self.log[tag + ":a2a_out"][r]))]
         r = self._last_arrival(tag + ":sync_out", r)
         x, r = self._exchange_path(tag + ":x", r, backward=False)
         items += x
-        items.append(("a2a_in", r, int(self.log[tag + ":a2a_in"][r])))
+        items.append(AllToAllPiece("in", r, int(self.log[tag + ":a2a_in"][r])))
         r = self._last_arrival(tag + ":sync_in", r)
-        items.append(("pre_f", r))
+        items.append(OwnWork("pre_f", r))
         return items
 
-    def backward_path(self, r: int) -> list[Item]:
-        items: list[Item] = [("pre_b", r), ("a2a_in", r, int(self.log["b:a2a_in"][r]))]
+    def backward_path(self, r: int) -> list[PathItem]:
+        items: list[PathItem] = [OwnWork("pre_b", r), AllToAllPiece("in", r, int(self.log["b:a2a_in"][r]))]
         r = self._last_arrival("b:sync_in", r)
         x, r = self._exchange_path("b:x", r, backward=True)
         items += x
-        items.append(("a2a_out", r, int(self.log["b:a2a_out"][r])))
+        items.append(AllToAllPiece("out", r, int(self.log["b:a2a_out"][r])))
         r = self._last_arrival("b:sync_out", r)
-        items.append(("post_b", r))
+        items.append(OwnWork("post_b", r))
         if self.d.rule.replay_layer:
             items += self.forward_path(r, tag="r")
         return items
@@ -339,31 +347,30 @@ def _pass(
     return D, ph, r, False
 
 
-def pass_schedule(d: Durations) -> list[tuple]:
-    """The passes of one iteration (module doc): ("pass", name, chain kind "f" | "b" | "h", count,
-    prefetched collective seconds) and ("barrier", name, count, seconds) for exposed collectives.
-    The planner's model reads the same list."""
+def pass_schedule(d: IterationShape) -> list[Step]:
+    """The passes of one iteration (module doc): layer passes with their prefetched collective and
+    the exposed collectives between them. The planner's model and the bounds read the same list."""
     p, n, B = d.params, d.layers - 1, d.batch
     if d.comm and p.sharding == "zero3":
         return [
-            ("barrier", "gather root + first layer", B, p.ag_root + p.ag_layer),
-            ("pass", "forward, prefetching", "f", B * n, p.ag_layer),
-            ("pass", "forward", "f", B, 0.0),
-            ("pass", "LM head, prefetching", "h", B, p.ag_layer),
-            ("pass", "backward, prefetching + reduce-scatter", "b", B * n, p.ag_layer + p.rs_layer),
-            ("pass", "backward", "b", B, 0.0),
-            ("barrier", "reduce-scatter last layer + root", B, p.rs_layer + p.rs_root),
+            Barrier("gather root + first layer", B, p.ag_root + p.ag_layer),
+            Pass("forward, prefetching", "f", B * n, p.ag_layer),
+            Pass("forward", "f", B, 0.0),
+            Pass("LM head, prefetching", "h", B, p.ag_layer),
+            Pass("backward, prefetching + reduce-scatter", "b", B * n, p.ag_layer + p.rs_layer),
+            Pass("backward", "b", B, 0.0),
+            Barrier("reduce-scatter last layer + root", B, p.rs_layer + p.rs_root),
         ]
     ddp = d.comm and p.sharding == "replicated" and p.ar_layer > 0
-    out = [
-        ("pass", "forward", "f", B * d.layers, 0.0),
-        ("pass", "LM head", "h", B, 0.0),
-        ("pass", "backward", "b", B * d.layers - (n if ddp else 0), 0.0),
+    out: list[Step] = [
+        Pass("forward", "f", B * d.layers, 0.0),
+        Pass("LM head", "h", B, 0.0),
+        Pass("backward", "b", B * d.layers - (n if ddp else 0), 0.0),
     ]
     if ddp:
         out += [
-            ("pass", "backward, all-reduce", "b", n, p.ar_layer),
-            ("barrier", "all-reduce last bucket + root", 1, p.ar_layer + p.ar_root),
+            Pass("backward, all-reduce", "b", n, p.ar_layer),
+            Barrier("all-reduce last bucket + root", 1, p.ar_layer + p.ar_root),
         ]
     return out
 
@@ -381,11 +388,11 @@ def simulate_durations(d: Durations, trace: bool = False) -> SimResult:
     slow = d.slowdown
     total = _zeros(R)
     passes: dict[str, tuple[float, float]] = {}
-    paths: dict[str, list[Item]] = {}
+    paths: dict[str, list[PathItem]] = {}
     chains = {
         "f": (end_f, own_f, chain.forward_path),
         "b": (end_b, own_b, chain.backward_path),
-        "h": (d.head, own_h, lambda r: [("head", r)]),
+        "h": (d.head, own_h, lambda r: [OwnWork("head", r)]),
     }
     windows = {"f": d.window_f, "b": d.window_b, "h": d.window_h}
 
@@ -400,10 +407,10 @@ def simulate_durations(d: Durations, trace: bool = False) -> SimResult:
         passes[name] = (c0 + count, D)
         if trace:
             if r is None:
-                paths[name] = [("const", comm)]
+                paths[name] = [Constant(comm)]
             else:
-                extra = [("exposed", kind, r, comm)] if comm > 0 and exposed else []
-                paths[name] = path_of(r) + extra + ([("const", float(slow[r] * comm))] if comm > 0 else [])
+                extra = [ExposedCollective(kind, r, comm)] if comm > 0 and exposed else []
+                paths[name] = path_of(r) + extra + ([Constant(float(slow[r] * comm))] if comm > 0 else [])
 
     def barrier(name: str, count: float, seconds: float) -> None:
         if count > 0 and seconds > 0:
@@ -411,53 +418,49 @@ def simulate_durations(d: Durations, trace: bool = False) -> SimResult:
             c0, _ = passes.get(name, (0.0, seconds))
             passes[name] = (c0 + count, seconds)
             if trace:
-                paths[name] = [("const", seconds)]
+                paths[name] = [Constant(seconds)]
 
     for step in pass_schedule(d):
-        if step[0] == "pass":
-            add(*step[1:])
+        if isinstance(step, Pass):
+            add(step.name, step.chain, step.count, step.collective_s)
         else:
-            barrier(*step[1:])
+            barrier(step.name, step.count, step.seconds)
     r = int(np.argmax(d.optimizer))
     opt = float(d.optimizer[r])
     total["optimizer"] += d.optimizer
     total["wait"] += opt - d.optimizer
     passes["optimizer"] = (1.0, opt)
     if trace:
-        paths["optimizer"] = [("const", opt)]
+        paths["optimizer"] = [Constant(opt)]
     t = float(sum(c * s for c, s in passes.values()))
     return SimResult(t, total, passes, paths)
 
 
-def path_length(d: Durations, items: list[Item]) -> float:
+def path_length(d: Durations, items: list[PathItem]) -> float:
     """Seconds of a traced critical path: the sum of its items' durations (equals its pass's D)."""
     windows = {"f": d.window_f, "b": d.window_b, "h": d.window_h}
-    plain = {"pre_f": d.lin_pre_f, "post_f": d.lin_post_f, "pre_b": d.lin_pre_b, "post_b": d.lin_post_b, "head": d.head}
+    own = {"pre_f": d.lin_pre_f, "post_f": d.lin_post_f, "pre_b": d.lin_pre_b, "post_b": d.lin_post_b, "head": d.head}
     total = 0.0
     for it in items:
-        kind = it[0]
-        if kind in plain:
-            total += plain[kind][it[1]]
-        elif kind == "a2a_in":
-            total += d.a2a_in[it[1], it[2]]
-        elif kind == "a2a_out":
-            total += d.a2a_out[it[1], it[2]]
-        elif kind == "att_f":
-            total += d.att_f[it[1], it[2]]
-        elif kind == "att_b":
-            total += d.att_b[it[1], it[2]]
-        elif kind in ("slow", "slow_b"):
-            total += (2.0 if kind == "slow_b" else 1.0) * d.slowdown[it[1]] * d.link[it[1], it[2]]
-        elif kind == "xc_f":
-            total += d.xc_f[it[1], it[2], it[3]]
-        elif kind == "xc_b":
-            total += d.xc_b[it[1], it[2]]
-        elif kind == "exposed":
-            total += it[3] - windows[it[1]][it[2]]
-        elif kind == "const":
-            total += it[1]
-        else:  # pragma: no cover - a new item kind must be added here and in the planner's model
-            raise ValueError(f"unknown path item {it!r}")
+        match it:
+            case OwnWork(part, r):
+                total += own[part][r]
+            case AllToAllPiece(direction, r, piece):
+                total += (d.a2a_in if direction == "in" else d.a2a_out)[r, piece]
+            case AttentionRound(r, j, backward):
+                total += (d.att_b if backward else d.att_f)[r, j]
+            case OverlapSlowdown(r, j, backward):
+                total += (2.0 if backward else 1.0) * d.slowdown[r] * d.link[r, j]
+            case ForwardTransfer(r, j, piece):
+                total += d.xc_f[r, j, piece]
+            case BackwardTransfer(r, j):
+                total += d.xc_b[r, j]
+            case ExposedCollective(chain, r, comm):
+                total += comm - windows[chain][r]
+            case Constant(seconds):
+                total += seconds
+            case _:  # pragma: no cover - a new item kind must be added here and in the planner's model
+                raise ValueError(f"unknown path item {it!r}")
     return float(total)
 
 

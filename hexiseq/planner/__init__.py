@@ -11,7 +11,8 @@ with proven bounds, the homogeneous baselines and infeasibility explanations.
 from .baselines import FAMILIES, BaselineResult, baselines, best_baseline, plan_lower_bound, proportional_plan
 from .candidates import Candidate, device_subsets, layouts
 from .explain import MemoryReport, explain_infeasible, may_fit, memory_report
-from .model import Layout, LayoutModel
+from .layout import Layout
+from .model import LayoutModel
 from .refine import refine
 from .result import PlanResult
 from .scheduler import SEARCH_SPACE, candidate_layouts, plan_cluster

@@ -20,23 +20,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from types import SimpleNamespace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from ..costmodel.arrays import plan_arrays
+from ..costmodel.arrays import PlanArrays, plan_arrays
 from ..costmodel.bound import subset_time_bound
-from ..costmodel.comm import ParamComm, param_collectives
+from ..costmodel.comm import ParamComm, kv_bytes, param_collectives
 from ..costmodel.durations import coefficients, evaluate
-from ..costmodel.kernels import CostOptions
+from ..costmodel.kernels import CostOptions, attention_rows, attention_waste
 from ..costmodel.memory import memory_bytes
+from ..costmodel.paths import Pass, StepShape
+from ..costmodel.policy import rule_of
 from ..costmodel.simulate import pass_schedule, simulate_durations
 from ..errors import PlanError
 from ..plan import Group, Plan, symmetric_plan
+from ..rounding import largest_remainder
+from ..schedule import chunks_needed
 from ..specs import RECOMPUTE_POLICIES, ClusterSpec, ModelSpec, Workload
-from .candidates import device_subsets
+from .candidates import device_subsets, domains
 
 
 @dataclass
@@ -128,34 +131,18 @@ FAMILIES: dict[str, Callable[[Sequence[int], int, ModelSpec, int], list[tuple[st
 }
 
 
-def largest_remainder(total: int, weights: Sequence[float], unit: int = 1, minimum: int = 0) -> list[int]:
-    """Split `total` (a multiple of `unit`) into parts ∝ weights, each a multiple of `unit`, at least
-    `minimum` units each when possible; exact sum (ties to the first)."""
-    units = total // unit
-    k = len(weights)
-    base = [minimum] * k if units >= minimum * k else [0] * k
-    rest = units - sum(base)
-    wsum = sum(weights) or 1.0
-    raw = [rest * w / wsum for w in weights]
-    parts = [int(math.floor(x)) for x in raw]
-    for i in sorted(range(k), key=lambda i: (-(raw[i] - parts[i]), i))[: rest - sum(parts)]:
-        parts[i] += 1
-    return [(b + p) * unit for b, p in zip(base, parts)]
-
-
 def proportional_plan(
     cluster: ClusterSpec, model: ModelSpec, workload: Workload, devices: Iterable[int] | None = None
 ) -> Plan:
     """Capacity-proportional heuristic: one group per (node, GPU type), chunk lengths ∝ the group's
     FLOP/s, shards and heads ∝ each device's FLOP/s (heads in whole KV-head units)."""
-    from .candidates import domains
-
     groups_devs = domains(cluster, devices if devices is not None else range(cluster.size))
     S, B, H = workload.seq_len, workload.block_size, model.heads
     if S % (2 * B) or S // (2 * B) < len(groups_devs):
         raise PlanError(f"seq_len {S} cannot give {len(groups_devs)} groups whole chunks of {B} tokens")
     speeds = [[cluster.devices[d].gpu.matmul_flops for d in g] for g in groups_devs]
-    chunk_blocks = largest_remainder(S // (2 * B), [sum(s) for s in speeds], 1, minimum=1)
+    # at least one unit each where there are enough (else none): proportional, not a hard rule
+    chunk_blocks = largest_remainder([sum(s) for s in speeds], S // (2 * B), minimum=1, strict_minimum=False)
     groups = []
     for g, sp, cb in zip(groups_devs, speeds, chunk_blocks):
         L = cb * B
@@ -163,8 +150,8 @@ def proportional_plan(
             Group(
                 tuple(g),
                 L,
-                tuple(largest_remainder(2 * L, sp, 1, minimum=1)),
-                tuple(largest_remainder(H, sp, model.group_size)),
+                tuple(largest_remainder(sp, 2 * L, minimum=1, strict_minimum=False)),
+                tuple(largest_remainder(sp, H, unit=model.group_size)),
             )
         )
     return Plan(S, H, model.kv_heads, tuple(groups), B, "proportional", cluster.name, model.name)
@@ -180,17 +167,24 @@ def plan_lower_bound(
     exposed collectives, the optimizer and every rank's own work (durations.py's forms summed over the
     passes), where a pass's exchange takes at least max(its attention, its transfers, one after the
     other: from each other group its least latency and the bytes it needs of it over all of that
-    group's links at once) — waits, the all-to-alls and the overlap slowdown only add; every pass takes at least its slowest
-    rank's own work and its prefetched collective (simulate.pass_schedule)."""
+    group's links at once) — waits, the all-to-alls and the overlap slowdown only add; every pass
+    takes at least its slowest rank's own work and its prefetched collective (simulate.pass_schedule)."""
     a = plan_arrays(plan, cluster, model, workload, options)
     return _lower_bound(a, _floors(a, model, workload, options), model, workload, options)
 
 
-def _floors(a, model: ModelSpec, workload: Workload, options: CostOptions) -> SimpleNamespace:
-    """The parts of plan_lower_bound that do not depend on the recompute policy."""
-    from ..costmodel.comm import kv_bytes
-    from ..costmodel.kernels import attention_rows, attention_waste
+@dataclass(frozen=True)
+class _Floors:
+    """The parts of plan_lower_bound that do not depend on the recompute policy, per rank [R]."""
 
+    att: np.ndarray  # forward attention of all rounds
+    xf: np.ndarray  # the least time of the forward transfers, one after the other
+    xb: np.ndarray  # ... of the backward transfers
+    pc: ParamComm
+
+
+def _floors(a: PlanArrays, model: ModelSpec, workload: Workload, options: CostOptions) -> _Floors:
+    """The parts of plan_lower_bound that do not depend on the recompute policy."""
     w = a.work
     L = a.L[a.grp]
     rows = sum(attention_rows(L, a.k))
@@ -204,7 +198,7 @@ def _floors(a, model: ModelSpec, workload: Workload, options: CostOptions) -> Si
         lat_h = np.minimum.reduceat(a.lat, a.gstart, axis=0)  # [k, R]
         bw_h = np.add.reduceat(a.bw, a.gstart, axis=0)  # [k, R]
         h = np.arange(a.k)[:, None]
-        mult = np.where(h < a.grp[None, :], 1.0, 2.0)  # zigzag need: L_h before g, 2·L_h after
+        mult = chunks_needed(h, a.grp[None, :])  # chunks of h that g needs (h = g: masked below)
         other = h != a.grp[None, :]
         secs = np.where(
             other, kv_bytes(a.kvc[None, :] * mult * a.L[:, None], model.head_dim) / np.where(other, bw_h, 1.0), 0.0
@@ -217,35 +211,30 @@ def _floors(a, model: ModelSpec, workload: Workload, options: CostOptions) -> Si
         if not options.ignore_comm
         else ParamComm(workload.param_sharding)
     )
-    return SimpleNamespace(att=att, xf=xf, xb=xb, pc=pc)
+    return _Floors(att=att, xf=xf, xb=xb, pc=pc)
 
 
-def _lower_bound(a, fl: SimpleNamespace, model: ModelSpec, workload: Workload, options: CostOptions) -> float:
-    from ..costmodel.policy import rule_of
-
-    rule = rule_of(workload)
+def _lower_bound(a: PlanArrays, fl: _Floors, model: ModelSpec, workload: Workload, options: CostOptions) -> float:
+    again = rule_of(workload).backward_factors()
     w = a.work
-    rerun = 1.0 if rule.rerun_linear else 0.0
-    rep = 1.0 if rule.replay_layer else 0.0
     active = a.eta > 0
     ex_f = np.where(active, np.maximum(fl.att, fl.xf), 0.0)
     ex_b = np.where(active, np.maximum(w.attn_bwd_factor * fl.att, fl.xb), 0.0)
     fwd = a.s * (w.pre_fwd + w.post_fwd) + ex_f
-    bwd = a.s * (w.pre_bwd + w.post_bwd + rerun * (w.pre_fwd + w.post_fwd)) + ex_b + rep * fwd
+    rerun = again.rerun_linear * (w.pre_fwd + w.post_fwd)
+    bwd = a.s * (w.pre_bwd + w.post_bwd + rerun) + ex_b + again.replay_layer * fwd
     own = {"f": fwd, "b": bwd, "h": a.s * w.head}
     local_params = model.param_count / (a.R if workload.param_sharding == "zero3" else 1)
-    shape = SimpleNamespace(
-        params=fl.pc, layers=model.layers, batch=workload.global_batch, comm=not options.ignore_comm
-    )
+    shape = StepShape(params=fl.pc, layers=model.layers, batch=workload.global_batch, comm=not options.ignore_comm)
     total = float(local_params * w.optimizer.max())
     for step in pass_schedule(shape):
-        if step[0] == "pass":  # every rank: max(its own work, the collective) + the slowdown the collective causes
-            _, _, kind, count, comm = step
-            total += count * float(
-                (np.maximum(own[kind], comm) + (w.overlap_slowdown * comm if comm > 0 else 0.0)).max()
+        if isinstance(step, Pass):  # every rank: max(its own work, the collective) + the slowdown the collective causes
+            comm = step.collective_s
+            total += step.count * float(
+                (np.maximum(own[step.chain], comm) + (w.overlap_slowdown * comm if comm > 0 else 0.0)).max()
             )
         else:
-            total += step[2] * step[3]
+            total += step.count * step.seconds
     return total
 
 
@@ -293,16 +282,8 @@ def evaluate_family(
             continue
         plan = candidates[i][1]
         wl = workload.with_recompute(policy)
-        p = Plan(
-            plan.seq_len,
-            plan.num_heads,
-            plan.num_kv_heads,
-            plan.groups,
-            plan.block_size,
-            name,
-            cluster.name,
-            model.name,
-            {"config": label, "recompute": policy},
+        p = replace(
+            plan, name=name, cluster=cluster.name, model=model.name, meta={"config": label, "recompute": policy}
         )
         if i not in arrays:
             if len(arrays) >= 4:

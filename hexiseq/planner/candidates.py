@@ -26,8 +26,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import reduce
 
+from ..rounding import even_split
 from ..specs import ClusterSpec, ModelSpec
-from .model import Layout
+from .layout import Layout
 
 MAX_SPANNING = 16  # spanning groups only on small subsets: their all-to-all crosses nodes
 EXHAUSTIVE_DEVICES = 4  # clusters up to this size: every layout of every subset (`exhaustive_layouts`) ...
@@ -124,8 +125,7 @@ def even_heads(model: ModelSpec, size: int) -> tuple[int, ...] | None:
     units, unit = head_units(model), model.group_size
     if size > units:
         return None
-    q, r = divmod(units, size)
-    return tuple((q + (i < r)) * unit for i in range(size))
+    return tuple(x * unit for x in even_split(units, size))
 
 
 def _split_sizes(domain: int, units: int) -> list[int]:

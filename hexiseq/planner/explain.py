@@ -6,7 +6,8 @@ heads even inside node groups, fractional tokens). λ > 1 proves that nothing fi
 model with that layout family; λ is then re-solved with full recompute, with ZeRO-3, with more
 devices and for shorter sequences to say what would fit. The workload needs a concrete recompute
 policy (the planner explains "auto" with "full", the one that needs the least memory).
-`may_fit` is a much cheaper, solver-free necessary condition the planner uses to skip a policy. No solver output reaches the user.
+`may_fit` is a much cheaper, solver-free necessary condition the planner uses to skip a policy. No
+solver output reaches the user.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from ..costmodel.kernels import CostOptions
+from ..costmodel.memory import memory_terms, state_bytes
 from ..specs import GIB, ClusterSpec, ModelSpec, RecomputePolicy, Workload
-from .candidates import head_units
+from .candidates import domains, even_heads, head_units
+from .layout import Layout
 
 
 @dataclass
@@ -32,9 +35,6 @@ class MemoryReport:
 
 def _layout(cluster: ClusterSpec, model: ModelSpec):
     """Node domains cut into sub-groups whose size divides the head units (even heads), node order."""
-    from .candidates import domains, even_heads
-    from .model import Layout
-
     units = head_units(model)
     groups = []
     for dom in domains(cluster, range(cluster.size)):
@@ -104,8 +104,6 @@ def may_fit(
     side (Σ_{r∈g} η_r = H, Σ κ_r ≥ H_kv in every group, per w = η·L and u = κ·L, and the group's 2·L
     tokens, so per token of the sequence: (H·c_w + H_kv·c_u)/2); K/V buffers and chunked logits only
     add. A plan fits only if that is at most the capacity of its devices."""
-    from ..costmodel.memory import memory_terms, state_bytes
-
     terms = memory_terms(model, workload, 1, options=options)
     per_tok = (
         sum(t.c_s for t in terms.values())
@@ -135,7 +133,8 @@ def explain_infeasible(cluster: ClusterSpec, model: ModelSpec, workload: Workloa
     S, B = workload.seq_len, workload.block_size
     if S % (2 * B):
         return (
-            f"the sequence length {S} is not a multiple of 2 x block size ({2 * B}): zigzag chunks must be whole blocks. "
+            f"the sequence length {S} is not a multiple of 2 x block size ({2 * B}): "
+            "zigzag chunks must be whole blocks. "
             f"Use --seq-len {S - S % (2 * B) or 2 * B} or --block-size {math.gcd(S // 2, B) if S % 2 == 0 else 1}."
         )
     rep = memory_report(cluster, model, workload)
@@ -143,13 +142,15 @@ def explain_infeasible(cluster: ClusterSpec, model: ModelSpec, workload: Workloa
     if rep.load <= 1.0:
         lines.append(
             f"no plan fits on {cluster.name}, although spreading tokens perfectly evenly by memory would just fit "
-            f"({rep.load:.0%} of the fullest device): whole blocks of {B} tokens and whole KV heads per device leave too little room."
+            f"({rep.load:.0%} of the fullest device): whole blocks of {B} tokens and whole KV heads per device "
+            "leave too little room."
         )
     else:
         lines.append(
             f"{model.name} at {S:,} tokens does not fit on {cluster.name}: it needs at least {rep.needed_gib:,.0f} GiB "
             f"(model states, activations, attention and K/V buffers, spread as evenly as memory allows), "
-            f"the {cluster.size} GPUs have {rep.capacity_gib:,.0f} GiB; the fullest device would need {rep.load:.0%} of its memory."
+            f"the {cluster.size} GPUs have {rep.capacity_gib:,.0f} GiB; "
+            f"the fullest device would need {rep.load:.0%} of its memory."
         )
     if rep.binding:
         types: dict[str, int] = {}
@@ -164,8 +165,8 @@ def explain_infeasible(cluster: ClusterSpec, model: ModelSpec, workload: Workloa
     if workload.recompute != RecomputePolicy.FULL:
         r2 = memory_report(cluster, model, workload.with_recompute(RecomputePolicy.FULL))
         fixes.append(
-            f"recompute more (--recompute full, or auto to let the planner choose): the fullest device would need {r2.load:.0%}"
-            + (" -> fits" if r2.load <= 1 else " (not enough alone)")
+            "recompute more (--recompute full, or auto to let the planner choose): "
+            f"the fullest device would need {r2.load:.0%}" + (" -> fits" if r2.load <= 1 else " (not enough alone)")
         )
     if workload.param_sharding == "replicated":
         r3 = memory_report(cluster, model, replace(workload, param_sharding="zero3"))
@@ -179,7 +180,8 @@ def explain_infeasible(cluster: ClusterSpec, model: ModelSpec, workload: Workloa
         r4 = memory_report(_scaled(cluster, factor), model, workload)
         if r4.load <= 1:
             fixes.append(
-                f"more devices: {factor} x the cluster ({cluster.size * (factor - 1)} more GPUs like these) would fit ({r4.load:.0%})"
+                f"more devices: {factor} x the cluster ({cluster.size * (factor - 1)} more GPUs like these) "
+                f"would fit ({r4.load:.0%})"
             )
             break
     else:

@@ -9,7 +9,7 @@ costs of the generic interface dominate and are removed here (measured on sim-12
   when no log is asked for;
 - every solve re-scans the whole model for changes of every kind; the layout model only ever adds
   constraints, changes variable bounds and changes mutable parameters, and hands each change over
-  itself (planner/model.py: LayoutModel._lp), so nothing is looked for.
+  itself (planner/model.py: LayoutModel.solve_lp), so nothing is looked for.
 """
 
 from __future__ import annotations

@@ -24,17 +24,25 @@ plan (n and s fixed) the model's value is the replayed step time exactly.
 
 Products: L_g·L_h (h != g) is bilinear, L_g² convex. A path constraint needs an under-estimate of
 each product it adds and an over-estimate of each it subtracts (the compute windows a prefetched
-collective hides behind count against the time): McCormick's planes over the box lo ≤ n ≤ hi (the
-one tight at the current point), the tangent of L_g² at the current point, its secant over the box.
-The box comes from the best step time known (`box_from_bound`): no plan with a larger time can
-have a chunk outside it, so the bound holds for every plan (min(bound, best time)). Collapsing the
-box onto a plan makes every estimate exact.
+collective hides behind count against the time), linear over the box lo ≤ n ≤ hi. The box comes
+from the best step time known: no plan with a larger time can have a chunk outside it, so the bound
+holds for every plan (min(bound, best time)). Collapsing the box onto a plan makes every estimate
+exact.
 
 Memory: memory.py's terms are linear in (s, w = η·L, u = κ·L); the K/V receive buffers of every
 round are added when a solution violates them.
 
 Scaling: times in milliseconds, chunk lengths in blocks, memory in GiB (HiGHS drops matrix entries
 below 1e-9).
+
+The rooms of the model, by job:
+    layout.py         the structure a model is built for (Layout) and its classes of identical ranks
+    model.py          this module: the variables and rows, the cuts, the cutting-plane loop
+    forms.py          a critical path's items (costmodel/paths.py) as linear forms of the variables
+    products.py       McCormick / tangent / secant estimates of the products of chunk lengths
+    box.py            the box from the best time known, and its optimality-based tightening
+    memory_rows.py    memory within capacity, the K/V-buffer rows added lazily
+    integer_plans.py  a solution rounded to whole blocks and tokens: plans, and the replay's verdict
 """
 
 from __future__ import annotations
@@ -48,51 +56,20 @@ import numpy as np
 from ..costmodel.arrays import plan_arrays
 from ..costmodel.durations import Coefficients, coefficients, evaluate
 from ..costmodel.kernels import CostOptions
-from ..costmodel.memory import memory_terms
+from ..costmodel.paths import Barrier, Pass, PathItem
 from ..costmodel.simulate import pass_schedule, simulate_durations
 from ..errors import HexiSeqError
-from ..plan import Group, Plan
-from ..specs import GIB, ClusterSpec, ModelSpec, Workload
+from ..plan import Plan
+from ..specs import ClusterSpec, ModelSpec, Workload
+from .box import box_from_bound, tighten_box
+from .forms import PathForms
+from .integer_plans import judge, plan_of
+from .layout import Layout, rank_classes, unit_plan
+from .memory_rows import MemoryRows
 
 MS = 1e3  # the model's time unit is the millisecond
 MAX_CUT_ROUNDS = 80  # cutting-plane rounds per solve (a work limit: the bound stays valid when it binds)
 CUT_TOL = 1e-7  # relative: stop when the replay at the LP's solution is this close to the LP value
-
-
-@dataclass(frozen=True)
-class Layout:
-    """The structure a model is built for: groups (device indices, ring order) and heads per device."""
-
-    groups: tuple[tuple[int, ...], ...]
-    heads: tuple[tuple[int, ...], ...]
-
-    @property
-    def k(self) -> int:
-        return len(self.groups)
-
-    @property
-    def devices(self) -> tuple[int, ...]:
-        return tuple(d for g in self.groups for d in g)
-
-
-def unit_plan(layout: Layout, model: ModelSpec) -> Plan:
-    """A valid plan of this layout with unit-free sizes (chunk_len = group size, 2 tokens per rank,
-    block 1): the exchange schedule and the coefficients do not depend on the sizes."""
-    groups = tuple(Group(devs, len(devs), (2,) * len(devs), heads) for devs, heads in zip(layout.groups, layout.heads))
-    return Plan(sum(2 * len(d) for d in layout.groups), model.heads, model.kv_heads, groups, 1, "unit")
-
-
-def rank_classes(cluster: ClusterSpec, layout: Layout, aggregate: bool = True) -> np.ndarray:
-    """[R] class of every rank: identical members of a group (type, node, NIC, link, heads) share one
-    (every rank its own without `aggregate`)."""
-    keys: dict[tuple, int] = {}
-    out = []
-    for g, (devs, heads) in enumerate(zip(layout.groups, layout.heads)):
-        for d, h in zip(devs, heads):
-            dev = cluster.devices[d]
-            key = (g, dev.gpu.name, dev.node, dev.nic_gbps, dev.link_bandwidth_gbps, h) if aggregate else (d,)
-            out.append(keys.setdefault(key, len(keys)))
-    return np.array(out, dtype=np.int64)
 
 
 @dataclass
@@ -174,13 +151,13 @@ class LayoutModel:
         self.svar_rep = np.array([int(np.argmax(self.svar == v)) for v in range(self.SV)])  # a class per shard variable
         self.orbit_groups = [np.nonzero(self.orbits == o)[0] for o in range(self.NV)]
         self.with_memory = memory
-        pr = self.coef.peer_r
-        self._peers = [np.nonzero(pr == r)[0] for r in range(a.R)]
+        self.forms = PathForms(self.coef, self.cls, workload.block_size, workload.seq_len)
         self.box_lo = np.ones(k)
         self.box_hi = np.full(k, float(self.nb - (k - 1)))
-        self._schedule = pass_schedule(evaluate(self.coef, np.zeros(a.R), np.ones(k)))
+        self._schedule = pass_schedule(self.coef)
         self._cut_forms: list[tuple] = []
         self._mem_rows: set[tuple[int, int]] = set()
+        self._memory: MemoryRows | None = None
         self._build()
         self._solver = None
         # changes since the last solve, handed to the persistent solver at the next (planner/lp.py)
@@ -199,17 +176,19 @@ class LayoutModel:
             range(self.NV), bounds=(1.0, float(self.nb - (k - 1))), initialize=self.nb / k
         )  # blocks per group of the orbit
         m.s = pyo.Var(range(self.SV), bounds=(0.0, float(self.workload.seq_len)), initialize=0.0)  # tokens per member
-        passes = [st for st in self._schedule if st[0] == "pass"]
-        self.pass_names = [st[1] for st in passes]
+        passes = [st for st in self._schedule if isinstance(st, Pass)]
+        self.pass_names = [st.name for st in passes]
         m.D = pyo.Var(self.pass_names, bounds=(0.0, None))  # ms
-        const = sum(st[2] * st[3] for st in self._schedule if st[0] == "barrier") + float(self.coef.optimizer.max())
+        const = sum(st.count * st.seconds for st in self._schedule if isinstance(st, Barrier)) + float(
+            self.coef.optimizer.max()
+        )
         m.T = pyo.Var(bounds=(0.0, None))
         # the objective is T; bound tightening turns its weights to ±1 on one chunk variable instead
         # (parameters: the persistent solver keeps its model, planner/lp.py)
         m.w_T = pyo.Param(mutable=True, initialize=1.0)
         m.w_n = pyo.Param(range(self.NV), mutable=True, initialize=0.0)
         m.obj = pyo.Objective(expr=m.w_T * m.T + sum(m.w_n[o] * m.n[o] for o in range(self.NV)), sense=pyo.minimize)
-        m.total = pyo.Constraint(expr=m.T >= sum(st[3] * m.D[st[1]] for st in passes) + MS * const)
+        m.total = pyo.Constraint(expr=m.T >= sum(st.count * m.D[st.name] for st in passes) + MS * const)
         m.cover = pyo.Constraint(
             expr=sum(float(len(self.orbit_groups[o])) * m.n[o] for o in range(self.NV)) == float(self.nb)
         )
@@ -222,132 +201,20 @@ class LayoutModel:
         # (simulate._pass: chain_r + max(0, c - window_r) + slowdown_r·c ≥ c·(1 + slowdown_r))
         slow = float(np.max(self.coef.slowdown)) if len(self.coef.slowdown) else 0.0
         for st in passes:
-            if st[4] > 0:
-                m.D[st[1]].setlb(MS * st[4] * (1.0 + slow))
+            if st.collective_s > 0:
+                m.D[st.name].setlb(MS * st.collective_s * (1.0 + slow))
         m.cuts = pyo.ConstraintList()
         m.mem = pyo.ConstraintList()
         if self.with_memory:
-            self._memory_terms()
             for v in range(self.SV):
-                m.mem.add(self._memory_expr(int(self.svar_rep[v])) <= self._capacity(int(self.svar_rep[v])))
+                m.mem.add(self.memory_rows.row(int(self.svar_rep[v])))
 
-    # ------------------------------------------------------------------ linear forms of the durations
+    # ------------------------------------------------------------------ cuts
 
-    def _L(self, g: int):
-        return self.workload.block_size * self.m.n[int(self.nvar[g])]
-
-    # A linear form of (n, s) is kept as (const, coef_n [k], coef_s [C]) in seconds, tokens and
-    # blocks while a cut is assembled (numpy, fast), and becomes one Pyomo LinearExpression at the end.
-
-    def _prod(self, f: _Form, scale: float, g: int, h: int, over: bool, n0: np.ndarray) -> None:
-        """f += scale × an under- (or over-) estimate of L_g·L_h (tokens²) linear in n, tight at n0
-        where it can be: McCormick's plane of the box, the tangent (under) or secant (over) of L_g²."""
-        B2 = float(self.workload.block_size) ** 2
-        lo, hi = self.box_lo, self.box_hi
-        if g == h:
-            if over:
-                f.n[g] += scale * B2 * (lo[g] + hi[g])
-                f.const -= scale * B2 * lo[g] * hi[g]
-            else:
-                x = float(n0[g])
-                f.n[g] += scale * B2 * 2 * x
-                f.const -= scale * B2 * x * x
-            return
-        planes = [(hi[g], lo[h]), (lo[g], hi[h])] if over else [(lo[g], lo[h]), (hi[g], hi[h])]
-        vals = [a_ * n0[h] + b_ * n0[g] - a_ * b_ for a_, b_ in planes]
-        a_, b_ = planes[int(np.argmin(vals) if over else np.argmax(vals))]
-        f.n[h] += scale * B2 * a_
-        f.n[g] += scale * B2 * b_
-        f.const -= scale * B2 * a_ * b_
-
-    def _item(self, f: _Form, it: tuple) -> None:
-        """f += the linear form (seconds) of one path item of simulate.py (attention: `_attention_sum`)."""
-        c, kind, B = self.coef, it[0], float(self.workload.block_size)
-        if kind == "const":
-            f.const += it[1]
-            return
-        if kind == "exposed":
-            f.const += it[3]
-            self._window(f, -1.0, it[1], int(it[2]))
-            return
-        r = int(it[1])
-        cl = self.cls[r]
-        g = int(c.a.grp[r])
-        if kind in ("pre_f", "post_f", "pre_b", "post_b", "head"):
-            f.s[cl] += getattr(c, kind)[r]
-            return
-        if kind in ("a2a_in", "a2a_out"):
-            f.const += c.a2a_lat[r]
-            if (kind == "a2a_in") == (it[2] == 0):  # in: piece 0 is the own send; out: piece 1 is the own recv
-                f.s[cl] += c.in_send[r] if kind == "a2a_in" else c.out_recv[r]
-            else:
-                sel = self._peers[r]
-                coef = (c.in_recv if kind == "a2a_in" else c.out_send)[sel]
-                np.add.at(f.s, self.cls[c.peer_q[sel]], coef)
-            return
-        j = int(it[2])
-        h = int(c.pair_src[r, j])
-        rc, sc = c.x_recv[r, j] * B, c.x_send[r, j] * B  # per block of L_h, of L_g
-        if kind in ("slow", "slow_b"):
-            both = 2.0 if kind == "slow_b" else 1.0  # backward: K/V in and dK/dV back
-            f.n[h] += both * c.slowdown[r] * rc
-            f.n[g] += both * c.slowdown[r] * sc
-        elif kind == "xc_f":
-            f.const += c.x_lat[r, j]
-            if it[3] == 0:
-                f.n[h] += rc
-            else:
-                f.n[g] += sc
-        elif kind == "xc_b":
-            f.const += 2 * c.x_lat[r, j]
-            f.n[h] += rc
-            f.n[g] += sc
-        else:  # pragma: no cover - a new item kind needs its linear form here
-            raise HexiSeqError(f"the model has no linear form for path item {it!r}")
-
-    def _attention_sum(self, f: _Form, scale: float, r: int, rounds: set, n0: np.ndarray) -> None:
-        """f += scale × Σ_{j in rounds} of rank r's forward attention, as tight as linear forms allow:
-        the products of all rounds sum to L_g·S/2 exactly (the chunks cover the sequence), so a complete
-        set is exact, and a set missing few rounds is the total minus over-estimates of the rest."""
-        c, g, k, B = self.coef, int(self.coef.a.grp[r]), self.k, float(self.workload.block_size)
-        f.n[g] += scale * B * sum(c.att_lin[r, j] for j in rounds)
-        ap = scale * c.att_prod[r, 0]
-        missing = [j for j in range(k) if j not in rounds]
-        if len(missing) < len(rounds):
-            f.n[g] += ap * B * (self.workload.seq_len / 2.0)  # Σ_h L_g·L_h = L_g·S/2
-            for j in missing:
-                self._prod(f, -ap, g, int(c.pair_src[r, j]), True, n0)
-        else:
-            for j in rounds:
-                self._prod(f, ap, g, int(c.pair_src[r, j]), False, n0)
-
-    def _window(self, f: _Form, scale: float, kind: str, r: int) -> None:
-        """f += scale × a rank's compute window (exact: it sums every round's attention)."""
-        c, cl = self.coef, self.cls[r]
-        if kind == "h":
-            f.s[cl] += scale * (2.0 / 3.0) * c.head[r]
-            return
-        rep = 1.0 if c.rule.replay_layer else 0.0
-        fwd, att = (c.pre_f[r] + c.post_f[r]), 1.0
-        if kind == "b":
-            f.s[cl] += scale * ((c.pre_b[r] + c.post_b[r]) + rep * fwd)
-            att = c.attn_bwd_factor + rep
-        else:
-            f.s[cl] += scale * fwd
-        self._attention_sum(f, scale * att, r, set(range(self.k)), np.zeros(self.k))
-
-    def _add_cut(self, name: str, items: list, n0: np.ndarray, s0: np.ndarray) -> float:
+    def _add_cut(self, name: str, items: list[PathItem], n0: np.ndarray, s0: np.ndarray) -> float:
         """Add D_name >= the path's length, a linear form of (n, s) that under-estimates it (exact at a
         plan); returns how far the solution (n0, s0) violates it (ms; > 0: the cut makes progress)."""
-        f = _Form(self.k, self.C)
-        att: dict[tuple[str, int], set] = {}
-        for it in items:
-            if it[0] in ("att_f", "att_b"):
-                att.setdefault((it[0], int(it[1])), set()).add(int(it[2]))
-            else:
-                self._item(f, it)
-        for (kind, r), rounds in att.items():
-            self._attention_sum(f, self.coef.attn_bwd_factor if kind == "att_b" else 1.0, r, rounds, n0)
+        f = self.forms.path(items, n0, self.box_lo, self.box_hi)
         cn = np.bincount(self.nvar, f.n, minlength=self.NV)
         cs = np.bincount(self.svar, f.s, minlength=self.SV)
         self._add_form(name, MS * f.const, MS * cn, MS * cs)
@@ -397,104 +264,38 @@ class LayoutModel:
 
     # ------------------------------------------------------------------ memory
 
-    def _memory_terms(self) -> None:
-        terms = memory_terms(self.model, self.workload, self.coef.a.R, options=self.options)
-        self._mem_const = sum(t.const for t in terms.values())
-        self._mem_s, self._mem_w, self._mem_u = (
-            sum(getattr(t, f) for t in terms.values()) for f in ("c_s", "c_w", "c_u")
-        )
-
-    def _capacity(self, c: int) -> float:
-        r = self.rep[c]
-        return float(self.coef.a.capacity[r]) * (1.0 - self.options.reserved_fraction) / GIB
-
-    def _memory_expr(self, c: int, extra=0.0):
-        """GiB of class c, all but the K/V receive buffers (plus `extra` bytes)."""
-        m, r = self.m, self.rep[c]
-        a = self.coef.a
-        g = int(a.grp[r])
-        s, L = m.s[int(self.svar[c])], self._L(g)
-        per_n = float(self._mem_w * a.eta[r] + self._mem_u * a.kvc[r])
-        expr = float(self._mem_const) + float(self._mem_s) * s + per_n * L
-        return (expr + extra) / GIB
+    @property
+    def memory_rows(self) -> MemoryRows:
+        """The memory rows of this model's variables (planner/memory_rows.py), made on first use."""
+        if self._memory is None:
+            self._memory = MemoryRows(
+                self.model, self.workload, self.options, self.coef, self.rep, self.svar, self.nvar, self.m.n, self.m.s
+            )
+        return self._memory
 
     def _add_kv_row(self, c: int, j: int) -> None:
-        """Class c's memory with round j's double-buffered K/V receive pieces ≤ its capacity:
-        2·(B_j + B_{j+1}), B_j = bytes received in round j (memory.py)."""
-        cf, r, k, B = self.coef, self.rep[c], self.k, float(self.workload.block_size)
-        piece = 2.0 * float(cf.x_recv_bytes[r, j]) * B * self.m.n[int(self.nvar[int(cf.pair_src[r, j])])]
-        if j + 1 < k:
-            piece = (
-                piece
-                + 2.0 * float(cf.x_recv_bytes[r, j + 1]) * B * self.m.n[int(self.nvar[int(cf.pair_src[r, j + 1])])]
-            )
+        """Class c's memory with round j's double-buffered K/V receive pieces ≤ its capacity (lazy)."""
         self._mem_rows.add((c, j))
-        self._register(self.m.mem.add(self._memory_expr(c, piece) <= self._capacity(c)))
+        self._register(self.m.mem.add(self.memory_rows.kv_row(c, j)))
 
     def _register(self, con) -> None:
         """Keep a row added after the first solve for the persistent solver, which does not rescan
-        the model for new rows (planner/lp.py); `_lp` hands them over in one call."""
+        the model for new rows (planner/lp.py); `solve_lp` hands them over in one call."""
         if self._solver is not None:
             self._unsent.append(con)
 
     def memory_forms(self) -> list[dict]:
-        """Per class, its memory as numbers (bytes): const (states, the reserve), per token of its
-        shard ("s"), per block of its group's chunk ("n"), and the K/V-buffer pieces
-        (a, source group, b, next source group): 2·(B_j + B_{j+1}) = a·n_h1 + b·n_h2. Used by
-        planner.explain.memory_report."""
-        if not hasattr(self, "_mem_const"):
-            self._memory_terms()
-        cf, B, k = self.coef, float(self.workload.block_size), self.k
-        out = []
-        for c in range(self.C):
-            r = self.rep[c]
-            per_s = self._mem_s
-            kv = []
-            for j in range(1, k):
-                nxt = (2.0 * cf.x_recv_bytes[r, j + 1] * B, int(cf.pair_src[r, j + 1])) if j + 1 < k else (0.0, 0)
-                kv.append((2.0 * cf.x_recv_bytes[r, j] * B, int(cf.pair_src[r, j]), nxt[0], nxt[1]))
-            out.append(
-                {
-                    "group": int(cf.a.grp[r]),
-                    "const": self._mem_const + self.options.reserved_fraction * float(cf.a.capacity[r]),
-                    "s": per_s,
-                    "n": B * (self._mem_w * cf.a.eta[r] + self._mem_u * cf.a.kvc[r]),
-                    "kv": kv,
-                    "capacity": float(cf.a.capacity[r]),
-                }
-            )
-        return out
+        """Per class, its memory as numbers (MemoryRows.forms; planner.explain.memory_report)."""
+        return self.memory_rows.forms()
 
     def _memory_cuts(self, x_n: np.ndarray, x_s: np.ndarray) -> int:
-        """Add, per class, the row of its most violated K/V-buffer round not yet in the model (lazy:
-        the rows of the other rounds are added if a later solution violates them); returns how many
-        were added."""
-        if not self.with_memory or self.k <= 1:
+        """Add the K/V-buffer rows the point violates (MemoryRows.violated); returns how many."""
+        if not self.with_memory:
             return 0
-        cf, B = self.coef, self.workload.block_size
-        L = B * x_n
-        reps = self.rep
-        rb = cf.x_recv_bytes[reps] * L[cf.pair_src[reps]]  # [C, k] bytes received per round
-        piece = 2.0 * (rb + np.concatenate([rb[:, 1:], np.zeros((len(reps), 1))], axis=1))
-        piece[:, 0] = -np.inf  # round 0 receives nothing
-        a = cf.a
-        base = (
-            self._mem_const
-            + self._mem_s * np.asarray(x_s)
-            + (self._mem_w * a.eta[reps] + self._mem_u * a.kvc[reps]) * L[a.grp[reps]]
-        )
-        cap = np.array([self._capacity(c) for c in range(self.C)])
-        over = (base[:, None] + piece) / GIB > cap[:, None] * (1 + 1e-9)
-        added = 0
-        for c in np.nonzero(over.any(axis=1))[0]:
-            for j in np.argsort(-piece[c], kind="stable"):
-                if not over[c, j]:
-                    break
-                if (int(c), int(j)) not in self._mem_rows:
-                    self._add_kv_row(int(c), int(j))
-                    added += 1
-                    break
-        return added
+        rows = self.memory_rows.violated(x_n, x_s, self._mem_rows)
+        for c, j in rows:
+            self._add_kv_row(c, j)
+        return len(rows)
 
     # ------------------------------------------------------------------ parameters
 
@@ -554,8 +355,36 @@ class LayoutModel:
         d = evaluate(self.coef, s_cls[self.cls], self.workload.block_size * n)
         return simulate_durations(d, trace=trace)
 
-    def _lp(self):
-        from .lp import QuietHighs
+    def changed(self, var=None, key=None, params: bool = False) -> None:
+        """Note a change for the persistent solver's next solve: a variable whose bounds moved
+        (under `key`), or the mutable parameters (the objective's weights)."""
+        if var is not None:
+            self._moved[key] = var
+        if params:
+            self._params_changed = True
+
+    def limit_time(self, best_s: float | None) -> None:
+        """Bound the step time by `best_s` and take it out of the objective (`weigh_chunk` puts a
+        chunk variable in), for bound tightening; None restores T as the objective, unbounded."""
+        m = self.m
+        if best_s is None:
+            m.T.setub(None)
+            m.w_T = 1.0
+            for o in range(self.NV):
+                m.w_n[o] = 0.0
+        else:
+            m.T.setub(MS * best_s)
+            m.w_T = 0.0
+        self.changed(m.T, "T", params=True)
+
+    def weigh_chunk(self, o: int, weight: float) -> None:
+        """The objective's weight on chunk variable o (0 unless a bound tightening asks for ±1)."""
+        self.m.w_n[o] = weight
+        self.changed(params=True)
+
+    def solve_lp(self) -> tuple[str, float | None]:
+        """Solve the LP as it stands on the persistent solver: (status, optimum in ms or None)."""
+        from .lp import QuietHighs  # the solver interface is imported when a model is first solved
         from .lp import TerminationCondition as TC
 
         if self._solver is None:
@@ -593,7 +422,7 @@ class LayoutModel:
             self._add_cut(name, sim.paths[name], n0, s0)
         bound, replay_s, status, rounds = math.inf, math.inf, "work limit", 0
         for rounds in range(1, max_rounds + 1):
-            st, obj = self._lp()
+            st, obj = self.solve_lp()
             if obj is None:
                 return Solution(st, math.inf, rounds=rounds)
             bound = obj / MS
@@ -617,43 +446,8 @@ class LayoutModel:
         return Solution(status, bound, replay_s, list(n0), list(s0), rounds)
 
     def tighten_box(self, best_s: float) -> bool:
-        """Optimality-based bound tightening: the least and the largest chunk length of every variable
-        over the model's constraints with T ≤ best_s, rounded inwards to whole blocks. Every plan at least as fast as `best_s` satisfies all of
-        them (its cuts hold in the current box), so the new box keeps every such plan, and its
-        McCormick planes are tighter; an empty box proves that no plan of the layout reaches
-        `best_s` (the rounding makes this an argument about integer plans, stronger than the LP's).
-        True when the box shrank."""
-        m = self.m
-        if any(m.n[o].fixed for o in range(self.NV)):
-            return False
-        m.T.setub(MS * best_s)
-        m.w_T = 0.0
-        self._moved["T"], self._params_changed = m.T, True
-        lo, hi = self.box_lo.copy(), self.box_hi.copy()
-        try:
-            for o, gs in enumerate(self.orbit_groups):
-                for sign, target in ((1.0, lo), (-1.0, hi)):
-                    m.w_n[o] = sign
-                    self._params_changed = True
-                    st, val = self._lp()
-                    m.w_n[o] = 0.0
-                    if val is None:  # no plan at least this fast in the box
-                        self.box_lo, self.box_hi = np.ones(self.k), np.zeros(self.k)
-                        return True
-                    v = sign * float(val)
-                    target[gs] = np.ceil(v - 1e-6) if sign > 0 else np.floor(v + 1e-6)  # chunk lengths are whole blocks
-        finally:
-            m.T.setub(None)
-            m.w_T = 1.0
-            for o in range(self.NV):
-                m.w_n[o] = 0.0
-            self._moved["T"], self._params_changed = m.T, True
-        shrank = bool(np.any(lo > self.box_lo + 0.5) or np.any(hi < self.box_hi - 0.5))
-        if np.any(lo > hi):
-            self.box_lo, self.box_hi = lo, hi
-            return True
-        self.set_box(lo, hi)
-        return shrank
+        """Optimality-based bound tightening of the box (planner/box.py); True when it shrank."""
+        return tighten_box(self, best_s)
 
     def write(self, path: str) -> None:
         """Export the model with its current cuts (.lp or .mps, by the file name)."""
@@ -662,33 +456,11 @@ class LayoutModel:
     # ------------------------------------------------------------------ bounds and plans
 
     def box_from_bound(self, best_s: float) -> tuple[np.ndarray, np.ndarray]:
-        """Chunk lengths (blocks) no plan of this layout with a step time ≤ `best_s` can leave: each
-        rank's own work is at least α_r·L_g + β_r·s_r plus the exposed collectives and the optimizer
-        (durations.py's forms summed over the passes; waits, transfers and all-to-alls only add), and
-        the group's shards cover 2·L_g, so L_g ≤ U·Σ_r 1/β_r / (2 + Σ_r α_r/β_r) and ≤ U/α_r."""
-        cf, a, B = self.coef, self.coef.a, self.workload.block_size
-        sched = self._schedule
-        n_f = sum(st[3] for st in sched if st[0] == "pass" and st[2] == "f")
-        n_b = sum(st[3] for st in sched if st[0] == "pass" and st[2] == "b")
-        n_h = sum(st[3] for st in sched if st[0] == "pass" and st[2] == "h")
-        const = sum(st[2] * st[3] for st in sched if st[0] == "barrier") + float(cf.optimizer.max())
-        U = best_s - const
-        # forward attention of a rank per unit L_g: Σ_j att_prod·L_h (Σ_h L_h = S/2) + Σ_j att_lin
-        att = cf.att_prod[:, 0] * (self.workload.seq_len / 2.0) + cf.att_lin.sum(axis=1)
-        rep = 1.0 if cf.rule.replay_layer else 0.0
-        alpha = att * (n_f + n_b * (cf.attn_bwd_factor + rep))
-        beta = (cf.pre_f + cf.post_f) * (n_f + n_b * rep) + (cf.pre_b + cf.post_b) * n_b + cf.head * n_h
-        hi = np.zeros(self.k)
-        for g in range(self.k):
-            rr = np.nonzero(a.grp == g)[0]
-            cap = U * np.sum(1.0 / beta[rr]) / (2.0 + np.sum(alpha[rr] / beta[rr]))
-            pos = alpha[rr] > 0
-            if pos.any():
-                cap = min(cap, float(np.min(U / alpha[rr][pos])))
-            hi[g] = max(cap, 0.0) / B
-        hi = np.minimum(np.floor(hi + 1e-9), self.nb - (self.k - 1))
-        lo = np.maximum(1.0, self.nb - (hi.sum() - hi))
-        return lo, hi
+        """Chunk lengths (blocks) no plan of this layout with a step time ≤ `best_s` can leave
+        (planner/box.py)."""
+        return box_from_bound(
+            self.coef, self._schedule, self.workload.seq_len, self.workload.block_size, self.nb, best_s
+        )
 
     def best_plan(self, blocks: Sequence[int]) -> tuple[Plan | None, float]:
         """The fastest plan of this layout with these chunk blocks: a model of its own (the chunks fixed,
@@ -707,87 +479,12 @@ class LayoutModel:
             return None, math.inf
         return self.to_plan(blocks, sol.shards), sol.bound_s
 
-    def _whole_tokens(self, blocks: Sequence[int], shards: Sequence[float]) -> list[list[int]]:
-        """Per group, its ranks' shards rounded to whole tokens summing to 2·blocks·B (largest remainder)."""
-        B = self.workload.block_size
-        per_rank = np.maximum(np.asarray(shards, dtype=float)[self.cls], 0.0)
-        out, r0 = [], 0
-        for g, devs in enumerate(self.layout.groups):
-            n = len(devs)
-            out.append(round_to_sum(list(per_rank[r0 : r0 + n]), 2 * int(blocks[g]) * B))
-            r0 += n
-        return out
-
     def judge(self, blocks: Sequence[int], shards: Sequence[float]) -> tuple[float, bool] | None:
-        """(replayed step time, fits in memory) of to_plan(blocks, shards), from this layout's
-        coefficients (the plan's structure is the layout's: no schedule or coefficients to derive
-        again); None when the plan would leave a rank out (its structure differs: estimate it)."""
-        from dataclasses import replace
-
-        from ..costmodel.memory import memory_bytes
-
-        ints = self._whole_tokens(blocks, shards)
-        if any(t == 0 and h == 0 for tok, heads in zip(ints, self.layout.heads) for t, h in zip(tok, heads)):
-            return None
-        s = np.array([t for tok in ints for t in tok], dtype=float)
-        L = self.workload.block_size * np.asarray(blocks, dtype=float)
-        d = evaluate(self.coef, s, L)
-        t = simulate_durations(d).iteration_time_s
-        a = replace(self.coef.a, s=s, L=L)
-        mem = sum(memory_bytes(a, self.model, self.workload, d.recv_bytes, self.options).values())
-        return t, bool(np.all(mem <= a.capacity))
+        """(replayed step time, fits in memory) of to_plan(blocks, shards) from this layout's
+        coefficients; None when the plan would leave a rank out (planner/integer_plans.py)."""
+        return judge(self.coef, self.layout, self.cls, blocks, shards, self.model, self.workload, self.options)
 
     def to_plan(self, blocks: Sequence[int], shards: Sequence[float], name: str = "hexiseq") -> Plan:
-        """The plan of integer chunk blocks and per-class shards, rounded to whole tokens inside each
-        group (largest remainder); heads as the layout has them. A rank left with neither tokens nor
-        heads is left out of the run (it would only wait)."""
-        B, layout = self.workload.block_size, self.layout
-        groups = []
-        for g, (devs, heads, ints) in enumerate(zip(layout.groups, layout.heads, self._whole_tokens(blocks, shards))):
-            keep = [i for i in range(len(devs)) if ints[i] > 0 or heads[i] > 0]
-            groups.append(
-                Group(
-                    tuple(devs[i] for i in keep),
-                    int(blocks[g]) * B,
-                    tuple(ints[i] for i in keep),
-                    tuple(heads[i] for i in keep),
-                )
-            )
-        return Plan(
-            self.workload.seq_len,
-            self.model.heads,
-            self.model.kv_heads,
-            tuple(groups),
-            B,
-            name,
-            self.cluster.name,
-            self.model.name,
-        )
-
-
-class _Form:
-    """const + coef_n·n + coef_s·s (seconds; n in blocks, s in tokens) while a cut is assembled."""
-
-    __slots__ = ("const", "n", "s")
-
-    def __init__(self, k: int, C: int):
-        self.const = 0.0
-        self.n = np.zeros(k)
-        self.s = np.zeros(C)
-
-
-def round_to_sum(xs: Sequence[float], total: int) -> list[int]:
-    """Non-negative integers summing to `total` in proportion to `xs` (largest remainder, ties to the
-    first; an even split when all are 0)."""
-    s = float(sum(xs))
-    scaled = [x * total / s for x in xs] if s > 0 else [total / len(xs)] * len(xs)
-    out = [int(math.floor(x)) for x in scaled]
-    for i in sorted(range(len(xs)), key=lambda i: (-(scaled[i] - out[i]), i))[: total - sum(out)]:
-        out[i] += 1
-    return out
-
-
-def round_blocks(blocks: Sequence[float], total: int) -> list[int]:
-    """Integer chunk blocks ≥ 1 summing to `total`, nearest to `blocks` (largest remainder)."""
-    k = len(blocks)
-    return [1 + b for b in round_to_sum([max(0.0, x - 1.0) for x in blocks], total - k)]
+        """The plan of integer chunk blocks and per-class shards, whole tokens inside each group
+        (planner/integer_plans.py)."""
+        return plan_of(self.layout, self.cls, blocks, shards, self.cluster, self.model, self.workload, name)

@@ -11,28 +11,20 @@ work limit.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import numpy as np
 
 from ..costmodel import estimate, simulate
 from ..errors import PlanError
 from ..plan import Group, Plan
+from ..rounding import largest_remainder
 from ..specs import ClusterSpec, ModelSpec, Workload
-from .model import round_to_sum
 
 
 def _with_groups(plan: Plan, groups: list[Group]) -> Plan:
-    return Plan(
-        plan.seq_len,
-        plan.num_heads,
-        plan.num_kv_heads,
-        tuple(groups),
-        plan.block_size,
-        plan.name,
-        plan.cluster,
-        plan.model,
-        plan.meta,
-    )
+    """The plan with other groups (everything else, its metadata included, kept)."""
+    return replace(plan, groups=tuple(groups))
 
 
 def _moves(plan: Plan, busy: np.ndarray, unit: int) -> Iterator[Plan]:
@@ -49,8 +41,10 @@ def _moves(plan: Plan, busy: np.ndarray, unit: int) -> Iterator[Plan]:
         for gl in [int(x) for x in order[:2] if int(x) != gc]:
             new = list(groups)
             a, b = groups[gc], groups[gl]
-            new[gc] = Group(a.devices, a.chunk_len - B, tuple(round_to_sum(a.shards, 2 * (a.chunk_len - B))), a.heads)
-            new[gl] = Group(b.devices, b.chunk_len + B, tuple(round_to_sum(b.shards, 2 * (b.chunk_len + B))), b.heads)
+            shards_c = largest_remainder(a.shards, 2 * (a.chunk_len - B))
+            shards_l = largest_remainder(b.shards, 2 * (b.chunk_len + B))
+            new[gc] = Group(a.devices, a.chunk_len - B, tuple(shards_c), a.heads)
+            new[gl] = Group(b.devices, b.chunk_len + B, tuple(shards_l), b.heads)
             yield _with_groups(plan, new)
     ranks = list(plan.group_ranks(gc))
     if len(ranks) > 1:

@@ -18,6 +18,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from ..costmodel import compute_bound, estimate
 from ..costmodel.kernels import CostOptions
@@ -45,7 +46,8 @@ MAX_GROUPS = 256  # layouts with more groups are not searched (the exchange has 
 
 SEARCH_SPACE = (
     f"up to {EXHAUSTIVE_DEVICES} devices: every layout at all (every subset, partition, ring order and head split "
-    f"in whole KV heads, when there are at most {EXHAUSTIVE_MAX}); otherwise: every device subset of the candidate list (all devices, each union of GPU types, the fastest n whole-node "
+    f"in whole KV heads, when there are at most {EXHAUSTIVE_MAX}); otherwise: every device subset of the "
+    "candidate list (all devices, each union of GPU types, the fastest n whole-node "
     f"prefixes); node groups of every size dividing the KV heads, spanning groups on up to {MAX_SPANNING} devices "
     f"(every head split); node and interleaved ring orders (every order up to {MAX_ORDERED} groups); at most "
     f"{MAX_GROUPS} groups, and layouts beyond {SYMMETRIC_FROM - 1} groups only in a periodic order with periodic "
@@ -150,16 +152,12 @@ def plan_cluster(
             bar.close()
     source = res.best_source + (f" +refine ({moves} moves)" if moves else "")
     lb = min(res.lower_bound_s, sim_t)
-    plan = Plan(
-        plan.seq_len,
-        plan.num_heads,
-        plan.num_kv_heads,
-        plan.groups,
-        plan.block_size,
-        "hexiseq",
-        cluster.name,
-        model.name,
-        {**plan.meta, "source": source, "recompute": res.best_policy},
+    plan = replace(
+        plan,
+        name="hexiseq",
+        cluster=cluster.name,
+        model=model.name,
+        meta={**plan.meta, "source": source, "recompute": res.best_policy},
     )
     est = estimate(plan, cluster, model, wl, options)
     bound = compute_bound(cluster, model, wl, options)

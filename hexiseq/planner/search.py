@@ -26,16 +26,17 @@ from ..costmodel.bound import subset_time_bound
 from ..costmodel.kernels import CostOptions
 from ..errors import HexiSeqError
 from ..plan import Plan
+from ..rounding import round_near
 from ..specs import ClusterSpec, ModelSpec, Workload
 from .candidates import Candidate
-from .model import LayoutModel, round_blocks
+from .model import LayoutModel
 
 
 def roundings(blocks: list[float], total: int, count: int) -> list[list[int]]:
     """Integer chunk blocks summing to `total` near a fractional solution: the nearest (largest
     remainder), then the ones with one block less on each of the groups whose chunk grew most by
     rounding (a rank at its memory limit may not take the extra block), given to the others."""
-    base = round_blocks(blocks, total)
+    base = round_near(blocks, total, minimum=1)
     out = [base]
     shifted = [b - blocks[i] for i, b in enumerate(base)]  # how far rounding moved each group
     grew = sorted(range(len(blocks)), key=lambda g: (-shifted[g], g))

@@ -37,6 +37,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..errors import HexiSeqError
+from ..links import ring_allreduce_s
 
 QUANTUM_S = 5e-3  # the rank sleeps off what it owes once it exceeds this: each sleep costs a wake-up, so not too often
 MIN_SLEEP_S = (
@@ -198,8 +199,6 @@ class Pacer(TorchDispatchMode):
     def all_reduce_seconds(self, ranks: Sequence[int], elems: int) -> float:
         """Emulated time of a ring all-reduce of `elems` elements among `ranks` when any pair of them is
         an emulated link: the slowest link and largest latency of the pairs (costmodel.comm's ring)."""
-        from ..costmodel.comm import ring_allreduce_s
-
         links = [self.emulation.link(a, b) for a in ranks for b in ranks if a != b]
         links = [x for x in links if x is not None]
         if not links:
