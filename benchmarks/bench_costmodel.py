@@ -71,7 +71,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="16,32,64,128,256,512,1024")
     args = ap.parse_args()
     model = get_model(args.model)
-    w = Workload(seq_len=parse_tokens(args.seq_len), activation_checkpointing=True)
+    w = Workload(seq_len=parse_tokens(args.seq_len), activation_checkpointing="selective")
     H, Hkv = model.heads, model.kv_heads
     print(f"{model.name}, S={w.seq_len}, recompute {w.recompute}; ms per evaluation (best of {args.reps})")
     print(

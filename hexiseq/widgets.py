@@ -130,7 +130,7 @@ def plan_view(s: Settings) -> PlanView:
 
 
 def show_plan(
-    cluster_name: str, model_name: str, seq_len: int, recompute: bool | str = "auto", sharding: str = "zero3"
+    cluster_name: str, model_name: str, seq_len: int, recompute: str = "auto", sharding: str = "zero3"
 ) -> Any:
     """Plan one case, print its headline and details (or why nothing fits) and display its
     figures; returns the PlanResult, or None when nothing fits."""
@@ -147,7 +147,7 @@ def show_plan(
     return view.result
 
 
-def _policy(recompute: bool | str) -> str:
+def _policy(recompute: str) -> str:
     return recompute_policy(recompute)
 
 

@@ -1,6 +1,6 @@
 """Distributed attention (forward, dq, dk, dv) against dense single-process causal attention,
-fp32 (and bf16), relative error within tests/_numerics.py's tolerances, for many uneven plans on 2, 3 and 4 spawned gloo ranks; bad plans
-refused before any collective; a dead peer gives an error, not a hang."""
+fp32 (and bf16), relative error within tests/_numerics.py's tolerances, for many uneven plans on 2, 3 and 4
+spawned gloo ranks; bad plans refused before any collective; a dead peer gives an error, not a hang."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def _check_plans(rank: int, world: int, cases: list[tuple[str, int, str]]) -> li
         (q, k, v, do), ref = dense_reference(plan, d, seed=i)
         idx = torch.tensor(ctx.layout.token_indices(), dtype=torch.long)
         mine = [t[idx].to(getattr(torch, dtype)).requires_grad_() for t in (q, k, v)]
-        attn = PlanAttention(ctx) if i % 2 else (lambda a, b, c: plan_attention(a, b, c, ctx))
+        attn = PlanAttention(ctx) if i % 2 else (lambda a, b, c, ctx=ctx: plan_attention(a, b, c, ctx))
         out = attn(*mine)
         (out * do[idx]).sum().backward()
         got = [out.detach()] + [t.grad for t in mine]

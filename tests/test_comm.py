@@ -60,7 +60,8 @@ def _comm_worker(rank: int, world: int, plans: list[str]) -> list[str]:
             v.grad, 2 * holders[None, :, None].expand_as(v)
         ):
             failures.append(
-                f"{plan.name} rank {rank}: duplicated KV head gradients not summed: {k.grad[:1, :, 0].tolist()} vs {holders.tolist()}"
+                f"{plan.name} rank {rank}: duplicated KV head gradients not summed: "
+                f"{k.grad[:1, :, 0].tolist()} vs {holders.tolist()}"
             )
     # zero-size splits in a plain ragged exchange: rank r sends r elements to every peer
     x = torch.full((rank * world,), float(rank))

@@ -169,8 +169,8 @@ def test_activations_scale_with_tokens_and_recompute_saves(testbed):
     plan = Plan(
         S, H, HKV, (Group(tuple(range(8)), S // 2, (12288, 12288) + (4096,) * 4 + (12288, 12288), (4,) * 8),), 128
     )
-    no = mem(plan, testbed, activation_checkpointing=False)
-    ac = mem(plan, testbed, activation_checkpointing=True)
+    no = mem(plan, testbed, activation_checkpointing="none")
+    ac = mem(plan, testbed, activation_checkpointing="selective")
     s = np.array(plan.shards, dtype=float)
     head_side = S * ((2 * 4 + 2 * 4) * 2 * MODEL.head_dim + 4 * 4)  # q,k,v,out bf16 + lse fp32, 4 heads
     np.testing.assert_allclose(

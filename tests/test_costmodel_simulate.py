@@ -296,14 +296,14 @@ def test_balanced_plan_param_collectives_add_no_wait(h100x16, sharding):
     """Identical ranks issue every collective together (exposed at 16K, hidden at 256K): no waits;
     the replicated all-reduce is charged once per iteration, not per micro-step."""
     for S in (16 * 1024, 256 * 1024):
-        w = Workload(seq_len=S, activation_checkpointing=True, param_sharding=sharding, global_batch=3)
+        w = Workload(seq_len=S, activation_checkpointing="selective", param_sharding=sharding, global_batch=3)
         plan = symmetric_plan(range(16), S, H, HKV, 2, 8)
         sim = simulate(plan, h100x16, MODEL, w)
         assert np.abs(sim.phases["wait"]).max() <= 1e-12 * sim.iteration_time_s
         assert sim.phases["param_comm"].min() > 0
         if sharding == "replicated":
             s1 = simulate(
-                plan, h100x16, MODEL, Workload(seq_len=S, activation_checkpointing=True, param_sharding=sharding)
+                plan, h100x16, MODEL, Workload(seq_len=S, activation_checkpointing="selective", param_sharding=sharding)
             )
             np.testing.assert_allclose(sim.phases["param_comm"], s1.phases["param_comm"], rtol=1e-12)
 
@@ -311,7 +311,7 @@ def test_balanced_plan_param_collectives_add_no_wait(h100x16, sharding):
 def test_exchange_coupling_adds_waits(sim32):
     """A ring over mixed GPUs and links: groups wait for their slower partners, so the iteration is
     longer than any rank's own work."""
-    w = Workload(seq_len=128 * 1024, activation_checkpointing=True)
+    w = Workload(seq_len=128 * 1024, activation_checkpointing="selective")
     plan = ring_plan(range(32), w.seq_len, H, HKV)
     d = durations(plan, sim32, MODEL, w)
     sim = simulate_durations(d)
@@ -398,7 +398,9 @@ def test_global_batch_scales_the_micro_steps(testbed, sharding, ignore_comm):
             plan,
             testbed,
             MODEL,
-            Workload(seq_len=plan.seq_len, activation_checkpointing=True, param_sharding=sharding, global_batch=B),
+            Workload(
+                seq_len=plan.seq_len, activation_checkpointing="selective", param_sharding=sharding, global_batch=B
+            ),
             opts,
         )
         for B in (1, 4)

@@ -17,7 +17,7 @@ with measured, per plan.
    (`link_latency_us`: the cost model charges it per all-to-all and per exchange round, so it also
    takes the framework's per-layer work) — minimising Σ log²(predicted / measured) over the fit
    plans, plus a small penalty on the multipliers' log2 (RIDGE: of near-equal fits, the one nearest
-   the profile), by fidelity.grid_search (deterministic: a grid, then finer grids around the best). "After"
+   the profile), by fitting.grid_search (deterministic: a grid, then finer grids around the best). "After"
    = the fitted cluster's prediction; the held-out plans show whether the fit generalises.
 """
 
@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from ..costmodel import simulate
-from ..costmodel.fidelity import grid_search
 from ..errors import HexiSeqError
+from ..fitting import grid_search
 from ..runs.config import WARMUP_EXCLUDED
 from ..runs.loop import RunJob, run_worker
 from ..runs.rundir import RunDir, default_run_dir

@@ -65,15 +65,19 @@ def catalog_text(profile: Profile, where: str) -> str:
     """The text of data/gpus-cpu.yaml."""
     base = base_type(profile)
     m = profile.measured
+    machine, load = m.get("machine") or {}, m.get("load_average") or {}
     lines = [
         "# yaml-language-server: $schema=schemas/gpus.schema.json",
-        "# Emulated CPU device types (hexiseq/runtime/emulation.py): CPU-x<f> is one CPU rank (one torch thread) slowed f",
+        "# Emulated CPU device types (hexiseq/runtime/emulation.py): CPU-x<f> is one CPU rank (one torch thread) "
+        "slowed f",
         "# times by pacing. Written by `python -m hexiseq.calibrate.catalog " + where + "` from that profile:",
-        f"#   `{m.get('command')}`, {m.get('when')}, {(m.get('machine') or {}).get('cpu')} ({(m.get('machine') or {}).get('cores')} cores),",
-        f"#   load average {((m.get('load_average') or {}).get('before') or ['?'])[0]} -> {((m.get('load_average') or {}).get('after') or ['?'])[0]}.",
+        f"#   `{m.get('command')}`, {m.get('when')}, {machine.get('cpu')} ({machine.get('cores')} cores),",
+        f"#   load average {(load.get('before') or ['?'])[0]} -> {(load.get('after') or ['?'])[0]}.",
         "# CPU-x1 = the measured types' figures with the rates times their factor (median); CPU-x<f> = CPU-x1 with",
-        "# peak_bf16_tflops and hbm_bandwidth_gbps divided by f. Bytes are bf16-counted (2 per element) as the cost model",
-        "# counts them; 'peak' is the fastest rate a rank reached, so the efficiencies are fractions of it. memory_gib: the",
+        "# peak_bf16_tflops and hbm_bandwidth_gbps divided by f. Bytes are bf16-counted (2 per element) "
+        "as the cost model",
+        "# counts them; 'peak' is the fastest rate a rank reached, so the efficiencies are fractions of it. "
+        "memory_gib: the",
         "# machine's memory shared by four ranks. These describe this project's machine: on another, profile it",
         "# (`hexiseq profile --cluster cpu-4`) and pass --profile, or rewrite this file from the new profile.",
     ]

@@ -48,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"  {fit['model']}: {fit['params_b']} B params, {fit['state_gib']} GiB of training states; "
             f"replicated: {'fits' if fit['replicated_fits'] else 'does NOT fit'}; "
-            f"ZeRO-3 over {cluster.size} GPUs: {fit['zero3_per_device_gib']} GiB each, {'fits' if fit['zero3_fits'] else 'does NOT fit'}"
+            f"ZeRO-3 over {cluster.size} GPUs: {fit['zero3_per_device_gib']} GiB each, "
+            f"{'fits' if fit['zero3_fits'] else 'does NOT fit'}"
         )
     return 0

@@ -94,8 +94,10 @@ class Estimate:
     def summary(self) -> str:
         lines = [
             f"plan {self.plan!r}: {self.iteration_time_s:.4g} s/iteration, {self.tokens_per_s:,.0f} tokens/s, "
-            f"MFU {self.mfu:.1%}, {self.efficiency_vs_bound:.1%} of the compute bound ({self.bound_tokens_per_s:,.0f} tokens/s)",
-            f"critical path: rank {self.critical_rank} ({self.ranks[self.critical_rank].gpu}), largest phase {self.critical_phase}",
+            f"MFU {self.mfu:.1%}, {self.efficiency_vs_bound:.1%} of the compute bound "
+            f"({self.bound_tokens_per_s:,.0f} tokens/s)",
+            f"critical path: rank {self.critical_rank} ({self.ranks[self.critical_rank].gpu}), "
+            f"largest phase {self.critical_phase}",
         ]
         lines += [o.message for o in self.oom] or ["memory: every rank fits"]
         return "\n".join(lines)

@@ -19,7 +19,8 @@ class PlanResult:
     describes it: the candidate layouts on the candidate device subsets, and every baseline plan),
     and `gap = 1 - lower_bound_s / iteration_time_s` how far the returned plan can be from the best
     of them. It comes from the optimization models of the layouts the search visited and from the
-    bounds of the device subsets (compute and collectives) of those it pruned; a work limit leaves it valid, only weaker.
+    bounds of the device subsets (compute and collectives) of those it pruned; a work limit leaves it valid, only
+    weaker.
     """
 
     plan: Plan

@@ -90,7 +90,7 @@ def _summary_panel(ax: Any, plan: Plan, cluster: ClusterSpec) -> list[Any]:
         ("token_share", "type: share of tokens (linear layers)", ""),
         ("attention_share", "type: share of attention work", ".."),
     )
-    for i, (key, label, hatch) in enumerate(metrics):
+    for i, (key, _label, hatch) in enumerate(metrics):
         vals = [100 * summ[n][key] for n in names]
         ax.barh(
             y + (i - 1) * h,

@@ -288,9 +288,9 @@ def local_attention(
     lse = torch.full((hq, lq), float("-inf"), dtype=acc_dtype(q.dtype), device=q.device)
     for piece in _pieces(lq, k.shape[0], mask_kind, offset):
         for r0, r1, kend, kind, off in _tiles(piece, hq, name):
-            o, l = fwd(q[r0:r1], k[:kend], v[:kend], kind, off, scale)
+            o, tile_lse = fwd(q[r0:r1], k[:kend], v[:kend], kind, off, scale)
             out[r0:r1] = o
-            lse[:, r0:r1] = l
+            lse[:, r0:r1] = tile_lse
     return out, lse
 
 

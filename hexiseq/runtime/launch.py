@@ -146,7 +146,8 @@ def run_world(
     `timeout_s` bounds the whole world (None: no limit): ranks still running then are killed and
     `timed_out` is set. Once a rank has failed, the others get the process-group timeout (they are in
     or will reach a collective) plus a few seconds to fail in turn; a rank still silent after that is
-    killed and reported as stopped (SIGSTOP) or hung — at once when every rank still out is stopped. `poll(elapsed_s)` is called about every 0.1 s.
+    killed and reported as stopped (SIGSTOP) or hung — at once when every rank still out is stopped. `poll(elapsed_s)`
+    is called about every 0.1 s.
     """
     if nproc <= 0:
         raise ValueError(f"nproc must be positive, got {nproc}")

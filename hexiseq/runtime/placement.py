@@ -75,7 +75,8 @@ def placement_from_env(
     if local_world != len(nodes[node]):
         raise PlanError(
             f"node {node} runs {local_world} processes (--nproc-per-node) but plan {plan.name!r} uses "
-            f"{len(nodes[node])} devices there ({where}, devices {nodes[node]}): use --nproc-per-node {len(nodes[node])} "
+            f"{len(nodes[node])} devices there ({where}, devices {nodes[node]}): "
+            f"use --nproc-per-node {len(nodes[node])} "
             "on that node"
         )
     device = nodes[node][local]

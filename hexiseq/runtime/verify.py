@@ -61,7 +61,8 @@ def prepare_check(plan: Plan, model: str | None = None, seq_len: int | None = No
     if model is None:
         cfg, name = proxy_config(plan.num_heads, plan.num_kv_heads), f"proxy-{plan.num_heads}h{plan.num_kv_heads}kv"
         notes.append(
-            f"model: a 2-layer proxy with the plan's {plan.num_heads} heads / {plan.num_kv_heads} KV heads ({plan.model or 'unnamed model'})"
+            f"model: a 2-layer proxy with the plan's {plan.num_heads} heads / {plan.num_kv_heads} KV heads "
+            f"({plan.model or 'unnamed model'})"
         )
     else:
         spec: ModelSpec = get_model(model)

@@ -5,7 +5,7 @@ import functools
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, Optional, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError, create_model
 from pydantic.dataclasses import dataclass
@@ -111,7 +111,7 @@ def _profile_entry() -> type:
     for name in profile_fields():
         info = GPUType.__pydantic_fields__[name]
         fields[name] = (
-            Optional[Annotated[(info.annotation, *info.metadata)]],
+            Annotated[(info.annotation, *info.metadata)] | None,
             Field(None, description=info.description),
         )
     return create_model("ProfileEntry", __base__=_StrictModel, **fields)
@@ -160,7 +160,8 @@ def _check_profile_file(
         raise SpecError(f"{where}: a profile needs a top-level 'gpus' mapping (data/profiles/README.md)")
     entries = validate(_PROFILE_FILE, dict(raw), where).gpus
     unknown = [
-        f"gpus.{name} is not a GPU type of the catalog{did_you_mean(name, catalog)}; known types: {', '.join(sorted(catalog))}"
+        f"gpus.{name} is not a GPU type of the catalog{did_you_mean(name, catalog)}; "
+        f"known types: {', '.join(sorted(catalog))}"
         for name in entries
         if name not in catalog
     ]
