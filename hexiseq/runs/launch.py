@@ -278,6 +278,7 @@ def launch(
     out: str | Path | None = None,
     launcher: str = "spawn",
     background: bool = True,
+    backend: str = "local",
     **options: Any,
 ) -> RunHandle:
     """Start a run of `plan` (a Plan or a plan file) in the background and return its handle.
@@ -287,10 +288,18 @@ def launch(
     -100 = ignored). `options`: the `hexiseq run` options by name (lr=3e-3, global_batch=2,
     warmup_steps=5, model="tiny", checkpoint_every=10, ...). `launcher`: "spawn" (ranks spawned on
     this machine) or "torchrun" (torchrun --standalone, one process per rank).
+    `backend="slurm"`: a Slurm job instead (partition=, time=, account=, qos=, constraint=, gpus=,
+    env=, ...: hexiseq.runs.slurm.LAUNCH_OPTIONS), returning a `SlurmRun`.
     """
     from ..plan import Plan
     from .data import save_sequences
 
+    if backend not in ("local", "slurm"):
+        raise HexiSeqError(f"launch: backend must be 'local' or 'slurm', got {backend!r}")
+    if backend == "slurm":  # the Slurm options out first: the rest are the run's (hexiseq.runs.slurm)
+        from .slurm import pop_options
+
+        slurm_options, slurm_how = pop_options(options)
     unknown = set(options) - _FLAG_VALUE - _FLAG_BOOL
     if unknown:
         raise HexiSeqError(f"launch: unknown options {sorted(unknown)}; known: {sorted(_FLAG_VALUE | _FLAG_BOOL)}")
@@ -318,6 +327,13 @@ def launch(
             argv += [f"--{key.replace('_', '-')}"] if value else []
         elif value is not None:
             argv += [f"--{key.replace('_', '-')}={value}"]
+    if backend == "slurm":
+        from .slurm import submit
+
+        slurm_run = submit(plan, run.path, argv, slurm_options, slurm_how)
+        if not background:
+            slurm_run.wait()
+        return slurm_run
     if launcher == "torchrun":
         cmd = [
             str(Path(sys.executable).with_name("torchrun")),

@@ -2,8 +2,8 @@
 
 torchrun numbers processes by node and local rank. The plan numbers its ranks group by group, and
 a group may span nodes, so the two orders differ. Here a process finds its device from where it
-runs — node n (torchrun's node rank, `GROUP_RANK`; `--node` overrides it for c10d rendezvous, which
-numbers nodes by arrival) and local rank l — as the l-th device, in cluster order, that the plan
+runs — node n (torchrun's node rank, `GROUP_RANK`; `--node` or HEXISEQ_NODE overrides it for c10d
+rendezvous, which numbers nodes by arrival: a Slurm job sets HEXISEQ_NODE on each node) and local rank l — as the l-th device, in cluster order, that the plan
 uses on the n-th cluster node the plan uses; its plan rank is that device's position in the plan.
 The process group is then created with the plan's rank numbers.
 
@@ -55,7 +55,7 @@ def placement_from_env(
     not match the plan on its cluster."""
     world = int(env["WORLD_SIZE"])
     nnodes = int(env.get("GROUP_WORLD_SIZE", "1"))
-    node = int(env.get("GROUP_RANK", "0")) if node is None else node
+    node = int(env.get("HEXISEQ_NODE") or env.get("GROUP_RANK", "0")) if node is None else node
     local, local_world = int(env.get("LOCAL_RANK", "0")), int(env.get("LOCAL_WORLD_SIZE", str(world)))
     nodes = plan_nodes(plan, cluster)
     where = f"cluster {cluster.name!r}" if cluster is not None else "no cluster"
