@@ -259,7 +259,8 @@ def render(job: SlurmJob) -> str:
         *(
             f"#   {'component ' + str(i) + ': ' if job.heterogeneous else ''}partition {c.partition}, "
             f"{c.nodes} node{'s' * (c.nodes > 1)} x {c.procs} {c.gpu if c.gpu != ALL_TYPES else 'ranks'} "
-            f"(plan node{'s' * (c.nodes > 1)} {c.first_node}{'-' + str(c.first_node + c.nodes - 1) if c.nodes > 1 else ''})"
+            f"(plan node{'s' * (c.nodes > 1)} {c.first_node}"
+            f"{'-' + str(c.first_node + c.nodes - 1) if c.nodes > 1 else ''})"
             for i, c in enumerate(comps)
         ),
         "# A signal (scancel, or the time limit near) stops the run at a step boundary with a checkpoint;",
@@ -306,7 +307,9 @@ def render(job: SlurmJob) -> str:
         "# wait for every agent (a signal interrupts wait: wait again), then say how the run ended",
         "rc=0",
         "for pid in $(jobs -p); do",
-        '    while true; do wait "$pid"; s=$?; if [ "$s" -gt 128 ] && kill -0 "$pid" 2>/dev/null; then continue; fi; break; done',
+        '    while true; do wait "$pid"; s=$?',
+        '        if [ "$s" -gt 128 ] && kill -0 "$pid" 2>/dev/null; then continue; fi; break',
+        "    done",
         '    [ "$s" -ne 0 ] && rc=$s',
         "done",
         f"{_q(job.python)} -m hexiseq.runs.slurm_node --report {_q(job.run_dir)} --rc $rc",

@@ -3,9 +3,9 @@
 torchrun numbers processes by node and local rank. The plan numbers its ranks group by group, and
 a group may span nodes, so the two orders differ. Here a process finds its device from where it
 runs — node n (torchrun's node rank, `GROUP_RANK`; `--node` or HEXISEQ_NODE overrides it for c10d
-rendezvous, which numbers nodes by arrival: a Slurm job sets HEXISEQ_NODE on each node) and local rank l — as the l-th device, in cluster order, that the plan
-uses on the n-th cluster node the plan uses; its plan rank is that device's position in the plan.
-The process group is then created with the plan's rank numbers.
+rendezvous, which numbers nodes by arrival: a Slurm job sets HEXISEQ_NODE on each node) and local
+rank l — as the l-th device, in cluster order, that the plan uses on the n-th cluster node the plan
+uses; its plan rank is that device's position in the plan. The process group is then created with the plan's rank numbers.
 
 Checked on every process before the process group exists (one clear line on mismatch): the world
 size, the node count and this node's process count against the plan and the cluster file; after it
@@ -75,8 +75,8 @@ def placement_from_env(
     if local_world != len(nodes[node]):
         raise PlanError(
             f"node {node} runs {local_world} processes (--nproc-per-node) but plan {plan.name!r} uses "
-            f"{len(nodes[node])} devices there ({where}, devices {nodes[node]}): use --nproc-per-node {len(nodes[node])} "
-            "on that node"
+            f"{len(nodes[node])} devices there ({where}, devices {nodes[node]}): "
+            f"use --nproc-per-node {len(nodes[node])} on that node"
         )
     device = nodes[node][local]
     cuda = cluster.devices[device].local_rank if cluster is not None else local
