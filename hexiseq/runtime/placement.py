@@ -5,7 +5,8 @@ a group may span nodes, so the two orders differ. Here a process finds its devic
 runs — node n (torchrun's node rank, `GROUP_RANK`; `--node` or HEXISEQ_NODE overrides it for c10d
 rendezvous, which numbers nodes by arrival: a Slurm job sets HEXISEQ_NODE on each node) and local
 rank l — as the l-th device, in cluster order, that the plan uses on the n-th cluster node the plan
-uses; its plan rank is that device's position in the plan. The process group is then created with the plan's rank numbers.
+uses; its plan rank is that device's position in the plan. The process group is then created with
+the plan's rank numbers.
 
 Checked on every process before the process group exists (one clear line on mismatch): the world
 size, the node count and this node's process count against the plan and the cluster file; after it
