@@ -112,11 +112,16 @@ SlurmctldPidFile={r / "run"}/slurmctld.pid
 SlurmdPidFile={r / "run"}/slurmd-%n.pid
 SlurmctldLogFile={r / "log"}/slurmctld.log
 SlurmdLogFile={r / "log"}/slurmd-%n.log
-NodeName=n1 NodeHostname={host} NodeAddr=127.0.0.1 Port={n1} CPUs=2 State=UNKNOWN
-NodeName=n2 NodeHostname={host} NodeAddr=127.0.0.1 Port={n2} CPUs=2 State=UNKNOWN
+GresTypes=gpu
+NodeName=n1 NodeHostname={host} NodeAddr=127.0.0.1 Port={n1} CPUs=2 Gres=gpu:h100:2 Feature=ib State=UNKNOWN
+NodeName=n2 NodeHostname={host} NodeAddr=127.0.0.1 Port={n2} CPUs=2 Gres=gpu:a100:2 Feature=ib State=UNKNOWN
 PartitionName=h100 Nodes=n1 Default=YES MaxTime=INFINITE State=UP
 PartitionName=a100 Nodes=n2 MaxTime=INFINITE State=UP
 """
+        )
+        # GPUs that are only counted (no device files): the jobs' GPU requests are checked and granted
+        (r / "gres.conf").write_text(
+            "NodeName=n1 Name=gpu Type=h100 File=/dev/null,/dev/zero\nNodeName=n2 Name=gpu Type=a100 File=/dev/null,/dev/zero\n"
         )
         for n in ("n1", "n2"):
             (r / "spool" / n).mkdir(exist_ok=True)
