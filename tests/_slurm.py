@@ -119,9 +119,9 @@ PartitionName=h100 Nodes=n1 Default=YES MaxTime=INFINITE State=UP
 PartitionName=a100 Nodes=n2 MaxTime=INFINITE State=UP
 """
         )
-        # GPUs that are only counted (no device files): the jobs' GPU requests are checked and granted
+        # two stand-in "GPUs" per node (any device files do): jobs' GPU requests are checked and granted
         (r / "gres.conf").write_text(
-            "NodeName=n1 Name=gpu Type=h100 File=/dev/null,/dev/zero\nNodeName=n2 Name=gpu Type=a100 File=/dev/null,/dev/zero\n"
+            "".join(f"NodeName={n} Name=gpu Type={p} File=/dev/null,/dev/zero\n" for n, p in PARTITIONS.items())
         )
         for n in ("n1", "n2"):
             (r / "spool" / n).mkdir(exist_ok=True)

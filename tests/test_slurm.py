@@ -211,7 +211,9 @@ def test_the_cluster_files_slurm_section_is_checked_strictly(tmp_path):
 def test_the_job_ends_with_one_line_on_how_the_run_ended(tmp_path, capsys):
     (tmp_path / "summary.json").write_text(json.dumps({"status": "stopped", "steps_done": 4, "steps": 12}))
     assert report(str(tmp_path), 143) == 0
-    assert f"stopped at step 4 of 12 (a signal) and checkpointed; continue it with: hexiseq launch --slurm --resume {tmp_path}" in capsys.readouterr().out  # fmt: skip
+    out = capsys.readouterr().out
+    assert "stopped at step 4 of 12 (a signal) and checkpointed; continue it with: " in out
+    assert f"hexiseq launch --slurm --resume {tmp_path}" in out
     (tmp_path / "summary.json").write_text(json.dumps({"status": "failed", "error": "rank 1: boom"}))
     assert report(str(tmp_path), 1) == 1
     assert "the run failed: rank 1: boom" in capsys.readouterr().err
