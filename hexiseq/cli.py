@@ -15,7 +15,19 @@ from .errors import HexiSeqError
 
 # Subcommands in the order `--help` lists them. A module that is absent is skipped so that a
 # partial install still runs the others.
-COMMANDS = ("info", "plan", "estimate", "verify", "run", "launch", "export", "profile", "calibrate", "schema", "reproduce")
+COMMANDS = (
+    "info",
+    "plan",
+    "estimate",
+    "verify",
+    "run",
+    "launch",
+    "export",
+    "profile",
+    "calibrate",
+    "schema",
+    "reproduce",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,7 +87,8 @@ def report(e: Exception, command: str, debug: bool, pg_timeout_s: float | None =
         print(f"hexiseq {command}: error: {e}", file=sys.stderr)
         return 2
     print(
-        f"hexiseq {command}: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback, and report it)",
+        f"hexiseq {command}: internal error: {type(e).__name__}: {e} "
+        "(rerun with --debug for the traceback, and report it)",
         file=sys.stderr,
     )
     return 1

@@ -1,11 +1,12 @@
 """A real Slurm on this machine for the tests: munged, slurmctld and two slurmd ("nodes" n1 and n2,
-partitions h100 and a100, one CPU rank host each) started as root in a scratch directory.
+partitions h100 and a100, two stand-in GPUs each) started as root in a scratch directory.
 
 Everything is private to the scratch directory: its own munge key and socket (slurm.conf's
 AuthInfo points at it), its own slurm.conf (clients find it through SLURM_CONF), free ports; nothing
-in /etc is touched. `LocalSlurm.start()` returns the cluster or raises `SlurmUnavailable` with the
-reason (not root, a package missing, a daemon that did not come up); `stop()` ends the daemons by
-their pid files. Het jobs are placed by the backfill scheduler: bf_interval=1 makes that ~1 s.
+in /etc is touched. `LocalSlurm.start()` returns the cluster, or raises `SlurmUnavailable` with the
+reason it cannot run here (not root, a package missing) or `SlurmFailed` (a daemon that did not come
+up, with their logs); `stop()` ends the daemons by their pid files. Heterogeneous jobs are placed by
+the backfill scheduler: bf_interval=1 makes that ~1 s.
 """
 
 from __future__ import annotations
@@ -23,7 +24,11 @@ PARTITIONS = {"n1": "h100", "n2": "a100"}
 
 
 class SlurmUnavailable(RuntimeError):
-    """Slurm cannot be started here; the message says why."""
+    """Slurm cannot be started here (not root, not installed); the message says why."""
+
+
+class SlurmFailed(RuntimeError):
+    """Slurm is installed and we are root, but a daemon did not come up: a fault, not a skip."""
 
 
 def _free_ports(n: int) -> list[int]:
@@ -137,12 +142,12 @@ PartitionName=a100 Nodes=n2 MaxTime=INFINITE State=UP
             if len(states) == 2 and all(s.startswith("idle") for s in states.values()):
                 return
             time.sleep(0.5)
-        raise SlurmUnavailable(f"the two slurmd did not become idle in 30 s: {out.stdout or out.stderr}\n{self.logs()}")
+        raise SlurmFailed(f"the two slurmd did not become idle in 30 s: {out.stdout or out.stderr}\n{self.logs()}")
 
     def _run(self, cmd: list[str], what: str) -> None:
         res = subprocess.run(cmd, capture_output=True, text=True, env=self.env, timeout=30)
         if res.returncode != 0:
-            raise SlurmUnavailable(f"{what} did not start (exit {res.returncode}): {res.stderr or res.stdout}")
+            raise SlurmFailed(f"{what} did not start (exit {res.returncode}): {res.stderr or res.stdout}")
 
     def logs(self) -> str:
         """The tails of the daemons' logs (for a failing test's message)."""
@@ -152,17 +157,18 @@ PartitionName=a100 Nodes=n2 MaxTime=INFINITE State=UP
         return "\n".join(out)
 
     def stop(self) -> None:
-        """End every daemon by its pid file (slurmd and slurmctld first, munged last)."""
+        """End every daemon by its pid file: SIGTERM to all (slurmd and slurmctld before munged),
+        then wait for each, SIGKILL after 15 s."""
+        pids = []
         for pidfile in reversed(self.pidfiles):
             try:
                 pid = int(pidfile.read_text().split()[0])
+                os.kill(pid, signal.SIGTERM)
+                pids.append(pid)
             except (OSError, ValueError, IndexError):
                 continue
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                continue
-            deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 15
+        for pid in pids:
             while time.monotonic() < deadline:
                 try:
                     os.kill(pid, 0)

@@ -75,7 +75,7 @@ def golden_jobs(where: Path) -> dict[str, slurm.SlurmJob]:
             **fixed,
         ),
         "heterogeneous": slurm.make_job(
-            cross_plan(where), "/shared/runs/x", RUN_ARGS, slurm.SlurmOptions(time="30", cpus_per_task=8), **fixed
+            cross_plan(where), "/shared/runs/x", RUN_ARGS, slurm.SlurmOptions(time="30", cpus_per_task=2), **fixed
         ),
     }
 
