@@ -218,7 +218,7 @@ def make_job(
     cluster = load_cluster(plan.cluster) if plan.cluster else None
     options = options_with_cluster(options, plan.cluster)
     return SlurmJob(
-        name=options.job_name or f"hexiseq-{re.sub(r'[^A-Za-z0-9_.-]+', '-', plan.name or 'run')}",
+        name=options.job_name or _job_name(plan.name),
         run_dir=Path(run_dir),
         components=components(plan, cluster, options),
         options=options,
@@ -226,6 +226,12 @@ def make_job(
         python=python or sys.executable,
         workdir=Path(workdir) if workdir is not None else Path.cwd(),
     )
+
+
+def _job_name(plan_name: str) -> str:
+    """hexiseq-<plan name> (the planner's plans are named "hexiseq": that name alone)."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", plan_name or "run")
+    return name if name.startswith("hexiseq") else f"hexiseq-{name}"
 
 
 def _q(x: Any) -> str:
