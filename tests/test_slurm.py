@@ -7,6 +7,7 @@ Regenerate the golden files after an intended change: HEXISEQ_UPDATE_GOLDEN=1 py
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -196,6 +197,14 @@ def test_a_bad_run_option_is_refused_before_anything_is_submitted(tmp_path, caps
     assert "--lr cannot change" in capsys.readouterr().err
     assert main(["launch", "--slurm", "--resume", str(tmp_path / "old"), "--steps", "50", "--dry-run"]) == 0
     assert f"run --resume {tmp_path / 'old'} --steps 50" in capsys.readouterr().out
+    # a resume keeps the Slurm options of the run's last job; those given win
+    (tmp_path / "old" / "slurm").mkdir()
+    last = slurm.SlurmOptions({"*": "big"}, time="1:00:00", gpus=False, env={"A": "1"})
+    (tmp_path / "old" / "slurm" / "options.json").write_text(json.dumps(dataclasses.asdict(last)))
+    assert main(["launch", "--slurm", "--resume", str(tmp_path / "old"), "--time", "2:00:00", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "#SBATCH --time=2:00:00" in out and "--partition=big" in out and "--gres" not in out
+    assert "export A=1" in out
 
 
 def test_the_cluster_files_slurm_section_is_checked_strictly(tmp_path):

@@ -16,6 +16,7 @@ submits its continuation. Every other option is `hexiseq run`'s, passed to the r
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -89,7 +90,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument(
         "--signal-before",
         type=ranks_arg,
-        default=slurm.SIGNAL_BEFORE_END_S,
         metavar="S",
         help=f"SIGTERM this many seconds before the time limit: the run checkpoints and stops "
         f"(default {slurm.SIGNAL_BEFORE_END_S})",
@@ -118,25 +118,27 @@ def _passed_on(args: argparse.Namespace) -> list[str]:
     return out
 
 
-def _options(args: argparse.Namespace) -> slurm.SlurmOptions:
-    env = {}
+def _options(args: argparse.Namespace, previous: slurm.SlurmOptions | None = None) -> slurm.SlurmOptions:
+    """The job's Slurm options: those given, over the previous job's (a resume) or the defaults."""
+    env = dict(previous.env) if previous else {}
     for item in args.env or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise HexiSeqError(f"--env {item!r}: give KEY=VALUE")
         env[key] = value
-    return slurm.SlurmOptions(
-        partitions=slurm.parse_partitions(args.partition),
-        time=args.time,
-        account=args.account,
-        qos=args.qos,
-        constraint=args.constraint,
-        gpus=not args.no_gpus,
-        cpus_per_task=args.cpus_per_task,
-        env=env,
-        signal_s=args.signal_before,
-        job_name=args.job_name,
-    )
+    base = previous or slurm.SlurmOptions()
+    given = {
+        "partitions": slurm.parse_partitions(args.partition),
+        "time": args.time,
+        "account": args.account,
+        "qos": args.qos,
+        "constraint": args.constraint,
+        "gpus": False if args.no_gpus else None,
+        "cpus_per_task": args.cpus_per_task,
+        "signal_s": args.signal_before,
+        "job_name": args.job_name,
+    }
+    return dataclasses.replace(base, env=env, **{k: v for k, v in given.items() if v not in (None, {})})
 
 
 def launch(args: argparse.Namespace) -> int:
@@ -159,7 +161,8 @@ def launch(args: argparse.Namespace) -> int:
         plan = Plan.load(args.plan).check()
         run_dir = Path(args.out or default_run_dir()).resolve()
         run_args = ["run", "--plan", str(run_dir / "inputs" / "plan.json"), "--out", str(run_dir)]
-    job = slurm.make_job(plan, run_dir, run_args + passed, _options(args))
+    previous = slurm.previous_options(run_dir) if args.resume else None  # a resume keeps the job's options
+    job = slurm.make_job(plan, run_dir, run_args + passed, _options(args, previous))
     if args.dry_run:
         print(slurm.render(job), end="")
         return 0

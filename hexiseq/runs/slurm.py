@@ -458,10 +458,21 @@ def submit_script(job: SlurmJob) -> SlurmRun:
 
 
 def _record(job: SlurmJob, job_id: str, script: Path | None) -> None:
-    """RUN_DIR/slurm/jobs.jsonl: every job of the run (a resumed run adds one)."""
+    """RUN_DIR/slurm/jobs.jsonl: every job of the run (a resumed run adds one); options.json: the
+    Slurm options of the last one (a resume reuses them)."""
     entry = {"job_id": job_id, "script": str(script) if script else None, "time": time.time(), "name": job.name}
     with open(job.log_dir / "jobs.jsonl", "a") as f:
         f.write(json.dumps(entry) + "\n")
+    RunDir(job.run_dir).write_json(job.log_dir / "options.json", dataclasses.asdict(job.options))
+
+
+def previous_options(run_dir: Path | str) -> SlurmOptions | None:
+    """The Slurm options of the run's last job (RUN_DIR/slurm/options.json), or None."""
+    data = RunDir(run_dir).read_json(Path(run_dir) / "slurm" / "options.json")
+    if not data:
+        return None
+    known = {f.name for f in dataclasses.fields(SlurmOptions)}
+    return SlurmOptions(**{k: v for k, v in data.items() if k in known})
 
 
 def submit_submitit(job: SlurmJob) -> SlurmRun:
