@@ -3,8 +3,8 @@
 A plan's nodes (in the order its node mapping expects: `runtime.placement.plan_nodes`) become one
 Slurm job, or a heterogeneous job when they come from different partitions (one component per run
 of consecutive nodes with the same partition and process count). Every node runs one `torchrun`
-agent (`hexiseq.runs.slurm_node` starts it with HEXISEQ_NODE, that node's index among the plan's nodes) and the
-agents meet at a c10d rendezvous on the first node. The job asks Slurm for SIGTERM before its time
+agent (`hexiseq.runs.slurm_node` starts it with HEXISEQ_NODE, that node's index among the plan's
+nodes) and the agents meet at a c10d rendezvous on the first node. The job asks Slurm for SIGTERM before its time
 ends (`--signal`); `scancel` sends SIGTERM too: the ranks finish their step, checkpoint and write
 the summary ("stopped"), and `hexiseq launch --slurm --resume RUN_DIR` continues the run.
 
@@ -396,11 +396,7 @@ def check_job(job: SlurmJob, partitions: Mapping[str, PartitionInfo] | None = No
             fit = []
             for node, gres in info.nodes.items():
                 gtype, count = _gres_gpus(gres)
-                if (
-                    gtype
-                    and c.gpu != ALL_TYPES
-                    and not (_norm(gtype) in _norm(c.gpu) or _norm(c.gpu).startswith(_norm(gtype)))
-                ):
+                if gtype and c.gpu != ALL_TYPES and _norm(gtype) not in _norm(c.gpu):  # "h100" in "H100-SXM"
                     raise HexiSeqError(
                         f"partition {c.partition!r} has {gtype} GPUs (node {node}: {gres}) but the plan's nodes there "
                         f"are {c.gpu}: map {c.gpu} to its own partition (--partition {c.gpu}=NAME)"
