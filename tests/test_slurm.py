@@ -125,6 +125,12 @@ def test_command_line_partitions_win_and_a_type_without_one_is_refused(tmp_path)
         slurm.make_job(plan, "r", RUN_ARGS, slurm.SlurmOptions(partitions={"H100-SXM": "h100"}))
     with pytest.raises(HexiSeqError, match="GPU_TYPE=NAME"):
         slurm.parse_partitions(["H100-SXM="])
+    bare = Plan(256, 8, 4, (Group((0, 1), 128, (128, 128), (4, 4)),), block_size=8, name="bare")
+    with pytest.raises(HexiSeqError, match="plan 'bare' names no cluster .*: give --partition NAME"):
+        slurm.make_job(bare, "r", RUN_ARGS, slurm.SlurmOptions())
+    assert slurm.make_job(bare, "r", RUN_ARGS, slurm.SlurmOptions({"*": "cpu"})).components == (
+        slurm.Component("cpu", "*", 1, 2, 0),
+    )
 
 
 def _parts(**gres: str) -> dict[str, slurm.PartitionInfo]:

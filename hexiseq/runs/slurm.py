@@ -187,6 +187,10 @@ def components(plan: Plan, cluster: ClusterSpec | None, options: SlurmOptions) -
     nodes = plan_nodes(plan, cluster)
     types = [cluster.devices[devs[0]].gpu.name if cluster is not None else ALL_TYPES for devs in nodes]
     unmapped = sorted({t for t in types if options.partition_of(t) is None})
+    if unmapped and cluster is None:
+        raise HexiSeqError(
+            f"plan {plan.name!r} names no cluster (its {plan.world_size} ranks run on one node): give --partition NAME"
+        )
     if unmapped:
         known = ", ".join(f"{k}={v}" for k, v in options.partitions.items()) or "none given"
         raise HexiSeqError(
