@@ -2,8 +2,9 @@
 
 - `launch(plan, data=..., steps=...)` starts a run in the background (notebooks) -> RunHandle
   (`.metrics`, `.summary`, `.wait()`, `.stop()`, `.watch()`);
-- `launch(plan, backend="slurm", partition=...)` submits it to Slurm instead -> SlurmRun (slurm.py:
-  sbatch scripts, heterogeneous jobs, checks; `hexiseq launch --slurm` on the command line);
+- `launch(plan, backend="slurm", partition=...)` submits it to Slurm instead -> slurm.SlurmRun
+  (slurm.py: sbatch scripts, heterogeneous jobs, checks; `hexiseq launch --slurm` on the command
+  line; not imported here, as it imports the runtime and so torch);
 - `load(RUN_DIR)` the per-step metrics as a table, `load_summary(RUN_DIR)` predicted vs measured;
 - data.py (tokenize, pack, each rank's own tokens), config.py (the resolved run), loop.py (a rank's
   training loop), checkpoint.py (DCP, atomic, verified), rundir.py, progress.py, export.py, plots.py.
@@ -13,6 +14,5 @@ The command line twin is `hexiseq run` (and `hexiseq export`).
 
 from .launch import RunFailed, RunHandle, launch
 from .rundir import load, load_summary
-from .slurm import SlurmRun
 
-__all__ = ["RunFailed", "RunHandle", "SlurmRun", "launch", "load", "load_summary"]
+__all__ = ["RunFailed", "RunHandle", "launch", "load", "load_summary"]
