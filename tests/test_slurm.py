@@ -232,3 +232,17 @@ def test_the_job_ends_with_one_line_on_how_the_run_ended(tmp_path, capsys):
     (tmp_path / "summary.json").write_text(json.dumps({"status": "failed", "error": "rank 1: boom"}))
     assert report(str(tmp_path), 1) == 1
     assert "the run failed: rank 1: boom" in capsys.readouterr().err
+
+
+def test_launch_from_python_without_slurm_is_one_clear_error_and_leaves_no_run_directory(tmp_path, monkeypatch):
+    import hexiseq
+
+    plan = cross_plan(tmp_path)
+    with pytest.raises(HexiSeqError, match="backend must be 'local' or 'slurm'"):
+        hexiseq.launch(plan, backend="k8s", out=tmp_path / "r")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(HexiSeqError, match="Slurm commands not found"):
+        hexiseq.launch(plan, backend="slurm", partition="h100", steps=3, model="tiny", out=tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+    with pytest.raises(HexiSeqError, match="unknown options \\['partiton'\\]"):
+        hexiseq.launch(plan, backend="slurm", partiton="h100", out=tmp_path / "r")
