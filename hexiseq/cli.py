@@ -17,7 +17,19 @@ from .runtime.launch import WorldError, torchrun_env
 
 # Subcommands in the order `--help` lists them. A module that is absent is skipped so that a
 # partial install still runs the others.
-COMMANDS = ("info", "plan", "estimate", "verify", "run", "export", "profile", "calibrate", "schema", "reproduce")
+COMMANDS = (
+    "info",
+    "plan",
+    "estimate",
+    "verify",
+    "run",
+    "launch",
+    "export",
+    "profile",
+    "calibrate",
+    "schema",
+    "reproduce",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -24,6 +24,7 @@ from .config import RunConfig
 from .progress import Console, Progress, closing_lines
 from .rundir import RunDir, default_run_dir, load, load_summary
 from .settings import options
+from .slurm import SlurmRun, pop_options, submit
 
 
 class _Tail:
@@ -267,8 +268,9 @@ def launch(
     out: str | Path | None = None,
     launcher: str = "spawn",
     background: bool = True,
+    backend: str = "local",
     **run_options: Any,
-) -> RunHandle:
+) -> RunHandle | SlurmRun:
     """Start a run of `plan` (a Plan or a plan file) in the background and return its handle.
 
     `data`: a text file/folder or token file path (as `hexiseq run --data`), or token ids ([S], [1, S]
@@ -276,9 +278,15 @@ def launch(
     -100 = ignored). `run_options`: the `hexiseq run` options by name (lr=3e-3, global_batch=2,
     warmup_steps=5, model="tiny", checkpoint_every=10, ...). `launcher`: "spawn" (ranks spawned on
     this machine) or "torchrun" (torchrun --standalone, one process per rank).
+    `backend="slurm"`: a Slurm job instead (partition=, time=, account=, qos=, constraint=, gpus=,
+    env=, ...: hexiseq.runs.slurm.LAUNCH_OPTIONS), returning a `SlurmRun`.
     """
     from .data import save_sequences
 
+    if backend not in ("local", "slurm"):
+        raise HexiSeqError(f"launch: backend must be 'local' or 'slurm', got {backend!r}")
+    if backend == "slurm":  # the Slurm options out first: the rest are the run's (hexiseq.runs.slurm)
+        slurm_options, slurm_how = pop_options(run_options)
     values, flags = _known_options()
     unknown = set(run_options) - values - flags
     if unknown:
@@ -307,6 +315,11 @@ def launch(
             argv += [f"--{key.replace('_', '-')}"] if value else []
         elif value is not None:
             argv += [f"--{key.replace('_', '-')}={value}"]
+    if backend == "slurm":
+        slurm_run = submit(plan, run.path, argv, slurm_options, slurm_how)
+        if not background:
+            slurm_run.wait()
+        return slurm_run
     if launcher == "torchrun":
         cmd = [
             str(Path(sys.executable).with_name("torchrun")),

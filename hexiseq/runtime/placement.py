@@ -2,10 +2,11 @@
 
 torchrun numbers processes by node and local rank. The plan numbers its ranks group by group, and
 a group may span nodes, so the two orders differ. Here a process finds its device from where it
-runs — node n (torchrun's node rank, `GROUP_RANK`; `--node` overrides it for c10d rendezvous, which
-numbers nodes by arrival) and local rank l — as the l-th device, in cluster order, that the plan
-uses on the n-th cluster node the plan uses; its plan rank is that device's position in the plan.
-The process group is then created with the plan's rank numbers.
+runs — node n (torchrun's node rank, `GROUP_RANK`; `--node` or HEXISEQ_NODE overrides it for c10d
+rendezvous, which numbers nodes by arrival: a Slurm job sets HEXISEQ_NODE on each node) and local
+rank l — as the l-th device, in cluster order, that the plan uses on the n-th cluster node the plan
+uses; its plan rank is that device's position in the plan. The process group is then created with
+the plan's rank numbers.
 
 Checked on every process before the process group exists (one clear line on mismatch): the world
 size, the node count and this node's process count against the plan and the cluster file; after it
@@ -55,7 +56,7 @@ def placement_from_env(
     not match the plan on its cluster."""
     world = int(env["WORLD_SIZE"])
     nnodes = int(env.get("GROUP_WORLD_SIZE", "1"))
-    node = int(env.get("GROUP_RANK", "0")) if node is None else node
+    node = int(env.get("HEXISEQ_NODE") or env.get("GROUP_RANK", "0")) if node is None else node
     local, local_world = int(env.get("LOCAL_RANK", "0")), int(env.get("LOCAL_WORLD_SIZE", str(world)))
     nodes = plan_nodes(plan, cluster)
     where = f"cluster {cluster.name!r}" if cluster is not None else "no cluster"
@@ -76,8 +77,7 @@ def placement_from_env(
         raise PlanError(
             f"node {node} runs {local_world} processes (--nproc-per-node) but plan {plan.name!r} uses "
             f"{len(nodes[node])} devices there ({where}, devices {nodes[node]}): "
-            f"use --nproc-per-node {len(nodes[node])} "
-            "on that node"
+            f"use --nproc-per-node {len(nodes[node])} on that node"
         )
     device = nodes[node][local]
     cuda = cluster.devices[device].local_rank if cluster is not None else local

@@ -36,6 +36,7 @@ from .schema import (
     spec_class,
     validate,
 )
+from .slurm import SlurmSection
 
 _BW_WHY = "10 TB/s per direction is more than any link; is the value in bytes/s or Gbit/s instead of GB/s?"
 _SIZE_WHY = f"HexiSeq plans clusters of at most {MAX_DEVICES} GPUs"
@@ -317,6 +318,9 @@ class ClusterFile(KnownKeys):
         list[LinkOverride],
         Field(description="explicit links on device indices; they win over the derived value, both directions"),
     ] = dataclasses.field(default_factory=list)
+    slurm: Annotated[
+        SlurmSection | None, Field(description="partitions and job options for hexiseq launch --slurm")
+    ] = None
 
     def to_spec(self, default_name: str) -> ClusterSpec:
         nodes: list[NodeSpec] = []
