@@ -24,3 +24,7 @@ class PlanError(HexiSeqError):
 
 class InfeasibleError(HexiSeqError):
     """No plan fits: carries a human explanation of why and what would make it fit."""
+
+
+class RunFailed(HexiSeqError):
+    """A background run (local or Slurm) ended with an error; the message is the run's own."""

@@ -14,7 +14,8 @@
 The command line twin is `hexiseq run` (and `hexiseq export`).
 """
 
-from .launch import RunFailed, RunHandle, launch
+from ..errors import RunFailed
+from .launch import RunHandle, launch
 from .rundir import load, load_summary
 
 __all__ = ["RunFailed", "RunHandle", "launch", "load", "load_summary"]

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import HexiSeqError
+from ..errors import HexiSeqError, RunFailed
 from ..plan import Plan
 from ..runtime.launch import WorldError, arm_time_limit, init_from_env, local_backend, spawn_world
 from ..runtime.placement import check_placement
@@ -160,10 +160,6 @@ def execute_torchrun(
 
 
 # ------------------------------------------------------------------------------- notebooks
-
-
-class RunFailed(HexiSeqError):
-    """A background run ended with an error; the message is the run's own."""
 
 
 class RunHandle:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import HexiSeqError
+from ..errors import HexiSeqError, RunFailed
 from ..plan import Plan
 from ..runtime.placement import plan_nodes
 from ..specs import ClusterFile, ClusterSpec, load_cluster, read_yaml
@@ -638,8 +638,6 @@ class SlurmRun:
 
     def wait(self, timeout: float | None = None, every: float = 1.0) -> dict[str, Any]:
         """Block until the job ends; the run's summary. RunFailed with its message when it failed."""
-        from .launch import RunFailed
-
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.running():
             if deadline is not None and time.monotonic() > deadline:
