@@ -286,14 +286,11 @@ def _prepare_new(args: argparse.Namespace, torchrun: bool):
 
 def _prepare_resume(args: argparse.Namespace):
     from ..runs import checkpoint as ckpt
-    from ..runs.config import RunConfig, for_resume
+    from ..runs.config import for_resume
     from ..runs.rundir import RunDir
 
     run = RunDir.existing(args.resume)
-    data = run.read_json(run.config)
-    if data is None:
-        raise HexiSeqError(f"--resume {run.path}: config.json is unreadable")
-    cfg = RunConfig.from_dict(data)
+    cfg = run.read_config()  # every field checked, the file named when it is damaged
     cfg, notes = for_resume(cfg, Plan.load(args.plan) if args.plan else None, args.steps, args.timeout)
     found = ckpt.find(
         run.checkpoints, args.checkpoint

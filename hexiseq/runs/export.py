@@ -8,20 +8,18 @@ from pathlib import Path
 import torch
 
 from ..errors import HexiSeqError
+from ..runtime.checkpoint import check_save_target, save_hf_checkpoint
+from ..runtime.model import Llama
 from . import checkpoint as ckpt
-from .config import RunConfig
 from .rundir import RunDir
 
 
 def export(run_dir: Path | str, to: Path | str, checkpoint: str | None = None, dtype: str | None = None) -> Path:
     """Write the weights of the run's newest (or the named) checkpoint to `to` in Hugging Face
     layout, atomically. The checkpoint is verified first; `dtype` (e.g. "bfloat16") casts."""
-    from ..runtime.checkpoint import check_save_target, save_hf_checkpoint
-    from ..runtime.model import Llama
-
     check_save_target(to)
-    run = RunDir.existing(run_dir)
-    cfg = RunConfig.from_dict(run.read_json(run.config) or {})
+    run = RunDir.existing(run_dir, flag="RUN_DIR")
+    cfg = run.read_config(flag="RUN_DIR")
     found = ckpt.find(run.checkpoints, checkpoint)
     if found is None:
         raise HexiSeqError(

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..errors import HexiSeqError
 from ..specs import write_text_atomic as write_text
+from .config import RunConfig
 
 METRIC_KEYS = ("step", "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s", "peak_mem_mb")
 
@@ -72,11 +73,40 @@ class RunDir:
         return run
 
     @classmethod
-    def existing(cls, path: Path | str) -> RunDir:
+    def existing(cls, path: Path | str, flag: str = "--resume") -> RunDir:
+        """The run directory `path` (named by `flag` in messages); refuses one without config.json."""
         run = cls(path)
         if not run.config.is_file():
-            raise HexiSeqError(f"--resume {run.path}: not a run directory (no config.json)")
+            raise HexiSeqError(f"{flag} {run.path}: not a run directory (no config.json)")
+        if run.checkpoints.exists() and not run.checkpoints.is_dir():
+            raise HexiSeqError(
+                f"{flag} {run.path}: {run.checkpoints} is not a directory (the run's checkpoints live there): "
+                "the run directory is damaged; move that file away"
+            )
         return run
+
+    def read_config(self, flag: str = "--resume") -> RunConfig:
+        """The run's config.json as a RunConfig, every typed view checked; HexiSeqError naming the
+        file (and `flag`, the option that named the run directory) when it is unreadable or incomplete."""
+        data = self.read_json(self.config)
+        if data is None:
+            raise HexiSeqError(
+                f"{flag} {self.path}: {self.config} is unreadable (not a JSON object): the run directory is damaged"
+            )
+        try:
+            cfg = RunConfig.from_dict(data)
+            cfg.plan_obj(), cfg.model_cfg(), cfg.train_cfg(), cfg.options_obj(), cfg.data_spec()
+            if not isinstance(cfg.steps, int) or isinstance(cfg.steps, bool):
+                raise TypeError("steps is not an integer")
+        except HexiSeqError as e:  # the version, or the plan it holds
+            raise HexiSeqError(f"{flag} {self.path}: {self.config}: {e}") from None
+        except (TypeError, KeyError, ValueError, AttributeError) as e:
+            what = str(e).replace("RunConfig.__init__() ", "").replace("__init__() ", "")
+            raise HexiSeqError(
+                f"{flag} {self.path}: {self.config} is incomplete or damaged ({what}): it was not written by "
+                "this HexiSeq, or was edited"
+            ) from None
+        return cfg
 
     # ---- writers
     def write_json(self, path: Path, obj: Any) -> None:
@@ -101,21 +131,24 @@ class RunDir:
     # ---- readers
     def read_metrics(self) -> list[dict[str, Any]]:
         """The per-step records; a line cut short by a kill is skipped."""
-        if not self.metrics.exists():
+        if not self.metrics.is_file():
             return []
         out = []
-        for line in self.metrics.read_text().splitlines():
+        for line in self.metrics.read_bytes().decode(errors="replace").splitlines():
             try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
+                record = json.loads(line)
+            except (ValueError, RecursionError):  # a line cut short, or not ours
                 continue
+            if isinstance(record, dict) and isinstance(record.get("step"), int):
+                out.append(record)
         return out
 
     def read_json(self, path: Path) -> dict[str, Any] | None:
         try:
-            return json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
+            data = json.loads(path.read_bytes())
+        except (OSError, ValueError, RecursionError):  # missing, cut short, not UTF-8, nested too deep
             return None
+        return data if isinstance(data, dict) else None
 
 
 def _jsonable(x: Any) -> Any:
