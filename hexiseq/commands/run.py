@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..errors import HexiSeqError
 from ..plan import Plan
+from ..runs.lock import releases_locks
 from ..specs.workload import GlobalBatch
 from .checks import (
     clip_arg,
@@ -182,6 +183,7 @@ def _given(args: argparse.Namespace, key: str) -> bool:
     return value not in (None, False)
 
 
+@releases_locks  # the run directory's lock (taken by RunDir.create / RunDir.lock) ends with the command
 def run(args: argparse.Namespace) -> int:
     from ..runtime.launch import torchrun_env
     from ..runtime.verify import check_nproc
@@ -223,7 +225,9 @@ def _prepare_new(args: argparse.Namespace, torchrun: bool):
     from ..runs.rundir import RunDir, default_run_dir
 
     plan = Plan.load(args.plan)
-    out = Path(args.out) if args.out else default_run_dir()
+    out = Path(args.out) if args.out is not None else default_run_dir()
+    if args.out is not None and not args.out.strip():
+        RunDir.create(args.out)  # refuses --out '' (it is not a directory path)
     existed = out.exists()
     if not torchrun:
         run = RunDir.create(out)
@@ -290,6 +294,7 @@ def _prepare_resume(args: argparse.Namespace):
     from ..runs.rundir import RunDir
 
     run = RunDir.existing(args.resume)
+    run.lock()  # one writer: refused while another run writes this directory
     cfg = run.read_config()  # every field checked, the file named when it is damaged
     cfg, notes = for_resume(cfg, Plan.load(args.plan) if args.plan else None, args.steps, args.timeout)
     found = ckpt.find(
@@ -379,6 +384,7 @@ def _placement(plan: Plan, args: argparse.Namespace):
 def _write_run_files(run, cfg, resume, start: int, session: int) -> None:
     """The record a run starts with: config.json, plan.json (earlier plans kept in plans/), and on
     resume the metrics cut back to the checkpoint's step."""
+    run.lock()  # rank 0 under torchrun; the spawned launcher holds it already
     previous = run.read_json(run.plan)
     if previous is not None and previous != cfg.plan:
         (run.path / "plans").mkdir(exist_ok=True)

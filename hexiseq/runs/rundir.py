@@ -12,6 +12,7 @@ RUN_DIR/
   tensorboard/     event files, when the tensorboard package is installed
   data/            tokens of a text source, given sequences
   loss.png         the loss curve (`hexiseq run --plot`, make demo)
+  .lock            held by the run writing the directory (pid, host): one writer at a time (runs/lock.py)
 ```
 
 `load(RUN_DIR)` gives the metrics as a table (pandas), `load_summary` the summary.
@@ -28,6 +29,7 @@ from typing import Any
 from ..errors import HexiSeqError
 from ..specs import write_text_atomic as write_text
 from .config import RunConfig
+from .lock import LOCK_NAME, release, take
 
 METRIC_KEYS = ("step", "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s", "peak_mem_mb")
 
@@ -62,15 +64,38 @@ class RunDir:
 
     @classmethod
     def create(cls, path: Path | str | None) -> RunDir:
-        """A new run directory; refuses one that already holds a run (resume it instead)."""
+        """A new run directory, locked for this process (one writer: runs/lock.py); refuses one that
+        already holds a run (resume it instead), one another run is writing, and a path that cannot
+        be a directory. A refused directory that this call made is removed again."""
+        if path is not None and not str(path).strip():
+            raise HexiSeqError("--out '': give a directory path for the run (or leave --out out: runs/<timestamp>)")
         run = cls(path if path is not None else default_run_dir())
         if run.path.exists() and not run.path.is_dir():
             raise HexiSeqError(f"--out {run.path}: is a file; give a directory for the run")
-        if run.path.is_dir() and any(p.name != "inputs" for p in run.path.iterdir()):
-            hint = f"continue it with --resume {run.path}" if run.config.exists() else "it is not a run directory"
-            raise HexiSeqError(f"--out {run.path}: already holds files; {hint}, or give another --out")
-        run.path.mkdir(parents=True, exist_ok=True)
+        made = not run.path.exists()
+        try:
+            run.path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise HexiSeqError(
+                f"--out {run.path}: cannot be made ({e.strerror or type(e).__name__}); give a writable directory"
+            ) from None
+        try:
+            run.lock("--out")
+            if any(p.name not in ("inputs", LOCK_NAME) for p in run.path.iterdir()):
+                hint = f"continue it with --resume {run.path}" if run.config.exists() else "it is not a run directory"
+                raise HexiSeqError(f"--out {run.path}: already holds files; {hint}, or give another --out")
+        except BaseException:
+            if made:
+                release(run.path)
+                (run.path / LOCK_NAME).unlink(missing_ok=True)
+                run.path.rmdir()
+            raise
         return run
+
+    def lock(self, flag: str = "--resume") -> None:
+        """Take this run directory's lock before writing into it (refused, naming the other run's
+        pid and host, while another run holds it)."""
+        take(self.path, flag)
 
     @classmethod
     def existing(cls, path: Path | str, flag: str = "--resume") -> RunDir:
