@@ -22,6 +22,7 @@ from pathlib import Path
 from ..errors import HexiSeqError
 from ..plan import Plan
 from ..runs.lock import releases_locks
+from ..runs.session import begin_record, previous_end
 from ..specs.workload import GlobalBatch
 from .checks import (
     clip_arg,
@@ -297,6 +298,7 @@ def _prepare_resume(args: argparse.Namespace):
     run.lock()  # one writer: refused while another run writes this directory
     cfg = run.read_config()  # every field checked, the file named when it is damaged
     cfg, notes = for_resume(cfg, Plan.load(args.plan) if args.plan else None, args.steps, args.timeout)
+    notes += previous_end(run)  # a stale "training" status: the last session was killed
     found = ckpt.find(
         run.checkpoints, args.checkpoint
     )  # verified against its manifest: corrupt ones are refused, named
@@ -304,6 +306,11 @@ def _prepare_resume(args: argparse.Namespace):
         notes.append("no checkpoint yet: the run starts from step 0")
         return run, cfg, None, 0, notes
     path, trainer = found
+    if args.steps is not None and args.steps < trainer["step"]:
+        raise HexiSeqError(
+            f"--steps {args.steps}: the run is at step {trainer['step']} already (checkpoint {path.name}); "
+            f"--steps is the run's total: give more than {trainer['step']} to train further"
+        )
     if trainer["step"] >= cfg.steps:
         raise HexiSeqError(
             f"--resume {run.path}: checkpoint {path.name} is at step {trainer['step']} of {cfg.steps}: the run is "
@@ -384,15 +391,13 @@ def _placement(plan: Plan, args: argparse.Namespace):
 def _write_run_files(run, cfg, resume, start: int, session: int) -> None:
     """The record a run starts with: config.json, plan.json (earlier plans kept in plans/), and on
     resume the metrics cut back to the checkpoint's step."""
-    run.lock()  # rank 0 under torchrun; the spawned launcher holds it already
+    begin_record(run, start)  # locked; metrics cut back to `start` (0 also on a resume with no checkpoint)
     previous = run.read_json(run.plan)
     if previous is not None and previous != cfg.plan:
         (run.path / "plans").mkdir(exist_ok=True)
         run.write_json(run.path / "plans" / f"plan-until-step-{start:08d}.json", previous)
     run.write_json(run.config, cfg.to_dict())
     run.write_json(run.plan, cfg.plan)
-    if resume is not None:
-        run.keep_metrics_until(start)
     run.set_status("starting", session=session)
 
 

@@ -146,8 +146,10 @@ class RunDir:
             f.flush()
 
     def keep_metrics_until(self, step: int) -> int:
-        """On resume from the checkpoint of `step`: drop the records after it (they are recomputed).
-        Returns how many were dropped."""
+        """On resume from the checkpoint of `step` (0: no checkpoint): drop the records after it (they
+        are recomputed), and lines that are not records. Returns how many records were dropped."""
+        if not self.metrics.exists():
+            return 0
         records = self.read_metrics()
         kept = [r for r in records if r["step"] <= step]
         write_text(self.metrics, "".join(json.dumps(r) + "\n" for r in kept))
