@@ -28,7 +28,10 @@ def test_keep_metrics_until_drops_later_records_and_foreign_lines(tmp_path):
 def test_a_stale_status_is_recognised_and_a_final_one_is_kept(tmp_path):
     run = RunDir(tmp_path)
     run.set_status("training", step=3, steps=9)
-    assert "ended without a final status (it was 'training' at step 3)" in previous_end(run)[0]
+    (run.checkpoints / ".step-00000004.tmp").mkdir(parents=True)
+    notes = previous_end(run)
+    assert "removed .step-00000004.tmp" in notes[0] and not (run.checkpoints / ".step-00000004.tmp").exists()
+    assert "ended without a final status (it was 'training' at step 3)" in notes[1]
     mark_failed(run, RuntimeError("boom\nmore"))
     assert run.read_json(run.status)["phase"] == "failed" and run.read_json(run.status)["error"] == "boom"
     run.set_status("completed")

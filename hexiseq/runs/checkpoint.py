@@ -24,9 +24,11 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.api import CheckpointException
 
 from ..atomic import fsync_dir, fsync_files, fsync_tree, publish
 from ..errors import SpecError
+from ..runtime.failures import storage_error, unwrap
 from .checkpoint_files import dcp_load, load_rng, verify_contents
 
 PREFIX = "step-"
@@ -166,19 +168,66 @@ def save(
     keep: int = 2,
 ) -> Path:
     """Save a checkpoint of `step` (every rank calls this; collectives inside). Keeps the newest
-    `keep` checkpoints. Returns its path."""
-    import torch.distributed.checkpoint as dcp
+    `keep` checkpoints. Returns its path. A write that fails (disk full) removes the partial
+    checkpoint and raises a StorageError naming the directory, the space needed and what to do."""
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     rank, world = dist.get_rank(), dist.get_world_size()
     final = directory / step_name(step)
     tmp = directory / f".{step_name(step)}.tmp"
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    try:
+        return _save(directory, step, final, tmp, rank, world, model_sd, optim_sd, trainer, keep)
+    except (OSError, CheckpointException) as e:
+        failure = unwrap(e)
+        if not isinstance(failure, OSError):
+            raise
+        if rank == 0:  # the partial checkpoint would fill the disk further
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise storage_error(
+            failure,
+            directory,
+            f"writing checkpoint {step_name(step)} into",
+            need_bytes=state_bytes(model_sd, optim_sd),  # DCP writes each tensor once
+            then=f"the partial {tmp.name} was removed; continue with --resume {directory.parent} "
+            "(or lower --keep-checkpoints)",
+        ) from None
+
+
+def state_bytes(*states: Any) -> int:
+    """Bytes of the tensors in nested state dicts (what a checkpoint of them writes, about)."""
+    total, todo = 0, list(states)
+    while todo:
+        x = todo.pop()
+        if isinstance(x, torch.Tensor):
+            total += x.numel() * x.element_size()
+        elif isinstance(x, dict):
+            todo.extend(x.values())
+        elif isinstance(x, (list, tuple)):
+            todo.extend(x)
+    return total
+
+
+def _save(
+    directory: Path,
+    step: int,
+    final: Path,
+    tmp: Path,
+    rank: int,
+    world: int,
+    model_sd: dict[str, Any],
+    optim_sd: dict[str, Any],
+    trainer: dict[str, Any],
+    keep: int,
+) -> Path:
+    """The writes of `save`: every rank's files into `tmp`, then rank 0's manifest and the rename."""
+    import torch.distributed.checkpoint as dcp
+
     if rank == 0:
         if tmp.exists():
             shutil.rmtree(tmp)  # left by a killed save
         tmp.mkdir(parents=True)
     dist.barrier()
-    model_sd, optim_sd = get_state_dict(model, optimizer)
     dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
     mine = tmp / f"rng-{rank:05d}.pt"
     torch.save(rng_state(), mine)

@@ -9,6 +9,7 @@ import torch
 
 from ..errors import HexiSeqError
 from ..runtime.checkpoint import check_save_target, save_hf_checkpoint
+from ..runtime.failures import storage_error
 from ..runtime.model import Llama
 from . import checkpoint as ckpt
 from .rundir import RunDir
@@ -35,4 +36,7 @@ def export(run_dir: Path | str, to: Path | str, checkpoint: str | None = None, d
     out_dtype = getattr(torch, dtype) if dtype else None
     if dtype and not isinstance(out_dtype, torch.dtype):
         raise HexiSeqError(f"--dtype {dtype!r} is not a torch dtype (float32, bfloat16, float16)")
-    return save_hf_checkpoint(model, to, dtype=out_dtype)
+    try:
+        return save_hf_checkpoint(model, to, dtype=out_dtype)
+    except OSError as e:  # disk full, read-only: named (the atomic save left nothing half-written)
+        raise storage_error(e, Path(to), "exporting to", need_bytes=ckpt.state_bytes(model.state_dict())) from None

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HexiSeqError
+from ..runtime.failures import StorageError, storage_error
 from ..specs import write_text_atomic as write_text
 from .config import RunConfig
 from .lock import LOCK_NAME, release, take
@@ -135,15 +136,26 @@ class RunDir:
 
     # ---- writers
     def write_json(self, path: Path, obj: Any) -> None:
-        write_text(path, json.dumps(obj, indent=2, default=_jsonable) + "\n")
+        text = json.dumps(obj, indent=2, default=_jsonable) + "\n"
+        try:
+            write_text(path, text)
+        except OSError as e:  # disk full, read-only, removed: named, with what to do
+            raise self._storage_error(e, path, len(text)) from None
+
+    def _storage_error(self, e: OSError, path: Path, need_bytes: int | None = None) -> StorageError:
+        then = f"continue with --resume {self.path}" if self.config.exists() else ""
+        return storage_error(e, path, "writing", need_bytes=need_bytes, then=then)
 
     def set_status(self, phase: str, **extra: Any) -> None:
         self.write_json(self.status, {"phase": phase, "time": time.time(), **extra})
 
     def append_metrics(self, record: dict[str, Any]) -> None:
-        with open(self.metrics, "a") as f:
-            f.write(json.dumps(record, default=_jsonable) + "\n")
-            f.flush()
+        try:
+            with open(self.metrics, "a") as f:
+                f.write(json.dumps(record, default=_jsonable) + "\n")
+                f.flush()
+        except OSError as e:
+            raise self._storage_error(e, self.metrics) from None
 
     def keep_metrics_until(self, step: int) -> int:
         """On resume from the checkpoint of `step` (0: no checkpoint): drop the records after it (they
@@ -152,7 +164,10 @@ class RunDir:
             return 0
         records = self.read_metrics()
         kept = [r for r in records if r["step"] <= step]
-        write_text(self.metrics, "".join(json.dumps(r) + "\n" for r in kept))
+        try:
+            write_text(self.metrics, "".join(json.dumps(r) + "\n" for r in kept))
+        except OSError as e:
+            raise self._storage_error(e, self.metrics) from None
         return len(records) - len(kept)
 
     # ---- readers

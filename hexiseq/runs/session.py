@@ -3,8 +3,9 @@
 - `begin_record`: before the ranks start, the record is made to match the state the session starts
   from: metrics.jsonl cut back to the checkpoint's step (to nothing when there is no checkpoint:
   the session starts at step 0), a STOP file left by an earlier session removed.
-- `previous_end`: on resume, a status.json that is not final ("training", "checkpoint", ...) while
-  no process holds the run's lock says the last session was killed or crashed: named in a note.
+- `previous_end`: on resume, partial checkpoints of a killed save are removed, and a status.json
+  that is not final ("training", "checkpoint", ...) while no process holds the run's lock says the
+  last session was killed or crashed: both named in notes.
 - `mark_failed`: any end the launcher sees (a rank failure, an interrupt, an error of its own)
   leaves status.json final.
 - `TimeLimit`: --time-limit asks the ranks to stop at the next step boundary with a checkpoint (as
@@ -13,6 +14,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -41,12 +43,17 @@ def begin_record(run: RunDir, start: int) -> int:
 def previous_end(run: RunDir) -> list[str]:
     """Notes on how the last session ended, when its status.json is not final (it was killed or
     crashed before it could say so). Call with the run's lock held."""
+    notes = []
+    if run.checkpoints.is_dir():  # partial checkpoints of a killed save: they only fill the disk
+        for tmp in sorted(run.checkpoints.glob(".step-*.tmp")):
+            shutil.rmtree(tmp, ignore_errors=True)
+            notes.append(f"removed {tmp.name}, a checkpoint the previous session did not finish writing")
     status = run.read_json(run.status)
     if status is None or status.get("phase") in FINAL or locked_by_other(run.path):
-        return []
+        return notes
     phase, step = status.get("phase"), status.get("step")
     at = f" at step {step}" if isinstance(step, int) else ""
-    return [
+    return notes + [
         f"the previous session ended without a final status (it was {phase!r}{at}): it was killed or crashed; "
         "the record is cut back to the checkpoint"
     ]
