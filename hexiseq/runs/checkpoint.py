@@ -24,12 +24,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.api import CheckpointException
 
 from ..atomic import fsync_dir, fsync_files, fsync_tree, publish
 from ..errors import SpecError
 from ..runtime.failures import storage_error, unwrap
-from .checkpoint_files import dcp_load, load_rng, verify_contents
 
 PREFIX = "step-"
 MANIFEST, TRAINER = "manifest.json", "trainer.json"
@@ -93,6 +91,8 @@ def verify(path: Path) -> dict[str, Any]:
             )
         if got["crc32"] != want["crc32"]:
             raise SpecError(f"checkpoint {path} is corrupt: {name} does not match its checksum (CRC-32)")
+    from .checkpoint_files import verify_contents  # same layer; DCP is imported only when a checkpoint is read
+
     trainer = read_trainer(path)
     verify_contents(path)  # the pickled parts, read without running code: a tampered file is refused here
     return trainer
@@ -170,6 +170,7 @@ def save(
     """Save a checkpoint of `step` (every rank calls this; collectives inside). Keeps the newest
     `keep` checkpoints. Returns its path. A write that fails (disk full) removes the partial
     checkpoint and raises a StorageError naming the directory, the space needed and what to do."""
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -254,6 +255,8 @@ def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -
     restore this rank's RNG when the world size is the one that saved. Returns the trainer state."""
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+    from .checkpoint_files import dcp_load, load_rng
+
     trainer = read_trainer(path)
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optim": optim_sd}
@@ -270,6 +273,8 @@ def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -
 def model_state(path: Path, model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The full model weights of a checkpoint, in one process (for export): `model`'s state dict filled."""
     import warnings
+
+    from .checkpoint_files import dcp_load
 
     sd = model.state_dict()
     with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is

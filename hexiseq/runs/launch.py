@@ -20,7 +20,7 @@ from ..errors import HexiSeqError
 from .config import RunConfig
 from .progress import Console, Progress, closing_lines
 from .rundir import RunDir, default_run_dir, load, load_summary
-from .session import TimeLimit, mark_failed
+from .session import TimeLimit, discard_refused_start, mark_failed
 
 
 class _Tail:
@@ -93,6 +93,8 @@ def execute_spawned(
     except WorldError as e:
         poll()
         progress.close()
+        if discard_refused_start(run, e.rc):  # the ranks refused a new run's input: nothing is left behind
+            raise
         write_summary(run, cfg, None, "failed", error=str(e))
         raise
     except BaseException as e:  # an interrupt, or an error of the launcher's own: the status says so

@@ -50,6 +50,8 @@ class RunDir:
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
+        self.created = False  # a new run, by `create` in this process (a refused start removes what it made)
+        self.made_dir = False  # ... and the directory itself did not exist before
 
     config = property(lambda self: self.path / "config.json")
     plan = property(lambda self: self.path / "plan.json")
@@ -91,6 +93,7 @@ class RunDir:
                 (run.path / LOCK_NAME).unlink(missing_ok=True)
                 run.path.rmdir()
             raise
+        run.created, run.made_dir = True, made
         return run
 
     def lock(self, flag: str = "--resume") -> None:

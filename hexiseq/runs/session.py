@@ -6,6 +6,7 @@
 - `previous_end`: on resume, partial checkpoints of a killed save are removed, and a status.json
   that is not final ("training", "checkpoint", ...) while no process holds the run's lock says the
   last session was killed or crashed: both named in notes.
+- `discard_refused_start`: a new run whose ranks refused its input leaves nothing behind;
 - `mark_failed`: any end the launcher sees (a rank failure, an interrupt, an error of its own)
   leaves status.json final.
 - `TimeLimit`: --time-limit asks the ranks to stop at the next step boundary with a checkpoint (as
@@ -19,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .lock import locked_by_other
+from .lock import locked_by_other, release
 from .rundir import RunDir
 
 FINAL = ("completed", "stopped", "failed")
@@ -57,6 +58,27 @@ def previous_end(run: RunDir) -> list[str]:
         f"the previous session ended without a final status (it was {phase!r}{at}): it was killed or crashed; "
         "the record is cut back to the checkpoint"
     ]
+
+
+def discard_refused_start(run: RunDir, rc: int) -> bool:
+    """After the ranks refused a new run's input (exit code 2: bad input found as they loaded it,
+    e.g. non-finite weights or too little data) before any step or checkpoint: remove what the start
+    made, so that a refused run leaves nothing behind (an `inputs/` folder a notebook's launch made
+    stays, with its log). True when it was removed. Only for a directory `RunDir.create` made."""
+    if (
+        rc != 2
+        or not run.created
+        or run.read_metrics()
+        or (run.checkpoints.is_dir() and any(run.checkpoints.iterdir()))
+    ):
+        return False
+    release(run.path)
+    for p in run.path.iterdir():
+        if p.name != "inputs":
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+    if run.made_dir and not any(run.path.iterdir()):
+        run.path.rmdir()
+    return True
 
 
 def mark_failed(run: RunDir, error: BaseException | str) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,8 @@ def read_yaml(path: Path | str) -> Any:
         raise SpecError(f"{p}: not valid YAML: {_one_line(e)}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise SpecError(f"{p}: cannot be read: {e}") from None
+    except RecursionError:  # [[[[...]]]] thousands deep: no file of ours nests more than a few levels
+        raise SpecError(f"{p}: nested too deeply to be read (more than {sys.getrecursionlimit():,} levels)") from None
 
 
 def _one_line(e: yaml.YAMLError) -> str:
@@ -122,6 +125,8 @@ def parse_json(text: str, where: str, error: type[Exception] = SpecError) -> Any
         raise error(f"{where}: not valid JSON: {e}") from None
     except ValueError as e:
         raise error(f"{where}: {e}") from None
+    except RecursionError:  # e.g. [[[[...]]]] 100,000 deep: no file of ours nests more than a few levels
+        raise error(f"{where}: nested too deeply to be read (more than {sys.getrecursionlimit():,} levels)") from None
 
 
 def read_json(path: Path | str, what: str = "file", error: type[Exception] = SpecError) -> Any:
