@@ -1009,6 +1009,12 @@ RUN_DIR_CASES: list[Case] = [
         suffix=".json",
     ),
     Case(
+        "issue22-verify-nproc-4096",
+        ("verify", "--random-plan", "--nproc", "4096"),
+        ("--nproc 4096: this machine has", "local ranks"),
+    ),
+    Case("issue22-profile-world-4096", ("profile", "--world", "4096", "--out", "{tmp}/p.yaml"), ("use at most",)),
+    Case(
         "issue22-cluster-nested-100000",
         ("info", "{f}"),
         ("nested too deeply to be read",),

@@ -18,6 +18,7 @@ import torch
 from ..errors import PlanError
 from ..plan import Plan
 from ..specs import ModelSpec, get_model
+from .capacity import check_local_world
 from .model import LlamaConfig
 
 # Largest relative error accepted, by compute dtype: fp32 reorders sums only (~1e-7 seen), bf16
@@ -61,7 +62,8 @@ def prepare_check(plan: Plan, model: str | None = None, seq_len: int | None = No
     if model is None:
         cfg, name = proxy_config(plan.num_heads, plan.num_kv_heads), f"proxy-{plan.num_heads}h{plan.num_kv_heads}kv"
         notes.append(
-            f"model: a 2-layer proxy with the plan's {plan.num_heads} heads / {plan.num_kv_heads} KV heads ({plan.model or 'unnamed model'})"
+            f"model: a 2-layer proxy with the plan's {plan.num_heads} heads / {plan.num_kv_heads} KV heads "
+            f"({plan.model or 'unnamed model'})"
         )
     else:
         spec: ModelSpec = get_model(model)
@@ -145,3 +147,4 @@ def verify_plan(
 def check_nproc(plan: Plan, nproc: int | None) -> None:
     if nproc is not None and nproc != plan.world_size:
         raise PlanError(f"plan {plan.name!r} has {plan.world_size} ranks but --nproc is {nproc}")
+    check_local_world(plan.world_size, "--nproc" if nproc is not None else f"plan {plan.name!r} with")
