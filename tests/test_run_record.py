@@ -11,7 +11,7 @@ import pytest
 
 from hexiseq.cli import main
 from hexiseq.plan import random_plan
-from hexiseq.runs import load
+from hexiseq.runs import load, lock
 from hexiseq.runs.rundir import RunDir
 from hexiseq.runs.session import TimeLimit, begin_record, grace_s, mark_failed, previous_end
 
@@ -32,6 +32,10 @@ def test_a_stale_status_is_recognised_and_a_final_one_is_kept(tmp_path):
     notes = previous_end(run)
     assert "removed .step-00000004.tmp" in notes[0] and not (run.checkpoints / ".step-00000004.tmp").exists()
     assert "ended without a final status (it was 'training' at step 3)" in notes[1]
+    assert run.read_status()["stale"] is False  # no lock file: no run ever held it (cannot tell)
+    lock.take(tmp_path)
+    lock.release(tmp_path)
+    assert run.read_status()["stale"] is True  # the writer's lock is gone, the status says "training"
     mark_failed(run, RuntimeError("boom\nmore"))
     assert run.read_json(run.status)["phase"] == "failed" and run.read_json(run.status)["error"] == "boom"
     run.set_status("completed")

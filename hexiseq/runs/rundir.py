@@ -30,8 +30,9 @@ from ..errors import HexiSeqError
 from ..runtime.failures import StorageError, storage_error
 from ..specs import write_text_atomic as write_text
 from .config import RunConfig
-from .lock import LOCK_NAME, release, take
+from .lock import LOCK_NAME, locked_by_other, release, take
 
+FINAL_PHASES = ("completed", "stopped", "failed")  # how a session ends (status.json's last phase)
 METRIC_KEYS = ("step", "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s", "peak_mem_mb")
 
 
@@ -187,6 +188,14 @@ class RunDir:
             if isinstance(record, dict) and isinstance(record.get("step"), int):
                 out.append(record)
         return out
+
+    def read_status(self) -> dict[str, Any] | None:
+        """status.json, with `stale: True` when it is not final ("training", "checkpoint", ...) but no
+        process holds the run's lock: the run that wrote it was killed or crashed (None: no status)."""
+        status = self.read_json(self.status)
+        if status is not None and status.get("phase") not in FINAL_PHASES:
+            status["stale"] = (self.path / LOCK_NAME).is_file() and locked_by_other(self.path) is None
+        return status
 
     def read_json(self, path: Path) -> dict[str, Any] | None:
         try:

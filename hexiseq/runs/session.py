@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from .lock import locked_by_other, release
-from .rundir import RunDir
+from .rundir import FINAL_PHASES, RunDir
 
-FINAL = ("completed", "stopped", "failed")
+FINAL = FINAL_PHASES
 GRACE_MIN_S = 30.0  # at least this long to finish the step and write the checkpoint
 GRACE_FRACTION = 0.1  # ... or this fraction of the limit (a large model's checkpoint takes longer)
 
@@ -51,7 +51,7 @@ def previous_end(run: RunDir) -> list[str]:
             notes.append(f"removed {tmp.name}, a checkpoint the previous session did not finish writing")
     status = run.read_json(run.status)
     if status is None or status.get("phase") in FINAL or locked_by_other(run.path):
-        return notes
+        return notes  # (the caller holds the lock: no other process can be writing this status)
     phase, step = status.get("phase"), status.get("step")
     at = f" at step {step}" if isinstance(step, int) else ""
     return notes + [
