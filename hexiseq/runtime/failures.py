@@ -134,11 +134,13 @@ def classify(rank: int, exc: BaseException, pg_timeout_s: float | None = None) -
     detail = "".join(traceback.format_exception(exc))
     first = (str(exc).strip().splitlines() or [""])[0]
     low = str(exc).lower()
+    if isinstance(exc, StorageError):  # the machine's fault, not the input's: exit code 1, the record kept
+        return RankFailure(rank, ERROR, str(exc), detail, pid=os.getpid())
     if isinstance(exc, HexiSeqError):
         return RankFailure(rank, INPUT, str(exc), detail, pid=os.getpid())
     if isinstance(exc, OSError) and exc.errno in _STORAGE_ADVICE and exc.filename:
         failure = storage_error(exc, exc.filename, "cannot use")
-        return RankFailure(rank, INPUT, str(failure), detail, pid=os.getpid())
+        return RankFailure(rank, ERROR, str(failure), detail, pid=os.getpid())
     if isinstance(exc, MemoryError) or "out of memory" in low:
         return RankFailure(
             rank,
