@@ -1014,6 +1014,13 @@ RUN_DIR_CASES: list[Case] = [
         ("--nproc 4096: this machine has", "local ranks"),
     ),
     Case("issue22-profile-world-4096", ("profile", "--world", "4096", "--out", "{tmp}/p.yaml"), ("use at most",)),
+    Case("issue22-plan-dev-zero", ("estimate", "--plan", "{tmp}/zero"), ("is not a regular file",), setup=_dev_zero),
+    Case(
+        "issue22-plan-huge",
+        ("estimate", "--plan", "{tmp}/huge.json"),
+        ("more than any plan file holds",),
+        setup=lambda tmp: open(tmp / "huge.json", "wb").truncate(300 * 2**20),
+    ),
     Case(
         "issue22-cluster-nested-100000",
         ("info", "{f}"),

@@ -389,8 +389,8 @@ def _placement(plan: Plan, args: argparse.Namespace):
 
 
 def _write_run_files(run, cfg, resume, start: int, session: int) -> None:
-    """The record a run starts with: config.json, plan.json (earlier plans kept in plans/), and on
-    resume the metrics cut back to the checkpoint's step."""
+    """The record a run starts with: the run directory locked, config.json, plan.json (earlier plans
+    kept in plans/), and the metrics cut back to `start` (the checkpoint's step; 0 without one)."""
     begin_record(run, start)  # locked; metrics cut back to `start` (0 also on a resume with no checkpoint)
     previous = run.read_json(run.plan)
     if previous is not None and previous != cfg.plan:

@@ -72,6 +72,9 @@ StrictYAMLLoader.add_implicit_resolver(
 )
 
 
+MAX_INPUT_BYTES = 256 * 2**20  # a spec, plan or profile file: the largest plans are a few MB
+
+
 def _input_file(path: Path | str, what: str, error: type[Exception]) -> Path:
     """`path` when it is an existing file; else `error` saying what is wrong with it."""
     p = Path(path)
@@ -79,6 +82,10 @@ def _input_file(path: Path | str, what: str, error: type[Exception]) -> Path:
         raise error(f"{what} not found: {p}")
     if p.is_dir():
         raise error(f"{p} is a directory, not a {what}")
+    if not p.is_file():  # a device or a pipe (a link to /dev/zero) would be read forever
+        raise error(f"{p} is not a regular file (a device, pipe or socket), not a {what}")
+    if p.stat().st_size > MAX_INPUT_BYTES:
+        raise error(f"{p}: {p.stat().st_size:,} bytes, more than any {what} holds (at most {MAX_INPUT_BYTES:,})")
     return p
 
 
