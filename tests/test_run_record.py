@@ -75,3 +75,20 @@ def test_a_resume_without_a_checkpoint_restarts_with_an_empty_record(tmp_path, c
     assert main(["run", "--resume", str(run), "--steps", "1"]) == 2
     err = capsys.readouterr().err
     assert "--steps 1: the run is at step 2 already" in err and "of 1" not in err, err
+
+
+def test_a_refused_start_removes_what_it_made_and_keeps_a_notebooks_inputs(tmp_path):
+    from hexiseq.runs.session import discard_refused_start
+
+    (tmp_path / "nb" / "inputs").mkdir(parents=True)
+    (tmp_path / "nb" / "inputs" / "launcher.log").write_text("the run's own message")
+    run = RunDir.create(tmp_path / "nb")
+    run.write_json(run.config, {})
+    run.set_status("building the model")
+    assert not discard_refused_start(run, 1)  # a fault, not refused input: the record stays
+    assert discard_refused_start(run, 2)
+    assert sorted(p.name for p in run.path.iterdir()) == ["inputs"]
+    fresh = RunDir.create(tmp_path / "fresh")
+    assert discard_refused_start(fresh, 2) and not fresh.path.exists()
+    old = RunDir(tmp_path / "nb")  # not made by this process (a resume): never removed
+    assert not discard_refused_start(old, 2) and old.path.exists()
