@@ -85,9 +85,18 @@ def test_the_run_directory_holds_the_files_planted(original):
     assert {"config.json", "plan.json", "metrics.jsonl", "status.json", "summary.json"} <= set(names)
 
 
-@pytest.mark.parametrize(
-    "name", [".metadata", "__0_0.distcp", "__1_0.distcp", "rng-00000.pt", "rng-00001.pt", "trainer.json"]
-)
+CHECKPOINT_FILES = [".metadata", "__0_0.distcp", "__1_0.distcp", "rng-00000.pt", "rng-00001.pt", "trainer.json"]
+CHECKPOINT_FILES += ["manifest.json"]
+RUN_FILES = ["config.json", "plan.json", "metrics.jsonl", "status.json", "summary.json", "console.log", ".lock"]
+
+
+def test_every_file_of_the_run_directory_is_planted_by_a_test(original):
+    """A new kind of file in run directories fails here until the tests below plant it too."""
+    step = f"checkpoints/{ckpt.step_name(STEPS)}/"
+    assert set(_files(original)) == {step + n for n in CHECKPOINT_FILES} | set(RUN_FILES)
+
+
+@pytest.mark.parametrize("name", CHECKPOINT_FILES)
 def test_a_planted_checkpoint_file_is_refused_by_resume_and_export(original, tmp_path, name, capsys):
     run = tmp_path / "run"
     shutil.copytree(original, run)
@@ -161,7 +170,7 @@ def test_a_corrupt_metadata_is_one_message(original, tmp_path, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["config.json", "plan.json", "metrics.jsonl", "status.json", "summary.json"])
+@pytest.mark.parametrize("name", RUN_FILES)
 def test_a_planted_run_file_runs_no_code(original, tmp_path, name, capsys):
     """The run's own files are JSON: a pickle there is unreadable, never executed. config.json is
     refused, named; the others are the record, rewritten by the resumed run."""
