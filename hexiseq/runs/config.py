@@ -107,10 +107,6 @@ class RunConfig:
             **{k: d[k] for k in scalars if k in d},
         )
 
-    def model_cfg(self) -> LlamaConfig:
-        """The model (runs/export.py still asks for it so; `model` is the same)."""
-        return self.model
-
     @property
     def tokens_per_step(self) -> int:
         return self.plan.seq_len * self.global_batch
