@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..specs import (
@@ -13,11 +13,11 @@ from ..specs import (
     ModelSpec,
     RecomputePolicy,
     Workload,
-    get_model,
     load_cluster,
     load_profile,
     parse_tokens,
 )
+from ..specs.identity import model_named
 from ..specs.workload import BlockSize, GlobalBatch
 from .checks import number_arg, time_limit_arg, timeout_arg, tokens_arg
 
@@ -101,9 +101,12 @@ def load_cluster_arg(args: argparse.Namespace) -> ClusterSpec:
     return cluster
 
 
-def load_workload_args(args: argparse.Namespace, default_recompute: str = "none") -> tuple[ModelSpec, Workload]:
-    """The model and workload of the common arguments; `default_recompute` when --recompute is absent."""
-    model = get_model(args.model)
+def load_workload_args(
+    args: argparse.Namespace, default_recompute: str = "none", recorded_model: Mapping[str, Any] | None = None
+) -> tuple[ModelSpec, Workload]:
+    """The model and workload of the common arguments; `default_recompute` when --recompute is absent;
+    `recorded_model`: the model a plan file recorded (found by its name)."""
+    model = model_named(args.model, recorded_model)
     wl = Workload(
         seq_len=parse_tokens(args.seq_len),
         global_batch=args.global_batch,

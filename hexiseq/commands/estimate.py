@@ -115,7 +115,11 @@ def _inputs(args: argparse.Namespace):
             f"plan {args.plan} was made for cluster {plan.cluster!r}, not {cluster.name!r}: its device "
             f"numbers mean other GPUs there (plan that cluster, or drop --cluster)"
         )
-    model, wl = load_workload_args(args, default_recompute=(plan_recompute(plan) if args.plan else None) or "none")
+    model, wl = load_workload_args(
+        args,
+        default_recompute=(plan_recompute(plan) if args.plan else None) or "none",
+        recorded_model=plan.meta.get("model_spec") if args.plan else None,
+    )
     if not args.plan:
         cp, hp = parse_layout(args.layout, cluster.size)
         plan = symmetric_plan(

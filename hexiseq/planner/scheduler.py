@@ -25,6 +25,7 @@ from ..costmodel.kernels import CostOptions
 from ..errors import HexiSeqError, InfeasibleError
 from ..plan import Plan
 from ..specs import ClusterSpec, ModelSpec, RecomputePolicy, Workload
+from ..specs.identity import cluster_fingerprint, model_record
 from .baselines import BaselineResult, baselines, best_baseline, policies_of
 from .candidates import (
     EXHAUSTIVE_DEVICES,
@@ -157,7 +158,13 @@ def plan_cluster(
         name="hexiseq",
         cluster=cluster.name,
         model=model.name,
-        meta={**plan.meta, "source": source, "recompute": res.best_policy},
+        meta={
+            **plan.meta,
+            "source": source,
+            "recompute": res.best_policy,
+            "cluster_fingerprint": cluster_fingerprint(cluster),
+            **({"model_spec": spec} if (spec := model_record(model)) is not None else {}),
+        },
     )
     est = estimate(plan, cluster, model, wl, options)
     bound = compute_bound(cluster, model, wl, options)
