@@ -46,6 +46,7 @@ class Candidate:
     label: str
     subset: str
     orbits: tuple[int, ...] | None = None
+    complete: bool = False  # one of `exhaustive_layouts`: the list it belongs to holds every layout at all
 
     @property
     def key(self) -> tuple:
@@ -274,7 +275,12 @@ def exhaustive_layouts(cluster: ClusterSpec, model: ModelSpec, limit: int | None
                         lay = Layout(tuple(order), tuple(tuple(h * unit for h in hs) for hs in heads))
                         desc = " | ".join("+".join(str(d) for d in g) for g in order)
                         out.append(
-                            Candidate(lay, f"groups {desc}, heads {[list(h) for h in lay.heads]}", f"{r} devices")
+                            Candidate(
+                                lay,
+                                f"groups {desc}, heads {[list(h) for h in lay.heads]}",
+                                f"{r} devices",
+                                complete=True,
+                            )
                         )
                         if limit is not None and len(out) > limit:
                             return None
