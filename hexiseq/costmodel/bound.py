@@ -209,7 +209,8 @@ def every_plan_bound(
     at most MAX_SUBSET_SHAPES such subsets; otherwise the least of (a) every subset inside one
     node, exactly, and (b) a floor of every subset that spans nodes, per number of devices n: the
     compute of the n devices with the most capacity of each kind (a relaxation of any n of them),
-    the optimizer over n, and the collectives of n ranks over the fastest link between two nodes."""
+    the optimizer over n, and the collectives of n ranks over the fastest link the subset's
+    devices can all have to another node (_spanning_floor)."""
     classes = identical_devices(cluster, devices)
     shapes = math.prod(len(c) + 1 for c in classes) - 1
     if shapes <= MAX_SUBSET_SHAPES:
@@ -243,29 +244,53 @@ def _spanning_floor(
     cluster: ClusterSpec, devices: list[int], model: ModelSpec, workload: Workload, options: CostOptions
 ) -> float:
     """A floor of subset_time_bound over every subset of `devices` that spans two nodes or more
-    (every_plan_bound (b)). Sizes are taken in ranges [lo, hi]: the compute of the hi devices with
-    the most capacity (more devices can only be faster) and the collectives of lo ranks (fewer
-    ranks can only be faster), both valid for every size of the range."""
+    (every_plan_bound (b)). Every device of such a subset has a partner in it on another node, so
+    the subset's slowest link β is at most the fastest link of each of its devices to another node:
+    per level β of those, the subsets of the devices whose fastest such link is at least β, with
+    collectives over β (and the least latency between nodes). Sizes are taken in ranges [lo, hi]:
+    the compute of the hi devices with the most capacity (more devices can only be faster) and the
+    collectives of lo ranks (fewer ranks can only be faster), both valid for every size of the range."""
+    if options.ignore_comm:
+        return _size_floor(cluster, devices, model, workload, options, None)
+    bw, lat = link_matrices(cluster)
+    idx = np.asarray(devices, dtype=np.int64)
+    node = np.array([cluster.devices[d].node for d in devices])
+    cross = node[:, None] != node[None, :]
+    b = np.where(cross, bw[np.ix_(idx, idx)], -np.inf)
+    fastest = b.max(axis=1)  # each device's fastest link to another node
+    least_lat = float(lat[np.ix_(idx, idx)][cross].min())
+    best = math.inf
+    for level in np.unique(fastest):
+        keep = [d for d, f in zip(devices, fastest) if f >= level]
+        if len({cluster.devices[d].node for d in keep}) > 1:
+            best = min(best, _size_floor(cluster, keep, model, workload, options, (float(level), least_lat)))
+    return best
+
+
+def _size_floor(
+    cluster: ClusterSpec,
+    devices: list[int],
+    model: ModelSpec,
+    workload: Workload,
+    options: CostOptions,
+    link: tuple[float, float] | None,
+) -> float:
+    """A floor of subset_time_bound over every subset of at least 2 of `devices` whose collectives
+    run over a link no faster than `link` (bytes/s, seconds; None: no communication), size range by
+    size range (_spanning_floor)."""
     w = work_times([cluster.devices[d].gpu for d in devices], model, options)
     N = len(devices)
-    if options.ignore_comm:
-        link = None
-    else:
-        bw, lat = link_matrices(cluster)
-        idx = np.asarray(devices, dtype=np.int64)
-        node = np.array([cluster.devices[d].node for d in devices])
-        cross = node[:, None] != node[None, :]
-        b, l_ = bw[np.ix_(idx, idx)], lat[np.ix_(idx, idx)]
-        link = (float(b[cross].max()), float(l_[cross].min()))  # a spanning ring crosses at least one such link
-    edges = sorted({*range(2, min(N, 64) + 1), *np.unique(np.geomspace(64, N, 48).astype(int)).tolist(), N})
-    edges = [e for e in edges if 2 <= e <= N]
+    edges = sorted({*range(2, min(N, 64) + 1), *np.unique(np.geomspace(64, max(N, 64), 48).astype(int)).tolist()})
+    edges = [e for e in edges if e <= N]
+    if not edges or edges[-1] != N:
+        edges.append(N)
     best = math.inf
     for lo, hi in zip([2] + [e + 1 for e in edges[:-1]], edges):
         if lo > hi:
             continue
         if link is None:
             pc = ParamComm(workload.param_sharding)
-        else:  # the collectives of lo ranks over the fastest link: a ring matrix of that size
+        else:  # the collectives of lo ranks over the link: a ring matrix of that size
             bw_m = np.full((lo, lo), link[0])
             np.fill_diagonal(bw_m, np.inf)
             lat_m = np.full((lo, lo), link[1])
