@@ -199,7 +199,9 @@ class Search:
                 return
             lm.set_box(lo, hi)
             node.box_ub = target
-        sol = lm.solve(max_rounds=STEP_ROUNDS)
+        # the loop stops once no plan of the box can beat the incumbent: more rounds would only raise a
+        # bound that already prunes the node, and a plan rounded from its solution cannot be faster
+        sol = lm.solve(max_rounds=STEP_ROUNDS, stop_at=self.best_s if math.isfinite(self.best_s) else None)
         node.rounds += sol.rounds
         self.rounds += sol.rounds
         if sol.status == "infeasible":  # nothing of this layout fits in memory (or in the box)
@@ -212,6 +214,9 @@ class Search:
             node.status = "error"
             return
         node.bound = max(node.bound, min(sol.bound_s, node.box_ub))
+        if sol.status == "above":  # no plan of the box beats the incumbent: final for every later target
+            node.status = "final"
+            return
         node.status = "final" if sol.status in ("optimal", "stalled") else "open"
         node.point = list(sol.blocks)
         for blocks in roundings(sol.blocks, lm.nb, ROUNDINGS):
