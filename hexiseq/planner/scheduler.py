@@ -49,11 +49,13 @@ SEARCH_SPACE = (
     f"up to {EXHAUSTIVE_DEVICES} devices: every layout at all (every subset, partition, ring order and head split "
     f"in whole KV heads, when there are at most {EXHAUSTIVE_MAX}); otherwise: every device subset of the "
     "candidate list (all devices, each union of GPU types, the fastest n whole-node "
-    f"prefixes); node groups of every size dividing the KV heads, spanning groups on up to {MAX_SPANNING} devices "
+    "prefixes); node groups of every size dividing the KV heads (and groups of such a size plus one of the rest "
+    f"where a node's even cuts are all smaller), spanning groups on up to {MAX_SPANNING} devices "
     f"(every head split); node and interleaved ring orders (every order up to {MAX_ORDERED} groups); at most "
     f"{MAX_GROUPS} groups, and layouts beyond {SYMMETRIC_FROM - 1} groups only in a periodic order with periodic "
-    f"chunk lengths and shards (the bound covers those; other plans are tried, not bounded); heads even "
-    f"inside a group of identical devices; every baseline plan"
+    f"chunk lengths and shards; heads even "
+    f"inside a group of identical devices; every baseline plan. The reported bound also covers every plan "
+    "outside this space (costmodel.bound.every_plan_bound)"
 )
 
 

@@ -4,12 +4,14 @@ Every (candidate layout, recompute policy) is a node with a proven lower bound o
 every plan it contains: at first the bound of its device subset (costmodel.bound: balanced compute
 and the subset's parameter collectives), then the optimum of its optimization model
 (planner/model.py) as cutting-plane rounds tighten it. The search always works on the node with the
-lowest bound: a few rounds of its model, whose solution is rounded to a plan and replayed (a new
+lowest bound: a few rounds of its model (fewer when its bound reaches the incumbent: then no plan of
+it can win), whose solution is rounded to a plan and replayed (a new
 incumbent when it is faster and fits in memory), and when the
 incumbent improves, every model's box shrinks to the chunk lengths that could still beat it. It
 stops when the lowest bound is within `gap` of the incumbent, or after `work` cutting-plane rounds
 in all (a deterministic work limit, never a wall-clock one). The bound of the whole search is the
-lowest bound of all nodes — searched, pruned or never reached — and the incumbent's time.
+lowest bound of all nodes — searched, pruned or never reached — and the incumbent's time: a bound
+over the candidates; the planner adds one over every other plan (costmodel.bound.every_plan_bound).
 """
 
 from __future__ import annotations
