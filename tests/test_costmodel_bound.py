@@ -288,3 +288,18 @@ def test_identical_devices_are_per_node_and_type():
     classes = identical_devices(UNEVEN)
     assert sorted(len(c) for c in classes) == [1, 3, 5]
     assert all(len({UNEVEN.devices[d].node for d in c}) == 1 for c in classes)
+
+
+def test_every_plan_bound_of_a_device_set_is_the_least_over_its_subsets():
+    """`devices=` restricts the subsets to those of a device set (a replica's devices): the bound then
+    covers only them, and the whole cluster's bound is at most each device set's."""
+    w = Workload(seq_len=32 * 1024, activation_checkpointing="none")
+    half = [0, 1, 2, 3]
+    sub = every_plan_bound(TESTBED, M8, w, devices=half)
+    every = [
+        subset_time_bound(TESTBED, list(s), M8, w)
+        for r in range(1, len(half) + 1)
+        for s in itertools.combinations(half, r)
+    ]
+    assert sub == pytest.approx(min(every), rel=1e-12)
+    assert every_plan_bound(TESTBED, M8, w) <= sub
