@@ -11,7 +11,11 @@ import math
 from collections.abc import Iterator
 
 from hexiseq.costmodel import estimate
+from hexiseq.errors import HexiSeqError
 from hexiseq.plan import Group, Plan
+from hexiseq.planner.layout import Layout
+from hexiseq.planner.model import LayoutModel
+from hexiseq.planner.search import roundings
 from hexiseq.specs import ClusterSpec, ModelSpec, Workload
 
 
@@ -99,11 +103,6 @@ def lp_plan(cluster: ClusterSpec, model: ModelSpec, wl: Workload, groups, heads)
     optimum (planner/model.py) rounded to whole blocks and tokens (a few roundings, the shards chosen
     again under memory when a rounding does not fit), each judged by the step replay. (inf, None)
     when none fits. The planner's code finds the plans; only the replay judges them."""
-    from hexiseq.errors import HexiSeqError
-    from hexiseq.planner.layout import Layout
-    from hexiseq.planner.model import LayoutModel
-    from hexiseq.planner.search import roundings
-
     try:
         lm = LayoutModel(cluster, model, wl, Layout(tuple(groups), tuple(heads)))
     except HexiSeqError:
