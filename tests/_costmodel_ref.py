@@ -1,8 +1,7 @@
 """Independent references shared by the cost-model and schedule tests: the exchange schedule derived
 by brute force from the layout rules (positions, head ownership: hexiseq/plan.py, hexiseq/schedule.py), plan
-generators that reach the
-edge cases (uneven chunks, fine GQA splits, ranks with no heads or no tokens), and ways to set the
-kernel-model knobs of every GPU of a cluster (the catalog's refitted values, data/gpus.yaml, are
+generators that reach the edge cases (uneven chunks, fine GQA splits, ranks with no heads or no tokens),
+and ways to set the kernel-model knobs of every GPU of a cluster (the catalog's refitted values, data/gpus.yaml, are
 nonzero; a claim that needs a knob neutral sets it explicitly).
 
 Written from the module docstrings (hexiseq/schedule.py, hexiseq/costmodel/*.py), not from their
