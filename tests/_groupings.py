@@ -14,7 +14,7 @@ from hexiseq.costmodel import estimate
 from hexiseq.errors import HexiSeqError
 from hexiseq.plan import Group, Plan
 from hexiseq.planner.layout import Layout
-from hexiseq.planner.model import LayoutModel
+from hexiseq.planner.layout_model import LayoutModel
 from hexiseq.planner.search import roundings
 from hexiseq.specs import ClusterSpec, ModelSpec, Workload
 
@@ -100,7 +100,7 @@ def best_plan(
 
 def lp_plan(cluster: ClusterSpec, model: ModelSpec, wl: Workload, groups, heads) -> tuple[float, Plan | None]:
     """The fastest plan that fits found for one layout through its relaxation: the layout model's
-    optimum (planner/model.py) rounded to whole blocks and tokens (a few roundings, the shards chosen
+    optimum (planner/layout_model.py) rounded to whole blocks and tokens (a few roundings, the shards chosen
     again under memory when a rounding does not fit), each judged by the step replay. (inf, None)
     when none fits. The planner's code finds the plans; only the replay judges them."""
     try:

@@ -36,7 +36,7 @@ EXHAUSTIVE_DEVICES = 4  # clusters up to this size: every layout of every subset
 EXHAUSTIVE_MAX = 2000  # ... unless there are more layouts than this (many KV heads to split): then the families
 MAX_HEAD_SPLITS = 16
 MAX_ORDERED = 4  # up to this many groups, every order of the group kinds is a candidate
-SYMMETRIC_FROM = 33  # groups from which a periodic layout is modelled on its orbits (planner/model.py)
+SYMMETRIC_FROM = 33  # groups from which a periodic layout is modelled on its orbits (planner/layout_model.py)
 
 
 @dataclass(frozen=True)

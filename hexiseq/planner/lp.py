@@ -9,7 +9,7 @@ costs of the generic interface dominate and are removed here (measured on sim-12
   when no log is asked for;
 - every solve re-scans the whole model for changes of every kind; the layout model only ever adds
   constraints, changes variable bounds and changes mutable parameters, and hands each change over
-  itself (planner/model.py: LayoutModel.solve_lp), so nothing is looked for;
+  itself (planner/layout_model.py: LayoutModel.solve_lp), so nothing is looked for;
 - every new instance (one per layout model) captured the process's stdout at the file-descriptor
   level through reader threads while the model was handed over, to swallow HiGHS's banner; HiGHS
   prints it only when the process's first instance is made, so only that one is captured here

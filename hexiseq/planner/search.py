@@ -3,7 +3,7 @@
 Every (candidate layout, recompute policy) is a node with a proven lower bound of the step time of
 every plan it contains: at first the bound of its device subset (costmodel.bound: balanced compute
 and the subset's parameter collectives), then the optimum of its optimization model
-(planner/model.py) as cutting-plane rounds tighten it. The search always works on the node with the
+(planner/layout_model.py) as cutting-plane rounds tighten it. The search always works on the node with the
 lowest bound: a few rounds of its model (fewer when its bound reaches the incumbent: then no plan of
 it can win), whose solution is rounded to a plan and replayed (a new
 incumbent when it is faster and fits in memory), and when the
@@ -31,7 +31,7 @@ from ..plan import Plan
 from ..rounding import round_near
 from ..specs import ClusterSpec, ModelSpec, Workload
 from .candidates import Candidate
-from .model import LayoutModel
+from .layout_model import LayoutModel
 
 
 def roundings(blocks: list[float], total: int, count: int) -> list[list[int]]:
