@@ -27,6 +27,7 @@ import yaml
 from hexiseq.specs import load_gpu_catalog, write_text_atomic
 from hexiseq.specs.files import data_path
 from hexiseq.specs.gpus import numeric_fields
+from hexiseq.specs.stacks import stack_catalog
 from hexiseq.validation import fidelity as F
 
 GPUS_YAML = data_path("gpus.yaml")
@@ -70,7 +71,7 @@ def refit(kernels: dict, published: dict) -> None:
     for n, e in F.extra_gpus(published, catalog).items():
         near = published["extra_gpus"][n]["closest_catalog_key"]
         gpus[n] = dataclasses.replace(e, **{f: p.value for f, p in priors[near].items()})
-    start = F.Calibration(gpus, F.fp8_speedup(kernels))
+    start = F.Calibration(gpus, F.without_fitted_factors(stack_catalog()))
     points = F.load_points(published)
     cal, fits = F.fit_catalog(points, start, kernels, impl=True)
     alt, alt_fits = F.fit_catalog(points, start, kernels, impl=False)
@@ -149,7 +150,7 @@ def _gpu_record(cal, fits, catalog_names) -> dict:
 def _record(cal, fits, alt, alt_fits, priors, baseline, kernels, points, catalog) -> dict:
     names = list(catalog)
     main = _gpu_record(cal, fits, names)
-    ident = {i: [f.gpu for f in fits if i in f.impl_factor] for i in cal.impl_factor}
+    ident = {i: [f.gpu for f in fits if i in f.stack_attention] for i in F.FITTED_ATTENTION}
     preds = {p.id: F.predict(p, cal) for p in points}
     alt_preds = [F.predict(p, alt) for p in points]
     v, va = F.verdict(list(preds.values())), F.verdict(alt_preds)
@@ -173,14 +174,14 @@ def _record(cal, fits, alt, alt_fits, priors, baseline, kernels, points, catalog
             "how": "cuBLASLt FP8 GEMM 16384^3 on H100 / best bf16 GEMM on H100 (MAMF); applied to B200 too",
         },
         "fit": {
-            "impl_factor": {
+            "stack_attention": {
                 i: {
-                    "value": round(f, 4),
+                    "value": round(cal.attention_factor(i), 4),
                     "fitted_on": ident.get(i, []),
-                    "kernel": dict(F.ATTENTION_IMPL.values()).get(i, ""),
-                    "meaning": "attention rate of this kernel / the catalog's flash-attention-class rate, on every GPU",
+                    "kernel": why,
+                    "meaning": "attention rate of this stack / the default stack's, on every GPU (data/stacks.yaml)",
                 }
-                for i, f in cal.impl_factor.items()
+                for i, why in F.FITTED_ATTENTION.items()
             },
             "gpus": {n: r for n, r in main.items() if n in names},
             "extra_gpus": {
@@ -193,7 +194,7 @@ def _record(cal, fits, alt, alt_fits, priors, baseline, kernels, points, catalog
         "per_gpu_only": {
             "note": "the alternative without implementation factors: one (eff_matmul, eff_attention) per GPU whatever "
             "kernel a source ran",
-            "impl_factor": {i: {"value": 1.0} for i, _ in F.ATTENTION_IMPL.values()},
+            "stack_attention": {i: {"value": 1.0} for i in F.FITTED_ATTENTION},
             "gpus": _gpu_record(alt, alt_fits, names),
             "statistics": _stats(va),
         },
@@ -272,8 +273,10 @@ def report(kernels: dict, published: dict, record: dict) -> tuple[str, bool]:
     w = o.write
     w("Cost model vs published training throughput (tokens/s per GPU); data/validation/published.yaml\n")
     w(
-        "before = the catalog as it was (fit.yaml baseline); after = data/gpus.yaml + fit.yaml (FP8 speedup "
-        f"{cals['after'].fp8_gain:.3f}, attention-implementation factors {dict(cals['after'].impl_factor)})\n"
+        "before = the catalog as it was (fit.yaml baseline); after = data/gpus.yaml + data/stacks.yaml, each "
+        "point on its source's stack: "
+        + "; ".join(f"{n} ({', '.join(st.used_by)})" for n, st in cals["after"].stacks.items())
+        + "\n"
     )
     w("layout = family cp/hp/tp/dp/pp; q = quality grade; * = judged (grade A/B, modelled)\n\n")
     w(
