@@ -298,3 +298,39 @@ def test_bench_reports_and_meets_the_held_out_targets(data):
     text, ok = bench_fidelity.report(*data)
     assert "held-out" in text and "H100/A100" in text
     assert ok, text[text.index("Held-out targets") :]
+
+
+# ------------------------------------------------------------------------------ evidence that can fail
+
+
+def test_flop_only_reference_fits_its_own_points():
+    g = _tiny_gpu()
+    pts = [_tiny_point(id=f"p{S}", seq_len=S) for S in (2048, 8192)]
+    truth = F.FlopRates("test", "T", 0.4 * 100e12, 0.2 * 100e12, ())
+    fake = [dataclasses.replace(p, published=F.flop_only_predict(p, truth)) for p in pts]
+    (r,) = F.fit_flop_only(fake, {"T": g}).values()
+    for p in fake:  # two rates, two points: the grid fit reproduces them within 2%
+        assert F.flop_only_predict(p, r) == pytest.approx(p.published, rel=0.02)
+
+
+def test_flop_only_comparison_uses_the_same_held_out_points(points, after):
+    preds = [F.predict(p, after) for p in points]
+    c = F.compare_flop_only(preds, after.gpus)
+    held = {p.id for p in points if p.split == "holdout" and p.judged}
+    assert set(c.ids) | set(c.uncovered) == held
+    assert c.cost_model.n == c.flop_only.n == len(c.ids)
+    assert ("does not beat" in c.statement()) == (c.cost_model.median >= c.flop_only.median)
+
+
+def test_leave_one_source_out_record_covers_every_gpu_with_two_sources(data, points):
+    runs = data[2]["leave_one_source_out"]["runs"]
+    sources: dict[str, set[str]] = {}
+    for p in points:
+        if p.judged:
+            sources.setdefault(p.gpu, set()).add(p.source)
+    want = {(g, s) for g, ss in sources.items() if len(ss) >= 2 for s in ss}
+    assert {(r["gpu"], r["left_out"]) for r in runs} == want
+    for r in runs:
+        assert set(r["ratios"]) == {
+            p.id for p in points if p.judged and p.gpu == r["gpu"] and p.source == r["left_out"]
+        }

@@ -929,3 +929,129 @@ def calibration(
     for n, v in record[which]["gpus"].items():
         gpus[n] = dataclasses.replace(gpus[n], eff_matmul=v["eff_matmul"], eff_attention=v["eff_attention"])
     return Calibration(gpus, without_fitted_factors(stacks))
+
+
+# ------------------------------------------------------------------------------ evidence that can fail
+
+
+@dataclass(frozen=True)
+class FlopRates:
+    """The FLOP-only reference model of one (source, GPU): two rates fitted on the same fit points
+    as the cost model, and nothing else (no communication, memory traffic, layout or overlap)."""
+
+    source: str
+    gpu: str
+    linear: float  # FLOP/s of every matmul (3x forward, recompute not counted)
+    attention: float  # FLOP/s of causal attention (3x forward)
+    points: tuple[str, ...]
+
+
+def flop_split(p: Point) -> tuple[float, float]:
+    """(linear, attention) training FLOPs per token of a point's model and length."""
+    m = p.model
+    lin = 3.0 * m.linear_flops_per_token
+    att = 3.0 * m.layers * m.heads * m.attention_flops_per_pair * m.causal_pairs(p.seq_len) / p.seq_len
+    return lin, att
+
+
+def flop_only_predict(p: Point, r: FlopRates) -> float:
+    """Tokens/s per GPU of the FLOP-only reference."""
+    lin, att = flop_split(p)
+    return 1.0 / (lin / r.linear + att / r.attention)
+
+
+def fit_flop_only(
+    points: Sequence[Point], gpus: Mapping[str, GPUType], steps: Sequence[float] = (0.05, 0.01, 0.002)
+) -> dict[tuple[str, str], FlopRates]:
+    """Two rates per (source, GPU), as fractions of the GPU's peak in (0.02, 1.5], minimising
+    Σ log²(pred/pub) over that pair's judged fit points (the cost model's fit set)."""
+    groups: dict[tuple[str, str], list[Point]] = {}
+    for p in points:
+        if p.split == "fit" and p.judged:
+            groups.setdefault((p.source, p.gpu), []).append(p)
+    out = {}
+    for (src, g), pts in sorted(groups.items()):
+        peak = gpus[g].peak_bf16_tflops * 1e12
+
+        def loss(fl, fa, pts=pts, peak=peak, src=src, g=g):
+            r = FlopRates(src, g, fl * peak, fa * peak, ())
+            return sum(math.log(flop_only_predict(p, r) / p.published) ** 2 for p in pts)
+
+        (fl, fa), _ = grid_search(loss, [(0.02, 1.5), (0.02, 1.5)], steps)
+        out[src, g] = FlopRates(src, g, fl * peak, fa * peak, tuple(p.id for p in pts))
+    return out
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The cost model and the FLOP-only reference on the same held-out points."""
+
+    ids: tuple[str, ...]
+    cost_model: Stats
+    flop_only: Stats
+    per_point: tuple[tuple[str, float, float], ...]  # (id, cost-model ratio, FLOP-only ratio)
+    uncovered: tuple[str, ...]  # judged held-out points whose (source, GPU) has no fit point
+
+    def statement(self) -> str:
+        """A plain statement of where the cost model does better and where not."""
+        if not self.ids:
+            return "no held-out point has a FLOP-only reference"
+        better = [i for i, c, f in self.per_point if abs(c - 1) < abs(f - 1)]
+        worse = [i for i, c, f in self.per_point if abs(c - 1) > abs(f - 1)]
+        verdict = "beats" if self.cost_model.median < self.flop_only.median else "does not beat"
+        return (
+            f"On the {len(self.ids)} judged held-out points the cost model {verdict} the FLOP-only reference "
+            f"(median |pred/pub - 1| {self.cost_model.median:.1%} vs {self.flop_only.median:.1%}, worst "
+            f"{self.cost_model.worst:.1%} vs {self.flop_only.worst:.1%}); it is closer on {len(better)} points"
+            + (f" ({', '.join(better)})" if better else "")
+            + f" and farther on {len(worse)}"
+            + (f" ({', '.join(worse)})" if worse else "")
+            + ". Every held-out point shares source, GPU, model and software with fit points: the split tests "
+            "interpolation and 2x extrapolation in sequence length, where two rates per source suffice."
+        )
+
+
+def compare_flop_only(preds: Sequence[Prediction], gpus: Mapping[str, GPUType]) -> Comparison:
+    """The cost model's held-out predictions beside the FLOP-only reference's, on the judged held-out
+    points whose (source, GPU) has fit points."""
+    points = [q.point for q in preds]
+    ref = fit_flop_only(points, gpus)
+    rows, uncovered = [], []
+    for q in preds:
+        p = q.point
+        if p.split != "holdout" or not p.judged:
+            continue
+        r = ref.get((p.source, p.gpu))
+        if r is None:
+            uncovered.append(p.id)
+            continue
+        rows.append((p.id, q.ratio, flop_only_predict(p, r) / p.published))
+    return Comparison(
+        tuple(i for i, _, _ in rows),
+        statistics((i, c) for i, c, _ in rows),
+        statistics((i, f) for i, _, f in rows),
+        tuple(rows),
+        tuple(uncovered),
+    )
+
+
+def leave_one_source_out(
+    points: Sequence[Point], cal: Calibration, kernels: Mapping, steps: Sequence[float] = (0.05, 0.01, 0.002)
+) -> list[tuple[str, str, list[tuple[str, float]]]]:
+    """For every GPU with judged points of two or more sources and each of those sources: refit the
+    catalog without that source's points on that GPU (every split), then predict them. A fitted
+    stack factor that only the left-out source identified stays at 1: the source is unseen, its
+    stack too. `cal`: the start of a fit (priors, stacks without fitted factors).
+    Returns (gpu, source, [(point id, predicted/published)])."""
+    judged = [p for p in points if p.judged]
+    sources: dict[str, set[str]] = {}
+    for p in judged:
+        sources.setdefault(p.gpu, set()).add(p.source)
+    out = []
+    for gpu in sorted(g for g, s in sources.items() if len(s) >= 2):
+        for src in sorted(sources[gpu]):
+            left = [p for p in points if p.gpu == gpu and p.source == src]
+            rest = [p for p in points if p not in left]
+            fitted, _ = fit_catalog(rest, cal, kernels, impl=True, steps=steps)
+            out.append((gpu, src, [(p.id, predict(p, fitted).ratio) for p in left if p.judged]))
+    return out
