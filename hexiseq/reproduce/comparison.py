@@ -13,12 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from ..costmodel.bound import kernel_rates, min_compute_time
-from ..specs import get_model, load_cluster
 from . import paper
+from .ceilings import compute_ceiling, compute_ceiling_time
 from .style import tokens_label
 from .table import grid_rows, hexiseq_rows, pair_ratios, speedup_stats
 
@@ -63,19 +61,6 @@ class Fact:
 
     def __str__(self) -> str:
         return self.text
-
-
-def compute_ceiling(cluster: str, model: str, seq_len: int, global_batch: int) -> float:
-    """The compute ceiling of a cell: the compute-only time of a symmetric layout (every device an
-    equal share of tokens and attention, so the slowest sets the pace) over the compute-bound time
-    (each device the work it is relatively best at, costmodel/bound.py); 1 on a homogeneous cluster."""
-    c, m = load_cluster(cluster), get_model(model)
-    tok, att = kernel_rates(c, m)
-    f_tok = float(global_batch * seq_len)
-    f_att = float(global_batch * m.layers * m.heads * m.causal_pairs(seq_len))
-    n = len(tok)
-    symmetric = float(np.max(f_tok / n / tok + f_att / n / att))
-    return symmetric / min_compute_time(tok, att, f_tok, f_att)
 
 
 def _key(c: pd.Series) -> tuple:
@@ -377,15 +362,6 @@ def _scheduler(df: pd.DataFrame, gpus: int) -> tuple[float | None, str, list[str
         f"load gives a different time"
     ]
     return v, detail, facts
-
-
-def compute_ceiling_time(cluster: str, model: str, seq_len: int, global_batch: int = 1) -> float:
-    """The compute-bound time of one iteration on a cluster (costmodel/bound.py's LP, no optimizer)."""
-    c, m = load_cluster(cluster), get_model(model)
-    tok, att = kernel_rates(c, m)
-    return min_compute_time(
-        tok, att, float(global_batch * seq_len), float(global_batch * m.layers * m.heads * m.causal_pairs(seq_len))
-    )
 
 
 def _rules() -> dict[str, Callable[[pd.DataFrame], tuple[float | None, str, list[str]]]]:
