@@ -15,7 +15,7 @@ import pytest
 from hexiseq.costmodel import CostOptions
 from hexiseq.links import ring_allgather_s
 from hexiseq.specs import GPUType, ModelSpec, load_gpu_catalog
-from hexiseq.specs.stacks import DEFAULT_STACK, Stack, StackFactors
+from hexiseq.specs.stacks import DEFAULT_STACK_NAME, Stack, StackFactors
 from hexiseq.validation import fidelity as F
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,7 +92,7 @@ def _tiny_gpu(**kw) -> GPUType:
 def _stacks(fp8: float = 1.7, triton: float | None = None) -> dict[str, Stack]:
     """The default stack, an FP8-GEMM stack ("fp8") and, given a factor, a Triton-attention stack ("triton")."""
     out = {
-        DEFAULT_STACK.name: DEFAULT_STACK,
+        DEFAULT_STACK_NAME: Stack(name=DEFAULT_STACK_NAME, description="t"),
         "fp8": Stack(name="fp8", description="t", every_gpu=StackFactors(source="t", how="t", layer_gemm=fp8)),
     }
     if triton is not None:

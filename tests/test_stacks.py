@@ -18,7 +18,7 @@ from hexiseq.costmodel.kernels import rates, work_times
 from hexiseq.errors import SpecError
 from hexiseq.specs import load_gpu_catalog, model_catalog
 from hexiseq.specs.files import data_path
-from hexiseq.specs.stacks import DEFAULT_STACK, DEFAULT_STACK_NAME, get_stack, load_stacks, stack_catalog
+from hexiseq.specs.stacks import DEFAULT_STACK_NAME, get_stack, load_stacks, stack_catalog
 from hexiseq.validation import fidelity as F
 
 
@@ -32,20 +32,36 @@ def after(data):
     return F.calibration(load_gpu_catalog(), data[2], data[0], data[1], "after")
 
 
-def test_the_default_stack_is_explicit_and_has_no_factor():
+def test_the_default_stack_is_explicit():
     stacks = stack_catalog()
-    assert DEFAULT_STACK_NAME in stacks and stacks[DEFAULT_STACK_NAME].is_identity
-    assert CostOptions().stack == DEFAULT_STACK == get_stack(None) == get_stack(DEFAULT_STACK_NAME)
+    assert CostOptions().stack == stacks[DEFAULT_STACK_NAME] == get_stack(None) == get_stack(DEFAULT_STACK_NAME)
+    assert stacks["reference-bf16"].is_identity  # the catalog's rates as they are
     with pytest.raises(SpecError, match="unknown stack 'te-fp9'.*te-fp8"):
         get_stack("te-fp9")
 
 
-def test_the_loader_refuses_a_default_with_factors_and_unknown_keys(tmp_path):
+def test_the_default_stack_runs_the_flash_attention_2_kernels(data):
+    """fa2-bf16's attention factors are the FA2 kernel long-block fractions over the catalog's
+    eff_attention (kernels.yaml), so its H100:A100 attention ratio is the kernels' (about 1.72)."""
+    kernels, catalog = data[0], load_gpu_catalog()
+    st = stack_catalog()[DEFAULT_STACK_NAME]
+    frac = {}
+    for gpu, entry in (("H100-SXM", "fa2-h100-fwdbwd-causal-hd128"), ("A100-80GB", "fa2-a100-fwdbwd-causal-hd128")):
+        e = F.kernel_entry(kernels, entry)
+        R, _ = F.block_curve_fit(e["seq_len"], e["value"])
+        frac[gpu] = R / catalog[gpu].peak_bf16_tflops
+        assert st.factors(gpu)[2] * catalog[gpu].eff_attention == pytest.approx(frac[gpu], abs=1e-4), gpu
+    h, a = (catalog[g] for g in ("H100-SXM", "A100-80GB"))
+    ratio = (h.attention_flops * st.factors(h.name)[2]) / (a.attention_flops * st.factors(a.name)[2])
+    assert ratio == pytest.approx(1.72, abs=0.01)
+
+
+def test_the_loader_refuses_an_undefined_default_and_unknown_keys(tmp_path):
     raw = yaml.safe_load(data_path("stacks.yaml").read_text())
-    raw["stacks"][DEFAULT_STACK_NAME]["every_gpu"] = {"attention": 0.9, "source": "x", "how": "y"}
+    del raw["stacks"][DEFAULT_STACK_NAME]
     bad = tmp_path / "stacks.yaml"
     bad.write_text(yaml.safe_dump(raw))
-    with pytest.raises(SpecError, match="has factors"):
+    with pytest.raises(SpecError, match="not defined"):
         load_stacks(bad)
     raw = yaml.safe_load(data_path("stacks.yaml").read_text())
     raw["stacks"]["te-fp8"]["every_gpu"]["layer_gem"] = 2.0
@@ -56,7 +72,7 @@ def test_the_loader_refuses_a_default_with_factors_and_unknown_keys(tmp_path):
 
 def test_factors_scale_the_rates_in_one_place():
     gpus = [load_gpu_catalog()[n] for n in ("H100-SXM", "A100-80GB")]
-    base, fp8, tri = (rates(gpus, get_stack(n)) for n in (DEFAULT_STACK_NAME, "te-fp8", "llmfoundry-triton-2023"))
+    base, fp8, tri = (rates(gpus, get_stack(n)) for n in ("reference-bf16", "te-fp8", "llmfoundry-triton-2023"))
     gain = stack_catalog()["te-fp8"].every_gpu.layer_gemm
     assert fp8.layer_matmul == pytest.approx(base.layer_matmul * gain) and (fp8.matmul == base.matmul).all()
     factor = stack_catalog()["llmfoundry-triton-2023"].every_gpu.attention

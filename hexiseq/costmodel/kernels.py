@@ -8,7 +8,8 @@ Units: FLOP/s, bytes/s, seconds; "per token" means one token of one layer's forw
 says otherwise. A multiply-add is 2 FLOPs; activations are bf16 (2 bytes).
 
 Rates (per device), on the software stack `CostOptions.stack` (data/stacks.yaml; its factors
-apply here and nowhere else; the default stack, fa2-bf16, has none)
+apply here and nowhere else; the default, fa2-bf16, scales attention to the flash-attention 2
+kernel measurements)
     matmul     peak × eff_matmul × stack.matmul      the LM head's GEMM
     layer      matmul × stack.layer_gemm             large GEMMs of the linear layers (FP8 stacks)
     attention  peak × eff_attention × stack.attention   flash attention on long full blocks, this head_dim
@@ -43,12 +44,12 @@ in the field's comment.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..specs import GPUType, ModelSpec
-from ..specs.stacks import DEFAULT_STACK, Stack
+from ..specs.stacks import Stack, default_stack
 
 BF16 = 2.0
 FP32 = 4.0
@@ -70,7 +71,7 @@ class CostOptions:
     optimizer_bytes_per_param: float = 28.0  # AdamW: read grad, master, m, v; write master, m, v, bf16 weight
     ignore_comm: bool = False  # every transfer free: the pure compute schedule (tests, what-ifs)
     # the software stack whose kernel factors scale the catalog's rates (`rates`); explicit default
-    stack: Stack = DEFAULT_STACK
+    stack: Stack = field(default_factory=default_stack)
 
 
 @dataclass(frozen=True)
@@ -85,9 +86,10 @@ class Rates:
     overlap_slowdown: np.ndarray  # seconds of compute lost per second of overlapped link time
 
 
-def rates(gpus: list[GPUType] | tuple[GPUType, ...], stack: Stack = DEFAULT_STACK) -> Rates:
+def rates(gpus: list[GPUType] | tuple[GPUType, ...], stack: Stack | None = None) -> Rates:
     """Effective rates of a list of GPUs (one entry each) on a software stack: the one place where
     efficiencies and a stack's factors become rates."""
+    stack = stack if stack is not None else default_stack()
     peak = np.array([g.peak_bf16_tflops * 1e12 for g in gpus])
     f = np.array([stack.factors(g.name) for g in gpus]).reshape(len(gpus), 3)
     matmul = peak * np.array([g.eff_matmul for g in gpus]) * f[:, 0]

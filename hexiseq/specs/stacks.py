@@ -1,9 +1,10 @@
 """Software stacks (`data/stacks.yaml`): the kernel-efficiency factors of one software stack per GPU.
 
-The GPU catalog's efficiencies (`data/gpus.yaml`) are the rates of the default stack, the one the
-executor runs on GPUs (flash-attention 2, bf16 GEMMs). Another stack — a published source's
-framework, with FP8 GEMMs, another attention kernel, a power-capped GPU variant — multiplies those
-rates by its factors, per GPU. A GPU a stack does not name runs at its `every_gpu` factors (1 when
+The GPU catalog's efficiencies (`data/gpus.yaml`) are the rates of the fit's reference stack
+(`reference-bf16`: Transformer Engine attention, bf16 GEMMs). Every stack multiplies those rates by
+its factors, per GPU: the default, `fa2-bf16`, the one the executor runs on GPUs, by the
+flash-attention 2 kernel measurements; a published source's framework by its FP8 GEMMs, another
+attention kernel, a power-capped GPU variant. A GPU a stack does not name runs at its `every_gpu` factors (1 when
 absent). The cost model applies the factors in one place (`costmodel/kernels.py`, `rates`); the
 validation study predicts every published point with its source's stack, so no correction is private
 to the fit.
@@ -81,13 +82,6 @@ class Stack(KnownKeys):
         return all((f.matmul, f.layer_gemm, f.attention) == (1.0, 1.0, 1.0) for f in every + list(self.gpus.values()))
 
 
-DEFAULT_STACK = Stack(
-    name=DEFAULT_STACK_NAME,
-    description="flash-attention 2 (the executor's kernels), bf16 GEMMs: the rates of data/gpus.yaml as they are",
-)
-"""The default stack as the cost model uses it: no factor (data/stacks.yaml must say the same)."""
-
-
 @dataclass(frozen=True, config=STRICT)
 class StacksFile(KnownKeys):
     """data/stacks.yaml: the default stack's name and every stack."""
@@ -101,8 +95,8 @@ _STACK = TypeAdapter(Stack)
 
 
 def load_stacks(path: Path | str | None = None) -> dict[str, Stack]:
-    """Every stack of `data/stacks.yaml` (or another file), checked: the default is named, has no
-    factor and equals DEFAULT_STACK's name."""
+    """Every stack of `data/stacks.yaml` (or another file), checked: the default is named, defined
+    and is DEFAULT_STACK_NAME (the name the cost model's default options use)."""
     where = str(path or data_path("stacks.yaml"))
     raw = validate(_FILE, read_yaml(path or data_path("stacks.yaml")), where)
     out = {
@@ -115,8 +109,6 @@ def load_stacks(path: Path | str | None = None) -> dict[str, Stack]:
         )
     if raw.default not in out:
         raise SpecError(f"{where}: the default stack {raw.default!r} is not defined")
-    if not out[raw.default].is_identity:
-        raise SpecError(f"{where}: the default stack {raw.default!r} has factors; its rates are data/gpus.yaml's")
     return out
 
 
@@ -126,11 +118,15 @@ def stack_catalog() -> dict[str, Stack]:
     return load_stacks()
 
 
+def default_stack() -> Stack:
+    """The default stack (DEFAULT_STACK_NAME of the bundled file): what CostOptions() runs on."""
+    return stack_catalog()[DEFAULT_STACK_NAME]
+
+
 def get_stack(name: str | None, stacks: Mapping[str, Stack] | None = None) -> Stack:
-    """A stack by name (None: the default stack, DEFAULT_STACK)."""
-    if name is None or name == DEFAULT_STACK_NAME:
-        return DEFAULT_STACK
+    """A stack by name (None: the default stack)."""
     stacks = stacks if stacks is not None else stack_catalog()
+    name = DEFAULT_STACK_NAME if name is None else name
     if name not in stacks:
         raise SpecError(f"unknown stack {name!r}{did_you_mean(name, stacks)}; known stacks: {', '.join(stacks)}")
     return stacks[name]
