@@ -314,10 +314,12 @@ def _pair(df: pd.DataFrame) -> tuple[float | None, str, list[str]]:
         facts.append(
             Fact(
                 f"the pair is matched by peak FLOP/s ({m['peak_pflops']:.1f} vs {o['peak_pflops']:.1f} PFLOP/s), but "
-                f"under our catalog the mixed side's compute-bound throughput is {span}x the homogeneous side's "
+                f"at the cost model's rates (the default stack) the mixed side's compute-bound throughput is {span}x "
+                f"the homogeneous side's "
                 f"(effective matmul {m['matmul_pflops']:.1f} vs {o['matmul_pflops']:.1f} PFLOP/s, "
                 f"{m['matmul_pflops'] / o['matmul_pflops']:.2f}x; memory "
-                f"{m['memory_gib']:,.0f} vs {o['memory_gib']:,.0f} GiB): no plan on the mixed side can exceed that",
+                f"{m['memory_gib']:,.0f} vs {o['memory_gib']:,.0f} GiB): matching peak FLOP/s does not match the rates "
+                "the plans run at",
                 (_q(m, "peak_pflops"), _q(o, "peak_pflops"), _q(m, "matmul_pflops"), _q(o, "matmul_pflops")),
             )
         )
