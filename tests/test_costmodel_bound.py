@@ -7,7 +7,7 @@ import itertools
 
 import numpy as np
 import pytest
-from _costmodel_ref import attention_row_seconds, on_devices, with_knobs
+from _costmodel_ref import attention_row_seconds, on_devices, stack_attention, with_knobs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -104,7 +104,7 @@ def test_bound_homogeneous_closed_form():
     g = node8.devices[0].gpu
     mm, at, hbm = (
         g.peak_bf16_tflops * 1e12 * g.eff_matmul,
-        g.peak_bf16_tflops * 1e12 * g.eff_attention,
+        g.peak_bf16_tflops * 1e12 * g.eff_attention * stack_attention(g),
         g.hbm_bandwidth_gbps * 1e9 * g.eff_hbm,
     )
     layer_bytes = sum(memory_bytes(MODEL).values())  # forward + backward elementwise traffic per token and layer

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..costmodel import CostOptions
 from ..specs import (
     RECOMPUTE_POLICIES,
     ClusterSpec,
@@ -18,6 +21,7 @@ from ..specs import (
     parse_tokens,
 )
 from ..specs.identity import model_named
+from ..specs.stacks import DEFAULT_STACK_NAME, Stack, get_stack, stack_catalog
 from ..specs.workload import BlockSize, GlobalBatch
 from .checks import number_arg, time_limit_arg, timeout_arg, tokens_arg
 
@@ -27,6 +31,33 @@ def add_cluster_args(p: argparse.ArgumentParser, required: bool = True) -> None:
         "--cluster", required=required, help="cluster YAML file, or the name of a bundled one (e.g. testbed-8)"
     )
     p.add_argument("--profile", help="YAML of measured efficiencies overriding the GPU catalog (data/profiles/)")
+
+
+def add_stack_arg(p: argparse.ArgumentParser) -> None:
+    """`--stack NAME`: the software stack whose kernel factors scale the catalog's rates."""
+    p.add_argument(
+        "--stack",
+        default=None,
+        help=f"software stack of data/stacks.yaml whose kernel factors (FP8 GEMMs, another attention kernel) "
+        f"scale the GPU catalog's rates (default {DEFAULT_STACK_NAME}: flash-attention 2, bf16, the executor's)",
+    )
+
+
+def load_stack_arg(args: argparse.Namespace) -> Stack:
+    """The stack of --stack; without one, the default stack, and a line on stderr that says so."""
+    name = getattr(args, "stack", None)
+    if name is None:
+        print(
+            f"stack: {DEFAULT_STACK_NAME} assumed (the default; --stack NAME for another of "
+            f"{', '.join(stack_catalog())})",
+            file=sys.stderr,
+        )
+    return get_stack(name)
+
+
+def stack_options(args: argparse.Namespace, options: CostOptions | None = None) -> CostOptions:
+    """The cost options of a command: `options` (default CostOptions()) on the stack of --stack."""
+    return dataclasses.replace(options or CostOptions(), stack=load_stack_arg(args))
 
 
 RECOMPUTE_HELP = (

@@ -24,11 +24,13 @@ from ..runs.config import plan_recompute
 from .common import (
     RECOMPUTE_HELP,
     add_cluster_args,
+    add_stack_arg,
     add_workload_args,
     dump_json,
     load_cluster_arg,
     load_workload_args,
     print_table,
+    stack_options,
 )
 
 # Column headers of the per-phase table: the cost model's phase names (PHASES), shortened where long;
@@ -67,6 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(meta['recompute']), else none (auto is the planner's choice, not a policy to estimate)",
     )
     p.set_defaults(model=None)
+    add_stack_arg(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -138,7 +141,7 @@ def _inputs(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     plan, cluster, model, wl = _inputs(args)
-    e = estimate(plan, cluster, model, wl)
+    e = estimate(plan, cluster, model, wl, stack_options(args))
     if args.json:
         dump_json(e.to_dict())
         return 0
