@@ -12,6 +12,7 @@ import json
 import pytest
 import yaml
 
+from hexiseq import load_cluster
 from hexiseq.cli import main
 from hexiseq.costmodel import CostOptions
 from hexiseq.costmodel.kernels import rates, work_times
@@ -149,3 +150,16 @@ def test_fitted_factors_in_the_file_are_the_recorded_fit(data):
     fp8 = data[2]["fp8_speedup"]["value"]
     assert stack_catalog()["te-fp8"].every_gpu.layer_gemm == pytest.approx(fp8, abs=1e-4)
     assert F.fp8_speedup(data[0]) == pytest.approx(fp8, abs=1e-4)
+
+
+def test_a_measured_rate_takes_no_stack_factor():
+    # A profile measured the user's own stack: the default stack's FA2 factor must not apply twice.
+    stack = get_stack(DEFAULT_STACK_NAME)
+    cluster = load_cluster("testbed-8")
+    h100 = cluster.devices[0].gpu
+    assert stack.factors(h100.name)[2] != 1.0  # the default stack does correct the catalog's H100
+    measured = cluster.with_profile({h100.name: {"eff_attention": 0.5}}).devices[0].gpu
+    assert measured.is_measured("eff_attention") and not measured.is_measured("eff_matmul")
+    r_catalog, r_measured = rates([h100], stack), rates([measured], stack)
+    assert r_measured.attention[0] == pytest.approx(h100.peak_bf16_tflops * 1e12 * 0.5, rel=1e-12)
+    assert r_measured.matmul[0] == r_catalog.matmul[0]  # the unmeasured field keeps the stack's factor

@@ -91,7 +91,18 @@ def rates(gpus: list[GPUType] | tuple[GPUType, ...], stack: Stack | None = None)
     efficiencies and a stack's factors become rates."""
     stack = stack if stack is not None else default_stack()
     peak = np.array([g.peak_bf16_tflops * 1e12 for g in gpus])
-    f = np.array([stack.factors(g.name) for g in gpus]).reshape(len(gpus), 3)
+    # A rate measured on the user's machine (a profile) already ran the user's stack: no factor on it.
+    f = np.array(
+        [
+            [
+                1.0 if g.is_measured("eff_matmul") else m,
+                1.0 if g.is_measured("eff_matmul") else lg,
+                1.0 if g.is_measured("eff_attention") else a,
+            ]
+            for g in gpus
+            for m, lg, a in [stack.factors(g.name)]
+        ]
+    ).reshape(len(gpus), 3)
     matmul = peak * np.array([g.eff_matmul for g in gpus]) * f[:, 0]
     return Rates(
         matmul=matmul,
