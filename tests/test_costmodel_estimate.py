@@ -9,6 +9,7 @@ import pytest
 from _costmodel_ref import attention_row_seconds, with_fields, with_knobs
 
 from hexiseq.costmodel import MEMORY_KEYS, PHASES, CostOptions, compute_bound, estimate, simulate
+from hexiseq.costmodel.kernels import rates
 from hexiseq.errors import PlanError, SpecError
 from hexiseq.plan import Group, Plan, random_plan, ring_plan, symmetric_plan, ulysses_plan
 from hexiseq.specs import GIB, Workload, get_model
@@ -258,7 +259,9 @@ def test_uneven_split_beats_even_on_mixed_cluster(testbed):
     S = 128 * 1024
     w = wl(S)
     even = estimate(symmetric_plan(range(8), S, H, HKV, 2, 4), testbed, MODEL, w)
-    L0 = int(S / 2 * 0.72) // 128 * 128
+    # Chunks in proportion to the two nodes' attention rates (the step's dominant work at 128K).
+    fast, slow = rates([testbed.devices[0].gpu, testbed.devices[4].gpu], CostOptions().stack).attention
+    L0 = int(S / 2 * fast / (fast + slow)) // 128 * 128
     L1 = S // 2 - L0
     uneven = Plan(
         S,

@@ -146,10 +146,7 @@ def launch(args: argparse.Namespace) -> int:
         raise HexiSeqError("give --slurm (the only backend of hexiseq launch; for a run on this machine: hexiseq run)")
     passed = _passed_on(args)
     if args.resume:
-        given = [k for k in run_command.FIXED_ON_RESUME if k != "out" and getattr(args, k, None) not in (None, False)]
-        if given or args.out:
-            names = ", ".join("--" + k.replace("_", "-") for k in given + (["out"] if args.out else []))
-            raise HexiSeqError(f"--resume continues the run as configured; {names} cannot change")
+        run_command.refuse_fixed_on_resume(args)
         run_dir = RunDir.existing(args.resume).path.resolve()
         plan = Plan.load(args.plan) if args.plan else Plan.from_dict(json.loads((run_dir / "plan.json").read_text()))
         run_args = ["run", "--resume", str(run_dir)]

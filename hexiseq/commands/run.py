@@ -124,14 +124,8 @@ def run(args: argparse.Namespace) -> int:
     if args.save:  # before any work: a save that fails after training would lose the trained weights
         check_save_target(args.save)
     if args.resume:
-        given = [row.flag for row in options() if row.option.fixed_on_resume and given_value(getattr(args, row.key))]
-        given += ["--out"] if args.out else []
-        if given:
-            raise HexiSeqError(
-                f"--resume continues the run as configured; {', '.join(given)} "
-                "cannot change (start a new run with --init-from to change them)"
-            )
-        run_dir, cfg, resume, session, notes = _prepare_resume(args)
+        refuse_fixed_on_resume(args)
+        run_dir, cfg, resume, session, notes = _prepare_resume(args, torchrun)
         if not torchrun:
             check_nproc(cfg.plan, args.nproc)
     else:
@@ -151,6 +145,18 @@ def run(args: argparse.Namespace) -> int:
     return _execute(args, run_dir, cfg, resume, session, notes, torchrun)
 
 
+def refuse_fixed_on_resume(args: argparse.Namespace) -> None:
+    """A resumed run continues as configured: refuse the options it may not change (the field
+    table's `fixed_on_resume`, and --out), by flag. Also `hexiseq launch --resume`."""
+    given = [row.flag for row in options() if row.option.fixed_on_resume and given_value(getattr(args, row.key, None))]
+    given += ["--out"] if getattr(args, "out", None) else []
+    if given:
+        raise HexiSeqError(
+            f"--resume continues the run as configured; {', '.join(given)} "
+            "cannot change (start a new run with --init-from to change them)"
+        )
+
+
 def _prepare_new(args: argparse.Namespace, torchrun: bool):
     plan = Plan.load(args.plan)
     settings = RunSettings.from_options(_option_values(args), emulation=emulation_of(plan))
@@ -159,9 +165,11 @@ def _prepare_new(args: argparse.Namespace, torchrun: bool):
     return run, cfg, list(cfg.notes)
 
 
-def _prepare_resume(args: argparse.Namespace):
+def _prepare_resume(args: argparse.Namespace, torchrun: bool):
     run = RunDir.existing(args.resume)
-    run.lock()  # one writer: refused while another run writes this directory
+    if not torchrun:  # one writer: refused while another run writes this directory. Under torchrun every
+        run.lock()  # process of the world gets here: rank 0 takes the lock when it writes the record
+
     cfg = run.read_config()  # every field checked, the file named when it is damaged
     plan = Plan.load(args.plan) if args.plan else None
     emulation = emulation_of(plan) if plan is not None else None
