@@ -830,7 +830,211 @@ RUN_CASES: list[Case] = [
     run_case("verify-nproc-wrong", ("--nproc", "3"), "has 2 ranks but --nproc is 3", cmd="verify"),
 ]
 
-CASES = CLUSTER_CASES + MODEL_CASES + PLAN_CASES + CLI_CASES + PROFILE_CASES + RUN_CASES
+# ------------------------------------------------------------------------------ run directories
+# issue 22: a run directory's files damaged or tampered with (a pickle that would create {tmp}/MARKER,
+# the manifest updated to match it), refused with the file named and no code run; special targets
+# and data refused before any work; a refusal the ranks find leaves no run directory behind.
+
+_TEMPLATE: dict[str, Any] = {}
+
+
+def _template_run() -> Any:
+    """A finished 2-step run of RUN_PLAN (tiny model), made once per session and copied by setups."""
+    if "path" not in _TEMPLATE:
+        import atexit
+        import contextlib
+        import io
+        import shutil
+        import tempfile
+        from pathlib import Path
+
+        base = Path(tempfile.mkdtemp(prefix="hexiseq-table-run-"))
+        atexit.register(shutil.rmtree, base, True)
+        (base / "plan.json").write_text(RUN_PLAN)
+        argv = ["run", "--plan", str(base / "plan.json"), "--model", "tiny", "--steps", "2", "--out", str(base / "r")]
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            assert main([*argv, "--no-tensorboard"]) == 0
+        _TEMPLATE["path"] = base / "r"
+    return _TEMPLATE["path"]
+
+
+def _step(run) -> Any:
+    return sorted((run / "checkpoints").glob("step-*"))[-1]
+
+
+def _evil(tmp) -> bytes:
+    import os
+    import pickle
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {tmp / 'MARKER'}",))
+
+    return pickle.dumps(Evil(), protocol=2)
+
+
+def _rewrite(run, name: str, data: bytes) -> None:
+    """Replace a checkpoint file and give the manifest its size and CRC-32 (as an attacker would)."""
+    import zlib
+
+    step = _step(run)
+    (step / name).write_bytes(data)
+    m = json.loads((step / "manifest.json").read_text())
+    m["files"][name] = {"bytes": len(data), "crc32": zlib.crc32(data)}
+    (step / "manifest.json").write_text(json.dumps(m))
+
+
+def run_dir(edit: Callable[[Any, Any], None] | None = None) -> Callable[[Any], None]:
+    """A setup: the template run copied to {tmp}/r, then `edit(run, tmp)`."""
+
+    def make(tmp) -> None:
+        import shutil
+
+        shutil.copytree(_template_run(), tmp / "r")
+        if edit is not None:
+            edit(tmp / "r", tmp)
+
+    return make
+
+
+def _drop_config_fields(run, tmp) -> None:
+    cfg = json.loads((run / "config.json").read_text())
+    for key in ("model", "steps"):
+        cfg.pop(key)
+    (run / "config.json").write_text(json.dumps(cfg))
+
+
+def _checkpoints_a_file(run, tmp) -> None:
+    import shutil
+
+    shutil.rmtree(run / "checkpoints")
+    (run / "checkpoints").write_text("not a directory")
+
+
+def _dev_zero(tmp) -> None:
+    (tmp / "zero").symlink_to("/dev/zero")
+
+
+RESUME = ("run", "--resume", "{tmp}/r", "--steps", "3")
+EXPORT = ("export", "{tmp}/r", "--to", "{tmp}/hf")
+RUN_DIR_CASES: list[Case] = [
+    Case(
+        "issue22-config-missing-fields",
+        RESUME,
+        ("config.json is incomplete or damaged (it lacks model, steps)",),
+        setup=run_dir(_drop_config_fields),
+    ),
+    Case(
+        "issue22-export-config-missing-fields",
+        EXPORT,
+        ("RUN_DIR", "config.json is incomplete or damaged"),
+        absent=("--resume",),
+        setup=run_dir(_drop_config_fields),
+    ),
+    Case(
+        "issue22-config-nested",
+        RESUME,
+        ("config.json is unreadable",),
+        setup=run_dir(lambda r, t: (r / "config.json").write_text("[" * 100_000 + "]" * 100_000)),
+    ),
+    Case(
+        "issue22-checkpoints-is-a-file",
+        RESUME,
+        ("checkpoints is not a directory", "the run directory is damaged"),
+        setup=run_dir(_checkpoints_a_file),
+    ),
+    Case(
+        "issue22-rng-tampered",
+        RESUME,
+        ("rng-00000.pt: refused", "could run code"),
+        absent=("weights_only=False",),
+        setup=run_dir(lambda r, t: _rewrite(r, "rng-00000.pt", _evil(t))),
+    ),
+    Case(
+        "issue22-metadata-runs-code",
+        RESUME,
+        (".metadata: refused: it asks to load posix.system",),
+        setup=run_dir(lambda r, t: _rewrite(r, ".metadata", _evil(t))),
+    ),
+    Case(
+        "issue22-export-metadata-runs-code",
+        EXPORT,
+        (".metadata: refused",),
+        setup=run_dir(lambda r, t: _rewrite(r, ".metadata", _evil(t))),
+    ),
+    Case(
+        "issue22-metadata-corrupt",
+        RESUME,
+        (".metadata: not a readable checkpoint index",),
+        setup=run_dir(lambda r, t: _rewrite(r, ".metadata", (_step(r) / ".metadata").read_bytes()[:200])),
+    ),
+    Case(
+        "issue22-manifest-not-a-manifest",
+        RESUME,
+        ("manifest.json is unreadable",),
+        setup=run_dir(lambda r, t: (_step(r) / "manifest.json").write_text('{"files": [1, 2]}')),
+    ),
+    Case(
+        "issue22-trainer-without-step",
+        EXPORT,
+        ("trainer.json is unreadable",),
+        setup=run_dir(lambda r, t: _rewrite(r, "trainer.json", b"{}")),
+    ),
+    Case(
+        "issue22-resume-steps-below-the-run",
+        ("run", "--resume", "{tmp}/r", "--steps", "1"),
+        ("--steps 1: the run is at step 2 already",),
+        absent=("of 1",),
+        setup=run_dir(),
+    ),
+    Case("issue22-export-names-run-dir", EXPORT, ("RUN_DIR", "not a run directory"), absent=("--resume",)),
+    run_case("issue22-run-out-empty", ("--out", ""), "--out '': give a directory path"),
+    run_case(
+        "issue22-run-data-dev-zero", ("--data", "{tmp}/zero"), "is a character device (/dev/zero)", setup=_dev_zero
+    ),
+    run_case("issue22-run-save-under-proc", ("--save", "/proc/hexiseq-save"), "a directory cannot be made in /proc"),
+    run_case(
+        "issue22-run-data-id-4e9",
+        ("--data", "{tmp}/t.npy"),
+        "holds token id 4,000,000,000, beyond any model's vocabulary",
+        setup=_files(t_npy=[1, 2, 4_000_000_000] * 50),
+    ),
+    run_case(
+        "issue22-run-data-too-short-for-the-ranks",
+        ("--data", "{tmp}/t.txt", "--timeout", "60"),
+        "ranks 0, 1 of 2:",
+        "make no sequence of 129",
+        setup=_files(t_txt="hello"),
+    ),
+    Case(
+        "issue22-plan-nested-100000",
+        ("estimate", "--plan", "{f}"),
+        ("nested too deeply to be read",),
+        file="[" * 100_000 + "]" * 100_000,
+        suffix=".json",
+    ),
+    Case(
+        "issue22-verify-nproc-4096",
+        ("verify", "--random-plan", "--nproc", "4096"),
+        ("--nproc 4096: this machine has", "local ranks"),
+    ),
+    Case("issue22-profile-world-4096", ("profile", "--world", "4096", "--out", "{tmp}/p.yaml"), ("use at most",)),
+    Case("issue22-plan-dev-zero", ("estimate", "--plan", "{tmp}/zero"), ("is not a regular file",), setup=_dev_zero),
+    Case(
+        "issue22-plan-huge",
+        ("estimate", "--plan", "{tmp}/huge.json"),
+        ("more than any plan file holds",),
+        setup=lambda tmp: open(tmp / "huge.json", "wb").truncate(300 * 2**20),
+    ),
+    Case(
+        "issue22-cluster-nested-100000",
+        ("info", "{f}"),
+        ("nested too deeply to be read",),
+        file="[" * 100_000 + "]" * 100_000,
+    ),
+]
+
+CASES = CLUSTER_CASES + MODEL_CASES + PLAN_CASES + CLI_CASES + PROFILE_CASES + RUN_CASES + RUN_DIR_CASES
 
 
 def _argv(case: Case, tmp_path) -> list[str]:
@@ -859,10 +1063,11 @@ def test_bad_input_is_refused_clearly(case, tmp_path, capsys):
         assert word not in err, f"{word!r} should not be in the message:\n{err}"
     message = [line for line in err.splitlines() if "error:" in line]
     assert len(message) == 1 and len(err.splitlines()) <= 16, f"not one short message:\n{err}"
-    # Refused before the run directory is made: everything but non-finite weights, which the ranks
-    # find as they load them (scanning every weight in the parent too would read a large checkpoint
-    # twice); that run directory records the failed start.
-    if case.argv[:1] == ("run",) and "--resume" not in case.argv and case.id != "issue9-run-init-from-nan-weights":
+    assert "internal" not in err.lower(), f"bad input called an internal fault:\n{err}"
+    assert not (tmp_path / "MARKER").exists(), "code from the input ran"
+    # Nothing left behind: refused before the run directory is made, or (what the ranks find as they
+    # load, e.g. non-finite weights or too little data) the directory the start made is removed.
+    if case.argv[:1] == ("run",) and "--resume" not in case.argv:
         assert not (tmp_path / "run").exists(), "a refused run left a run directory behind"
 
 

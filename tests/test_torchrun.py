@@ -4,6 +4,7 @@ stopped (not twice that: torchrun's 30 s shutdown grace on a stopped process is 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -73,6 +74,8 @@ def test_a_stopped_rank_is_named_and_ends_the_run_within_about_one_timeout(tmp_p
     assert "stopped (SIGSTOP)" in mine[0], mine
     assert not re.search(r'File ".*/hexiseq/', out), out[-3000:]
     assert seconds < 6 + 20, seconds  # ~one timeout plus the heartbeat check; it was 6 + 30 s before
+    # rank 0 saw the failure: status.json is final (it stayed "training", issue 22)
+    assert json.loads((tmp_path / "run" / "status.json").read_text())["phase"] == "failed"
 
 
 def test_bad_input_under_torchrun_is_one_line_per_process(tmp_path):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..runs.export import export
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -22,8 +24,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..runs.export import export
-
     print(
         f"exported {args.run_dir} to {export(args.run_dir, args.to, args.checkpoint, args.dtype)} (Hugging Face layout)"
     )

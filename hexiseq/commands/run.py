@@ -23,13 +23,15 @@ from ..calibrate.emulation import emulation_of
 from ..errors import HexiSeqError
 from ..plan import Plan
 from ..runs import checkpoint as ckpt
-from ..runs.config import RunConfig, for_resume
+from ..runs.config import for_resume
 from ..runs.export import export
 from ..runs.launch import execute_spawned, execute_torchrun
+from ..runs.lock import releases_locks
 from ..runs.loop import write_summary
 from ..runs.plots import save_loss_curve
 from ..runs.progress import Console
 from ..runs.rundir import RunDir
+from ..runs.session import begin_record, previous_end
 from ..runs.settings import OptionField, RunSettings, given_value, options
 from ..runs.start import start_run
 from ..runtime.checkpoint import check_save_target
@@ -116,6 +118,7 @@ def _option_values(args: argparse.Namespace) -> dict:
     return {row.key: getattr(args, row.key) for row in options()}
 
 
+@releases_locks  # the run directory's lock (taken by RunDir.create / RunDir.lock) ends with the command
 def run(args: argparse.Namespace) -> int:
     torchrun = torchrun_env()
     if args.save:  # before any work: a save that fails after training would lose the trained weights
@@ -158,13 +161,12 @@ def _prepare_new(args: argparse.Namespace, torchrun: bool):
 
 def _prepare_resume(args: argparse.Namespace):
     run = RunDir.existing(args.resume)
-    data = run.read_json(run.config)
-    if data is None:
-        raise HexiSeqError(f"--resume {run.path}: config.json is unreadable")
-    cfg = RunConfig.from_dict(data)
+    run.lock()  # one writer: refused while another run writes this directory
+    cfg = run.read_config()  # every field checked, the file named when it is damaged
     plan = Plan.load(args.plan) if args.plan else None
     emulation = emulation_of(plan) if plan is not None else None
     cfg, notes = for_resume(cfg, plan, _option_values(args), args.timeout, emulation)
+    notes += previous_end(run)  # a stale "training" status: the last session was killed
     found = ckpt.find(
         run.checkpoints, args.checkpoint
     )  # verified against its manifest: corrupt ones are refused, named
@@ -172,6 +174,11 @@ def _prepare_resume(args: argparse.Namespace):
         notes.append("no checkpoint yet: the run starts from step 0")
         return run, cfg, None, 0, notes
     path, trainer = found
+    if args.steps is not None and args.steps < trainer["step"]:
+        raise HexiSeqError(
+            f"--steps {args.steps}: the run is at step {trainer['step']} already (checkpoint {path.name}); "
+            f"--steps is the run's total: give more than {trainer['step']} to train further"
+        )
     if trainer["step"] >= cfg.steps:
         raise HexiSeqError(
             f"--resume {run.path}: checkpoint {path.name} is at step {trainer['step']} of {cfg.steps}: the run is "
@@ -240,16 +247,15 @@ def _placement(plan: Plan, args: argparse.Namespace):
 
 
 def _write_run_files(run, cfg, resume, start: int, session: int) -> None:
-    """The record a run starts with: config.json, plan.json (earlier plans kept in plans/), and on
-    resume the metrics cut back to the checkpoint's step."""
+    """The record a run starts with: the run directory locked, config.json, plan.json (earlier plans
+    kept in plans/), and the metrics cut back to `start` (the checkpoint's step; 0 without one)."""
+    begin_record(run, start)  # locked; metrics cut back to `start` (0 also on a resume with no checkpoint)
     previous = run.read_json(run.plan)
     if previous is not None and previous != cfg.plan.to_dict():
         (run.path / "plans").mkdir(exist_ok=True)
         run.write_json(run.path / "plans" / f"plan-until-step-{start:08d}.json", previous)
     run.write_json(run.config, cfg.to_dict())
     run.write_json(run.plan, cfg.plan.to_dict())
-    if resume is not None:
-        run.keep_metrics_until(start)
     run.set_status("starting", session=session)
 
 

@@ -15,6 +15,7 @@ import argparse
 
 from ..errors import PlanError
 from ..plan import Plan, random_plan
+from ..runtime.capacity import check_local_world
 from ..runtime.verify import check_nproc, prepare_check, verify_plan
 from ..specs import get_model
 from ..specs.workload import BlockSize
@@ -63,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if args.random_plan:
         if not args.nproc or args.nproc <= 0:
             raise PlanError("--random-plan needs --nproc N (N >= 1)")
+        check_local_world(args.nproc, "--nproc")  # before the plan is made: each rank is a process
         spec = get_model(args.model or "tiny")
         plan = random_plan(
             args.nproc, args.seq_len or 256, spec.heads, spec.kv_heads, seed=args.seed, block_size=args.block_size

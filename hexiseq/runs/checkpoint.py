@@ -9,7 +9,8 @@ wrote it), one `rng-RRRRR.pt` per rank, and `manifest.json` (size and CRC-32 of 
 Atomic: every rank writes into `.step-NNNNNNNN.tmp/`; once all are done, rank 0 writes the manifest,
 fsyncs the directory and renames it into place (hexiseq.atomic.publish). A checkpoint without its
 manifest, or whose files disagree with it, is refused and named (`verify`); `--resume` never falls
-back to an older one silently.
+back to an older one silently. The manifest is an integrity check, not authentication: the pickled
+parts are read without running code (checkpoint_files), by `verify` in the parent and again in the ranks.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch.distributed as dist
 
 from ..atomic import fsync_dir, fsync_files, fsync_tree, publish
 from ..errors import SpecError
+from ..runtime.failures import storage_error, unwrap
 
 PREFIX = "step-"
 MANIFEST, TRAINER = "manifest.json", "trainer.json"
@@ -67,7 +69,14 @@ def verify(path: Path) -> dict[str, Any]:
         )
     try:
         files = json.loads(manifest.read_text())["files"]
-    except (ValueError, KeyError, TypeError) as e:
+        if not all(
+            isinstance(d, dict) and isinstance(d.get("bytes"), int) and isinstance(d.get("crc32"), int)
+            for d in files.values()
+        ):
+            raise TypeError("an entry is not {bytes, crc32}")
+        if any(Path(n).name != n or n in ("", ".", "..") for n in files):
+            raise ValueError("a name is not a file of the checkpoint")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise SpecError(
             f"checkpoint {path}: {MANIFEST} is unreadable ({type(e).__name__}): the checkpoint is corrupt"
         ) from None
@@ -82,10 +91,23 @@ def verify(path: Path) -> dict[str, Any]:
             )
         if got["crc32"] != want["crc32"]:
             raise SpecError(f"checkpoint {path} is corrupt: {name} does not match its checksum (CRC-32)")
+    from .checkpoint_files import verify_contents  # same layer; DCP is imported only when a checkpoint is read
+
+    trainer = read_trainer(path)
+    verify_contents(path)  # the pickled parts, read without running code: a tampered file is refused here
+    return trainer
+
+
+def read_trainer(path: Path) -> dict[str, Any]:
+    """trainer.json of a checkpoint (step, samples, world size); SpecError naming it when unreadable."""
     try:
-        return json.loads((path / TRAINER).read_text())
-    except (OSError, ValueError) as e:
-        raise SpecError(f"checkpoint {path}: {TRAINER} is unreadable ({type(e).__name__})") from None
+        trainer = json.loads((path / TRAINER).read_text())
+        int(trainer["step"]), int(trainer["world_size"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SpecError(
+            f"checkpoint {path}: {TRAINER} is unreadable ({type(e).__name__}): the checkpoint is corrupt"
+        ) from None
+    return trainer
 
 
 def find(directory: Path, name: str | None = None) -> tuple[Path, dict[str, Any]] | None:
@@ -146,19 +168,67 @@ def save(
     keep: int = 2,
 ) -> Path:
     """Save a checkpoint of `step` (every rank calls this; collectives inside). Keeps the newest
-    `keep` checkpoints. Returns its path."""
-    import torch.distributed.checkpoint as dcp
+    `keep` checkpoints. Returns its path. A write that fails (disk full) removes the partial
+    checkpoint and raises a StorageError naming the directory, the space needed and what to do."""
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     rank, world = dist.get_rank(), dist.get_world_size()
     final = directory / step_name(step)
     tmp = directory / f".{step_name(step)}.tmp"
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    try:
+        return _save(directory, step, final, tmp, rank, world, model_sd, optim_sd, trainer, keep)
+    except (OSError, CheckpointException) as e:
+        failure = unwrap(e)
+        if not isinstance(failure, OSError):
+            raise
+        if rank == 0:  # the partial checkpoint would fill the disk further
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise storage_error(
+            failure,
+            directory,
+            f"writing checkpoint {step_name(step)} into",
+            need_bytes=state_bytes(model_sd, optim_sd),  # DCP writes each tensor once
+            then=f"the partial {tmp.name} was removed; continue with --resume {directory.parent} "
+            "(or lower --keep-checkpoints)",
+        ) from None
+
+
+def state_bytes(*states: Any) -> int:
+    """Bytes of the tensors in nested state dicts (what a checkpoint of them writes, about)."""
+    total, todo = 0, list(states)
+    while todo:
+        x = todo.pop()
+        if isinstance(x, torch.Tensor):
+            total += x.numel() * x.element_size()
+        elif isinstance(x, dict):
+            todo.extend(x.values())
+        elif isinstance(x, (list, tuple)):
+            todo.extend(x)
+    return total
+
+
+def _save(
+    directory: Path,
+    step: int,
+    final: Path,
+    tmp: Path,
+    rank: int,
+    world: int,
+    model_sd: dict[str, Any],
+    optim_sd: dict[str, Any],
+    trainer: dict[str, Any],
+    keep: int,
+) -> Path:
+    """The writes of `save`: every rank's files into `tmp`, then rank 0's manifest and the rename."""
+    import torch.distributed.checkpoint as dcp
+
     if rank == 0:
         if tmp.exists():
             shutil.rmtree(tmp)  # left by a killed save
         tmp.mkdir(parents=True)
     dist.barrier()
-    model_sd, optim_sd = get_state_dict(model, optimizer)
     dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
     mine = tmp / f"rng-{rank:05d}.pt"
     torch.save(rng_state(), mine)
@@ -183,19 +253,20 @@ def save(
 def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """Load a (verified) checkpoint into this rank's model and optimizer, resharding to this world;
     restore this rank's RNG when the world size is the one that saved. Returns the trainer state."""
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-    trainer = json.loads((path / TRAINER).read_text())
+    from .checkpoint_files import dcp_load, load_rng
+
+    trainer = read_trainer(path)
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optim": optim_sd}
-    dcp.load(state, checkpoint_id=str(path))
+    dcp_load(state, path)  # no code from the checkpoint's pickles (checkpoint_files)
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     rank = dist.get_rank() if dist.is_initialized() else 0
     world = dist.get_world_size() if dist.is_initialized() else 1
     rng = path / f"rng-{rank:05d}.pt"
     if trainer.get("world_size") == world and rng.is_file():
-        set_rng_state(torch.load(rng, weights_only=True))
+        set_rng_state(load_rng(rng))
     return trainer
 
 
@@ -203,10 +274,10 @@ def model_state(path: Path, model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The full model weights of a checkpoint, in one process (for export): `model`'s state dict filled."""
     import warnings
 
-    import torch.distributed.checkpoint as dcp
+    from .checkpoint_files import dcp_load
 
     sd = model.state_dict()
     with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
         warnings.simplefilter("ignore", UserWarning)
-        dcp.load({"model": sd}, checkpoint_id=str(path))
+        dcp_load({"model": sd}, path)
     return sd

@@ -40,6 +40,10 @@ CONFIG_VERSION = 1
 WARMUP_EXCLUDED = 2  # steps of each session left out of the measured step time (allocator, caches, first collectives)
 
 
+# What a config.json must hold (the other fields have defaults).
+REQUIRED_KEYS = ("plan", "model", "model_name", "data", "steps")
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """The resolved configuration of a run, typed; `to_dict` / `from_dict` are its JSON (config.json:
@@ -92,6 +96,9 @@ class RunConfig:
             raise HexiSeqError(
                 f"run config has version {d.get('version')!r}; this HexiSeq reads version {CONFIG_VERSION}"
             )
+        missing = [name for name in REQUIRED_KEYS if name not in d]
+        if missing:
+            raise ValueError(f"it lacks {', '.join(missing)}")  # RunDir.read_config names the file
         train = d.get("train") or {}
         record = {f.name: d[f.name] for f in fields(RecordSettings) if f.name in d}
         scalars = ("model_name", "steps", "global_batch", "seed", "dtype", "init_from", "strict_gpus", "predicted")
@@ -106,10 +113,6 @@ class RunConfig:
             emulation=Emulation.from_dict(d["emulation"]) if d.get("emulation") else None,
             **{k: d[k] for k in scalars if k in d},
         )
-
-    def model_cfg(self) -> LlamaConfig:
-        """The model (runs/export.py still asks for it so; `model` is the same)."""
-        return self.model
 
     @property
     def tokens_per_step(self) -> int:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,6 +40,7 @@ IGNORE_INDEX = -100  # the label of a position with nothing to learn (as in runt
 BYTE_VOCAB, BYTE_EOS = 257, 256
 TEXT_SUFFIXES = (".txt", ".md", ".text")
 TOKEN_DTYPES = ("uint16", "uint32", "int32", "int64")
+MAX_VOCAB = 1 << 22  # 4,194,304 token ids: 16x the largest vocabulary of a released model
 _EOS_NAMES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eot_id|>", "[SEP]")
 
 
@@ -174,13 +176,39 @@ def _open_array(path: Path, dtype: str = "") -> np.ndarray:
     return arr
 
 
+def _special_kind(path: Path) -> str:
+    """What a path that is neither a regular file nor a directory is (the target of a link)."""
+    mode = path.stat().st_mode
+    for test, name in (
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISFIFO, "named pipe (FIFO)"),
+        (stat.S_ISSOCK, "socket"),
+    ):
+        if test(mode):
+            return name + (f" ({path.resolve()})" if path.is_symlink() else "")
+    return "special file"
+
+
+def _within_limit(hi: int, what: str) -> int:
+    """`hi`, the largest token id of `what`, when below MAX_VOCAB; SpecError otherwise."""
+    if hi >= MAX_VOCAB:
+        raise SpecError(
+            f"{what} holds token id {hi:,}, beyond any model's vocabulary (at most {MAX_VOCAB:,} here; the largest "
+            "of known models is about 256K): the file is not token ids, or not of this dtype (--token-dtype)"
+        )
+    return hi
+
+
 def _check_ids(arr: np.ndarray, vocab: int | None, what: str) -> int:
-    """The largest token id + 1; refuses negative ids and ids beyond the model's vocabulary."""
+    """The largest token id + 1; refuses negative ids, ids beyond the model's vocabulary and ids
+    beyond any sane vocabulary (MAX_VOCAB: without --model the proxy's vocabulary follows the data)."""
     if arr.size == 0:
         raise SpecError(f"{what} holds no tokens")
     lo, hi = int(arr.min()), int(arr.max())
     if lo < 0:
         raise SpecError(f"{what} holds a negative token id ({lo})")
+    _within_limit(hi, what)
     if vocab is not None and hi >= vocab:
         raise SpecError(
             f"{what} holds token id {hi}, but the model's vocabulary has {vocab} entries: use a model with a larger "
@@ -201,6 +229,8 @@ def prepare_data(
     src = Path(source)
     if not src.exists():
         raise SpecError(f"--data {src}: no such file or folder")
+    if not (src.is_file() or src.is_dir()):  # e.g. a link to /dev/zero: it would be read forever
+        raise SpecError(f"--data {src}: is a {_special_kind(src)}, not a file or folder of data")
     if token_dtype is not None and token_dtype not in TOKEN_DTYPES:
         raise SpecError(f"--token-dtype must be one of {', '.join(TOKEN_DTYPES)}, got {token_dtype!r}")
     if src.is_dir() or src.suffix.lower() in TEXT_SUFFIXES:
@@ -250,7 +280,7 @@ def prepare_data(
         bad = np.asarray(lab_arr[(lab_arr < 0) & (lab_arr != IGNORE_INDEX)])
         if bad.size:
             raise SpecError(f"--labels {labels}: holds {int(bad[0])}; labels are token ids or {IGNORE_INDEX} (ignored)")
-        vocab = max(vocab, int(lab_arr.max()) + 1)
+        vocab = max(vocab, _within_limit(int(lab_arr.max()), f"--labels {labels}") + 1)
         lab = str(Path(labels).resolve())
     n, s = arr.shape
     return DataSpec(

@@ -23,6 +23,7 @@ from ..runtime.placement import check_placement
 from .config import RunConfig
 from .progress import Console, Progress, closing_lines
 from .rundir import RunDir, default_run_dir, load, load_summary
+from .session import TimeLimit, discard_refused_start, mark_failed
 from .settings import options
 from .slurm import SlurmRun, pop_options, submit
 
@@ -70,8 +71,10 @@ def execute_spawned(
     world = cfg.plan.world_size
     progress = Progress.of_run(console, cfg, start)
     tail = _Tail(run)
+    limit = TimeLimit(run, time_limit_s)  # a stop at the step boundary first, a kill after the grace period
 
     def poll(elapsed: float = 0.0) -> None:
+        limit.ask_if_due(elapsed)
         status = run.read_json(run.status)
         if status:
             progress("phase", status["phase"])
@@ -86,7 +89,7 @@ def execute_spawned(
             run_worker,
             world,
             job,
-            timeout_s=time_limit_s,
+            timeout_s=limit.kill_after_s,
             pg_timeout_s=timeout_s,
             backend=local_backend(world),
             poll=poll,
@@ -94,7 +97,12 @@ def execute_spawned(
     except WorldError as e:
         poll()
         progress.close()
+        if discard_refused_start(run, e.rc):  # the ranks refused a new run's input: nothing is left behind
+            raise
         write_summary(run, cfg, None, "failed", error=str(e))
+        raise
+    except BaseException as e:  # an interrupt, or an error of the launcher's own: the status says so
+        mark_failed(run, e)
         raise
     finally:
         _on_sigterm(previous)
@@ -102,7 +110,7 @@ def execute_spawned(
     poll()
     progress.close()
     summary = load_summary(run.path) or {}
-    for line in closing_lines(summary):
+    for line in closing_lines(summary) + ([limit.note()] if limit.note() else []):
         console.print(line)
     return summary
 
@@ -128,7 +136,9 @@ def execute_torchrun(
 
     from .loop import RunJob, run_worker
 
-    arm_time_limit(time_limit_s, on_time_limit)
+    limit = TimeLimit(run, time_limit_s)
+    arm_time_limit(time_limit_s, limit.ask)  # a stop at the next step boundary (rank 0 sees STOP)
+    arm_time_limit(limit.kill_after_s, on_time_limit)  # ... or the end, past the grace period
     rank, world = init_from_env(timeout_s=timeout_s, rank=placement.rank, device_index=placement.cuda_index)
     placements = check_placement(cfg.plan, placement, cluster)
     lead = rank == 0
@@ -147,7 +157,12 @@ def execute_torchrun(
             )
         )
     job = RunJob(str(run.path), cfg, str(resume) if resume else None, session, placement.__dict__, console=True)
-    run_worker(rank, world, job, progress=progress)
+    try:
+        run_worker(rank, world, job, progress=progress)
+    except BaseException as e:
+        if lead:  # status.json is final after any end rank 0 sees
+            mark_failed(run, e)
+        raise
     dist.barrier()
     dist.destroy_process_group()
     if not lead:

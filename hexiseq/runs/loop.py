@@ -83,13 +83,14 @@ def _dataset(cfg: RunConfig, seq_len: int) -> tuple[Any, Sampler]:
 
 
 class _TensorBoard:
-    def __init__(self, path: Path, enabled: bool) -> None:
+    def __init__(self, path: Path, enabled: bool, first_step: int = 1) -> None:
         self.writer = None
         if enabled:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self.writer = SummaryWriter(str(path))
+                # purge_step: TensorBoard drops the earlier sessions' events from this step on (a resume)
+                self.writer = SummaryWriter(str(path), purge_step=first_step)
             except ImportError:  # the optional extra: pip install tensorboard
                 self.writer = None
 
@@ -151,7 +152,7 @@ def run_worker(
             "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         },
     )
-    tb = _TensorBoard(run.tensorboard, cfg.record.tensorboard) if lead else None
+    tb = _TensorBoard(run.tensorboard, cfg.record.tensorboard, first_step=start + 1) if lead else None
     stop_file = run.path / "STOP"
     records: list[dict[str, Any]] = []
     stopped, step = False, start

@@ -12,6 +12,7 @@ RUN_DIR/
   tensorboard/     event files, when the tensorboard package is installed
   data/            tokens of a text source, given sequences
   loss.png         the loss curve (`hexiseq run --plot`, make demo)
+  .lock            held by the run writing the directory (pid, host): one writer at a time (runs/lock.py)
 ```
 
 `load(RUN_DIR)` gives the metrics as a table (pandas), `load_summary` the summary.
@@ -26,8 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HexiSeqError
+from ..runtime.failures import StorageError, storage_error
 from ..specs import write_text_atomic as write_text
+from .config import RunConfig
+from .lock import LOCK_NAME, locked_by_other, release, take
 
+FINAL_PHASES = ("completed", "stopped", "failed")  # how a session ends (status.json's last phase)
 METRIC_KEYS = ("step", "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s", "peak_mem_mb")
 
 
@@ -46,6 +51,8 @@ class RunDir:
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
+        self.created = False  # a new run, by `create` in this process (a refused start removes what it made)
+        self.made_dir = False  # ... and the directory itself did not exist before
 
     config = property(lambda self: self.path / "config.json")
     plan = property(lambda self: self.path / "plan.json")
@@ -61,61 +68,140 @@ class RunDir:
 
     @classmethod
     def create(cls, path: Path | str | None) -> RunDir:
-        """A new run directory; refuses one that already holds a run (resume it instead)."""
+        """A new run directory, locked for this process (one writer: runs/lock.py); refuses one that
+        already holds a run (resume it instead), one another run is writing, and a path that cannot
+        be a directory. A refused directory that this call made is removed again."""
+        if path is not None and not str(path).strip():
+            raise HexiSeqError("--out '': give a directory path for the run (or leave --out out: runs/<timestamp>)")
         run = cls(path if path is not None else default_run_dir())
         if run.path.exists() and not run.path.is_dir():
             raise HexiSeqError(f"--out {run.path}: is a file; give a directory for the run")
-        if run.path.is_dir() and any(p.name != "inputs" for p in run.path.iterdir()):
-            hint = f"continue it with --resume {run.path}" if run.config.exists() else "it is not a run directory"
-            raise HexiSeqError(f"--out {run.path}: already holds files; {hint}, or give another --out")
-        run.path.mkdir(parents=True, exist_ok=True)
+        made = not run.path.exists()
+        try:
+            run.path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise HexiSeqError(
+                f"--out {run.path}: cannot be made ({e.strerror or type(e).__name__}); give a writable directory"
+            ) from None
+        try:
+            run.lock("--out")
+            if any(p.name not in ("inputs", LOCK_NAME) for p in run.path.iterdir()):
+                hint = f"continue it with --resume {run.path}" if run.config.exists() else "it is not a run directory"
+                raise HexiSeqError(f"--out {run.path}: already holds files; {hint}, or give another --out")
+        except BaseException:
+            if made:
+                release(run.path)
+                (run.path / LOCK_NAME).unlink(missing_ok=True)
+                run.path.rmdir()
+            raise
+        run.created, run.made_dir = True, made
         return run
 
+    def lock(self, flag: str = "--resume") -> None:
+        """Take this run directory's lock before writing into it (refused, naming the other run's
+        pid and host, while another run holds it)."""
+        take(self.path, flag)
+
     @classmethod
-    def existing(cls, path: Path | str) -> RunDir:
+    def existing(cls, path: Path | str, flag: str = "--resume") -> RunDir:
+        """The run directory `path` (named by `flag` in messages); refuses one without config.json."""
         run = cls(path)
         if not run.config.is_file():
-            raise HexiSeqError(f"--resume {run.path}: not a run directory (no config.json)")
+            raise HexiSeqError(f"{flag} {run.path}: not a run directory (no config.json)")
+        if run.checkpoints.exists() and not run.checkpoints.is_dir():
+            raise HexiSeqError(
+                f"{flag} {run.path}: {run.checkpoints} is not a directory (the run's checkpoints live there): "
+                "the run directory is damaged; move that file away"
+            )
         return run
+
+    def read_config(self, flag: str = "--resume") -> RunConfig:
+        """The run's config.json as a RunConfig, every typed view checked; HexiSeqError naming the
+        file (and `flag`, the option that named the run directory) when it is unreadable or incomplete."""
+        data = self.read_json(self.config)
+        if data is None:
+            raise HexiSeqError(
+                f"{flag} {self.path}: {self.config} is unreadable (not a JSON object): the run directory is damaged"
+            )
+        try:
+            cfg = RunConfig.from_dict(data)  # builds every typed section: a missing or bad field raises here
+            if not isinstance(cfg.steps, int) or isinstance(cfg.steps, bool):
+                raise TypeError("steps is not an integer")
+        except HexiSeqError as e:  # the version, or the plan it holds
+            raise HexiSeqError(f"{flag} {self.path}: {self.config}: {e}") from None
+        except (TypeError, KeyError, ValueError, AttributeError) as e:
+            what = str(e).replace("RunConfig.__init__() ", "").replace("__init__() ", "")
+            raise HexiSeqError(
+                f"{flag} {self.path}: {self.config} is incomplete or damaged ({what}): it was not written by "
+                "this HexiSeq, or was edited"
+            ) from None
+        return cfg
 
     # ---- writers
     def write_json(self, path: Path, obj: Any) -> None:
-        write_text(path, json.dumps(obj, indent=2, default=_jsonable) + "\n")
+        text = json.dumps(obj, indent=2, default=_jsonable) + "\n"
+        try:
+            write_text(path, text)
+        except OSError as e:  # disk full, read-only, removed: named, with what to do
+            raise self._storage_error(e, path, len(text)) from None
+
+    def _storage_error(self, e: OSError, path: Path, need_bytes: int | None = None) -> StorageError:
+        then = f"continue with --resume {self.path}" if self.config.exists() else ""
+        return storage_error(e, path, "writing", need_bytes=need_bytes, then=then)
 
     def set_status(self, phase: str, **extra: Any) -> None:
         self.write_json(self.status, {"phase": phase, "time": time.time(), **extra})
 
     def append_metrics(self, record: dict[str, Any]) -> None:
-        with open(self.metrics, "a") as f:
-            f.write(json.dumps(record, default=_jsonable) + "\n")
-            f.flush()
+        try:
+            with open(self.metrics, "a") as f:
+                f.write(json.dumps(record, default=_jsonable) + "\n")
+                f.flush()
+        except OSError as e:
+            raise self._storage_error(e, self.metrics) from None
 
     def keep_metrics_until(self, step: int) -> int:
-        """On resume from the checkpoint of `step`: drop the records after it (they are recomputed).
-        Returns how many were dropped."""
+        """On resume from the checkpoint of `step` (0: no checkpoint): drop the records after it (they
+        are recomputed), and lines that are not records. Returns how many records were dropped."""
+        if not self.metrics.exists():
+            return 0
         records = self.read_metrics()
         kept = [r for r in records if r["step"] <= step]
-        write_text(self.metrics, "".join(json.dumps(r) + "\n" for r in kept))
+        try:
+            write_text(self.metrics, "".join(json.dumps(r) + "\n" for r in kept))
+        except OSError as e:
+            raise self._storage_error(e, self.metrics) from None
         return len(records) - len(kept)
 
     # ---- readers
     def read_metrics(self) -> list[dict[str, Any]]:
         """The per-step records; a line cut short by a kill is skipped."""
-        if not self.metrics.exists():
+        if not self.metrics.is_file():
             return []
         out = []
-        for line in self.metrics.read_text().splitlines():
+        for line in self.metrics.read_bytes().decode(errors="replace").splitlines():
             try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
+                record = json.loads(line)
+            except (ValueError, RecursionError):  # a line cut short, or not ours
                 continue
+            if isinstance(record, dict) and isinstance(record.get("step"), int):
+                out.append(record)
         return out
+
+    def read_status(self) -> dict[str, Any] | None:
+        """status.json, with `stale: True` when it is not final ("training", "checkpoint", ...) but no
+        process holds the run's lock: the run that wrote it was killed or crashed (None: no status)."""
+        status = self.read_json(self.status)
+        if status is not None and status.get("phase") not in FINAL_PHASES:
+            status["stale"] = (self.path / LOCK_NAME).is_file() and locked_by_other(self.path) is None
+        return status
 
     def read_json(self, path: Path) -> dict[str, Any] | None:
         try:
-            return json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
+            data = json.loads(path.read_bytes())
+        except (OSError, ValueError, RecursionError):  # missing, cut short, not UTF-8, nested too deep
             return None
+        return data if isinstance(data, dict) else None
 
 
 def _jsonable(x: Any) -> Any:

@@ -26,6 +26,8 @@ def start_run(
     `shared`: the directory is shared by processes that start together (torchrun): each checks,
     none writes the record (the caller's rank 0 does, once every process has joined and so has
     passed the checks), and a failure removes only what is empty."""
+    if out is not None and not str(out).strip():
+        RunDir.create(str(out))  # refuses an empty --out (it names no directory)
     path = Path(out) if out is not None else default_run_dir()
     existed = path.exists()
     if not shared:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..atomic import atomic_dir, remove_stale, stale_temporaries
 from ..errors import SpecError
 from ..specs import HFConfig, ModelSpec, model_from_hf_config, parse_hf_config, read_hf_config
 from .model import Llama, LlamaConfig, rope_inv_freq
@@ -258,8 +260,6 @@ def load_hf_checkpoint(
     naming the file or tensor) unreadable files, mixed or incomplete directories, missing or
     misshapen tensors, integer dtypes and NaN/Inf weights. Temporaries of an interrupted save next to
     the directory are ignored, with a note appended to `notes`."""
-    from ..atomic import stale_temporaries
-
     directory = Path(path)
     if not directory.is_dir():
         raise SpecError(f"checkpoint directory not found: {directory}")
@@ -301,8 +301,6 @@ def save_hf_checkpoint(
     Notes (stale temporaries removed) are appended to `notes`.
     """
     from safetensors.torch import save_file
-
-    from ..atomic import atomic_dir, remove_stale
 
     directory = check_save_target(path)
     cleaned = remove_stale(directory)
@@ -382,4 +380,11 @@ def check_save_target(path: Path | str) -> Path:
         raise SpecError(f"cannot save to {directory}: {parent} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise SpecError(f"cannot save to {directory}: {parent} is not writable")
+    try:  # what access() cannot tell (root, /proc, a read-only mount): make and remove a directory there
+        os.rmdir(tempfile.mkdtemp(prefix=".hexiseq-probe-", dir=parent))
+    except OSError as e:
+        raise SpecError(
+            f"cannot save to {directory}: a directory cannot be made in {parent} ({e.strerror or type(e).__name__}); "
+            "give a location on a writable filesystem"
+        ) from None
     return directory

@@ -17,8 +17,10 @@ buries the one that matters. Here:
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import signal
 import socket
 import threading
@@ -26,7 +28,10 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
+
+from ..errors import HexiSeqError
 
 # Kinds of failure. INPUT / ERROR / DIED / STOPPED / HUNG are causes; TIMEOUT and PEER are what the
 # other ranks see of a cause; LIMIT is the run's own --time-limit.
@@ -66,15 +71,76 @@ class RankFailure:
         return self.kind not in CONSEQUENCES
 
 
+class StorageError(HexiSeqError):
+    """A write the run needs failed for a reason of the machine, not of the program: the disk is full,
+    a quota is reached, the filesystem is read-only or the path not writable. Names the path, what
+    was needed and what to do."""
+
+
+_STORAGE_ADVICE = {
+    errno.ENOSPC: "free space there",
+    errno.EDQUOT: "free space within your quota there",
+    errno.EROFS: "the filesystem is read-only: give a writable location",
+    errno.EACCES: "give a location you may write to (or fix its permissions)",
+    errno.EPERM: "give a location you may write to (or fix its permissions)",
+    errno.EIO: "the disk or network filesystem failed: check it",
+    errno.ENOENT: "it was removed while the run wrote it: give a directory that stays",
+}
+
+
+def _size(n: float) -> str:
+    for unit in ("bytes", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return f"{n:,.1f} TB"
+
+
+def storage_error(
+    e: OSError, path: Path | str, doing: str, need_bytes: int | None = None, then: str = ""
+) -> StorageError:
+    """The StorageError of `e`, raised while `doing` (e.g. "writing checkpoint step-00000004") at
+    `path`: the reason, how much was needed and is free (disk full), what to do, and `then` (e.g.
+    "continue with --resume RUN_DIR")."""
+    path = Path(path)
+    reason = e.strerror or type(e).__name__
+    where = f" ({e.filename})" if e.filename and str(e.filename) != str(path) else ""
+    room = ""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        probe = path
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        try:
+            free = shutil.disk_usage(probe).free
+            room = f": {'it needs about ' + _size(need_bytes) + ', ' if need_bytes else ''}{_size(free)} free"
+        except OSError:
+            pass
+    advice = _STORAGE_ADVICE.get(e.errno or -1, "check the path")
+    return StorageError(f"{doing} {path}{where}: {reason}{room}; {advice}{'; ' + then if then else ''}")
+
+
+def unwrap(exc: BaseException) -> BaseException:
+    """The first rank-local exception inside a torch.distributed.checkpoint CheckpointException."""
+    failures = getattr(exc, "failures", None)
+    if type(exc).__name__ == "CheckpointException" and isinstance(failures, dict) and failures:
+        inner = failures[sorted(failures)[0]]
+        return inner[0] if isinstance(inner, tuple) and isinstance(inner[0], BaseException) else exc
+    return exc
+
+
 def classify(rank: int, exc: BaseException, pg_timeout_s: float | None = None) -> RankFailure:
     """This rank's exception as a RankFailure (called inside the rank, where the traceback is)."""
-    from ..errors import HexiSeqError
-
+    exc = unwrap(exc)
     detail = "".join(traceback.format_exception(exc))
     first = (str(exc).strip().splitlines() or [""])[0]
     low = str(exc).lower()
+    if isinstance(exc, StorageError):  # the machine's fault, not the input's: exit code 1, the record kept
+        return RankFailure(rank, ERROR, str(exc), detail, pid=os.getpid())
     if isinstance(exc, HexiSeqError):
         return RankFailure(rank, INPUT, str(exc), detail, pid=os.getpid())
+    if isinstance(exc, OSError) and exc.errno in _STORAGE_ADVICE and exc.filename:
+        failure = storage_error(exc, exc.filename, "cannot use")
+        return RankFailure(rank, ERROR, str(failure), detail, pid=os.getpid())
     if isinstance(exc, MemoryError) or "out of memory" in low:
         return RankFailure(
             rank,

@@ -18,6 +18,7 @@ import torch
 from ..errors import PlanError
 from ..plan import Plan
 from ..specs import ModelSpec, get_model
+from .capacity import check_local_world
 from .model import LlamaConfig
 
 # Largest relative error accepted, by compute dtype: fp32 reorders sums only (~1e-7 seen), bf16
@@ -146,3 +147,4 @@ def verify_plan(
 def check_nproc(plan: Plan, nproc: int | None) -> None:
     if nproc is not None and nproc != plan.world_size:
         raise PlanError(f"plan {plan.name!r} has {plan.world_size} ranks but --nproc is {nproc}")
+    check_local_world(plan.world_size, "--nproc" if nproc is not None else f"plan {plan.name!r} with")

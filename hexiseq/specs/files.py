@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,9 @@ StrictYAMLLoader.add_implicit_resolver(
 )
 
 
+MAX_INPUT_BYTES = 256 * 2**20  # a spec, plan or profile file: the largest plans are a few MB
+
+
 def _input_file(path: Path | str, what: str, error: type[Exception]) -> Path:
     """`path` when it is an existing file; else `error` saying what is wrong with it."""
     p = Path(path)
@@ -78,6 +82,10 @@ def _input_file(path: Path | str, what: str, error: type[Exception]) -> Path:
         raise error(f"{what} not found: {p}")
     if p.is_dir():
         raise error(f"{p} is a directory, not a {what}")
+    if not p.is_file():  # a device or a pipe (a link to /dev/zero) would be read forever
+        raise error(f"{p} is not a regular file (a device, pipe or socket), not a {what}")
+    if p.stat().st_size > MAX_INPUT_BYTES:
+        raise error(f"{p}: {p.stat().st_size:,} bytes, more than any {what} holds (at most {MAX_INPUT_BYTES:,})")
     return p
 
 
@@ -93,6 +101,8 @@ def read_yaml(path: Path | str) -> Any:
         raise SpecError(f"{p}: not valid YAML: {_one_line(e)}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise SpecError(f"{p}: cannot be read: {e}") from None
+    except RecursionError:  # [[[[...]]]] thousands deep: no file of ours nests more than a few levels
+        raise SpecError(f"{p}: nested too deeply to be read (more than {sys.getrecursionlimit():,} levels)") from None
 
 
 def _one_line(e: yaml.YAMLError) -> str:
@@ -122,6 +132,8 @@ def parse_json(text: str, where: str, error: type[Exception] = SpecError) -> Any
         raise error(f"{where}: not valid JSON: {e}") from None
     except ValueError as e:
         raise error(f"{where}: {e}") from None
+    except RecursionError:  # e.g. [[[[...]]]] 100,000 deep: no file of ours nests more than a few levels
+        raise error(f"{where}: nested too deeply to be read (more than {sys.getrecursionlimit():,} levels)") from None
 
 
 def read_json(path: Path | str, what: str = "file", error: type[Exception] = SpecError) -> Any:
