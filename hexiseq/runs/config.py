@@ -183,6 +183,8 @@ def predict(plan: Plan, cfg, name: str, global_batch: int, recompute: str, fsdp:
     judge of a plan). `step_time_s` None, with the reason, when the plan names no usable cluster."""
     if not plan.cluster:
         return {"step_time_s": None, "cluster": None, "note": "the plan names no cluster: no prediction"}
+    if plan.num_replicas > 1:
+        return predict_replicas(plan, cfg, name, global_batch, recompute)
     try:
         cluster = load_cluster(plan.cluster)
         wl = Workload(plan.seq_len, global_batch, recompute, "zero3" if fsdp else "replicated", plan.block_size)
@@ -197,6 +199,42 @@ def predict(plan: Plan, cfg, name: str, global_batch: int, recompute: str, fsdp:
         "critical_rank": sim.critical_rank,
         "note": f"simulated iteration of this plan on {cluster.name} ({gpus})",
     }
+
+
+def predict_replicas(plan: Plan, cfg, name: str, global_batch: int, recompute: str) -> dict[str, Any]:
+    """A joint plan: each replica simulated on its own over its sequences (its one-replica plan), the
+    step the slowest replica's. The cross-replica gradient reduction and the sharding's gathers are not
+    in it (a joint step's cost model would add them)."""
+    try:
+        cluster = load_cluster(plan.cluster)
+        spec = model_spec(cfg, name)
+        sharding = "replicated" if str(plan.sharding.stage) == "replicated" else "zero3"
+        parts = []
+        for i, n in enumerate(plan.sequences_of(global_batch)):
+            part = plan.replica(i)
+            sim = simulate(part, cluster, spec, Workload(plan.seq_len, n, recompute, sharding, plan.block_size))
+            parts.append({"replica": i, "sequences": n, "step_time_s": float(sim.iteration_time_s)})
+    except HexiSeqError as e:
+        return {"step_time_s": None, "cluster": plan.cluster, "note": f"no prediction: {e}"}
+    gpus = ", ".join(f"{n}x {t}" for t, n in cluster.gpu_types.items())
+    return {
+        "step_time_s": max(p["step_time_s"] for p in parts),
+        "cluster": cluster.name,
+        "gpus": gpus,
+        "replicas": parts,
+        "note": f"each of the {len(parts)} replicas simulated over its own sequences on {cluster.name} ({gpus}); "
+        "the step is the slowest replica's (the cross-replica reduction not included)",
+    }
+
+
+def joint_global_batch(plan: Plan, asked: int) -> int:
+    """The global batch of a run of `plan`: a joint plan's replicas fix it (the default 1 takes theirs)."""
+    if plan.num_replicas == 1:
+        return asked
+    total = sum(r.sequences for r in plan.replicas)
+    if asked not in (1, total):
+        plan.sequences_of(asked)  # raises, naming both
+    return total
 
 
 def scale_to_run_length(plan: Plan, seq_len: int | None = None) -> tuple[Plan, list[str]]:
@@ -237,6 +275,12 @@ def resolve(plan: Plan, settings: RunSettings, workdir: Path) -> RunConfig:
             f"the data's sequences have {spec.seq_len:,} tokens but the plan holds {plan.seq_len:,}: "
             f"give --seq-len {spec.seq_len} or more (rounded up to the plan's alignment)"
         )
+    global_batch = joint_global_batch(plan, train.global_batch)
+    if plan.num_replicas > 1 and str(plan.sharding.stage) == "zero1":
+        raise PlanError(
+            f"plan {plan.name!r} shards optimizer states by ZeRO-1: hexiseq run cannot checkpoint "
+            "ZeroRedundancyOptimizer through DCP yet; plan zero2 (the same memory for states, gradients sharded)"
+        )
     cfg, name, model_notes = resolve_model(plan, model.name, model.init_from, spec.vocab)
     notes = model_notes + notes
     if spec.kind != "synthetic":
@@ -253,14 +297,14 @@ def resolve(plan: Plan, settings: RunSettings, workdir: Path) -> RunConfig:
     parallel = ParallelOptions(fsdp=par.fsdp, activation_checkpointing=policy, loss_chunk=par.loss_chunk)
     predicted = settings.prediction
     if predicted is None:
-        predicted = predict(plan, cfg, name, train.global_batch, policy, par.fsdp)
+        predicted = predict(plan, cfg, name, global_batch, policy, par.fsdp)
     return RunConfig(
         plan=plan,
         model=cfg,
         model_name=name,
         data=spec,
         steps=train.steps,
-        global_batch=train.global_batch,
+        global_batch=global_batch,
         seed=train.seed,
         dtype=model.dtype,
         train=train_cfg,

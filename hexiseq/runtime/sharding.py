@@ -110,6 +110,12 @@ class Strategy:
         self.set_index = mine.index(joint.rank)
         self.set_size = len(mine)
 
+    @property
+    def writes_checkpoint(self) -> bool:
+        """Does this rank write its states into a checkpoint? Not in a later set of unequal shard sets:
+        the first set holds the same values, cut differently (DCP refuses overlapping chunks)."""
+        return not self.flat_after_fsdp or self.joint.rank in self.sets[0]
+
     # ------------------------------------------------------------------ set-up
     def wrap(self, model: torch.nn.Module) -> None:
         """FSDP2 on each block, then the root (zero2/zero3); nothing otherwise."""
@@ -222,6 +228,10 @@ class JointStepStats:
     seconds: float  # the whole step
     compute_s: float  # up to the end of its last micro-step (the rest: waiting + the reduction)
 
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else float("inf")
+
 
 def joint_train_step(
     runner: JointParallel,
@@ -315,7 +325,7 @@ def _joint_job(rank: int, job: JointJob) -> dict[str, Any]:
     device = compute_device(rank)
     model = Llama(job.model).init_weights(job.seed).to(device, getattr(torch, job.dtype))
     runner = JointParallel(model, joint, job.options, job.train.timeout_s)
-    opt = runner.strategy.make_optimizer(model, _param_groups(model, job.train), **_hyper(job.train))
+    opt = runner.strategy.make_optimizer(model, param_groups(model, job.train), **train_hyper(job.train))
     grads: dict[str, Tensor] = {}
 
     def keep(m: torch.nn.Module) -> None:
@@ -363,12 +373,13 @@ def joint_reference(job: JointJob) -> dict[str, Any]:
                              for j in range(layout.global_batch)])}  # fmt: skip
 
 
-def _param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict[str, Any]]:
+def param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict[str, Any]]:
     """AdamW groups as `train.make_optimizer` builds them (no weight decay on 1-D gains)."""
     decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
     return [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def _hyper(cfg: TrainConfig) -> dict[str, Any]:
+def train_hyper(cfg: TrainConfig) -> dict[str, Any]:
+    """AdamW's hyper-parameters of a TrainConfig."""
     return {"lr": cfg.lr, "betas": cfg.betas, "eps": cfg.eps}
