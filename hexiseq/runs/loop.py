@@ -291,6 +291,33 @@ def replica_records(layout: ReplicaLayout, timings: list[tuple[float, float]], s
     ]
 
 
+def replica_summary(records: list[dict[str, Any]], predicted: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """Per replica of a joint plan: predicted vs measured (medians after each session's warm-up) step
+    time of its own micro-steps, its tokens/s and its waiting; None for a one-replica run."""
+    steady = [r for r in records if r.get("replicas") and not r.get("warmup")] or [
+        r for r in records if r.get("replicas")
+    ]
+    if not steady:
+        return None
+    guesses = {p["replica"]: p["step_time_s"] for p in predicted.get("replicas", [])}
+    out = []
+    for i, first in enumerate(steady[-1]["replicas"]):
+        mine = [r["replicas"][i] for r in steady if len(r["replicas"]) > i]
+        out.append(
+            {
+                "replica": i,
+                "sequences": first["sequences"],
+                "ranks": first["ranks"],
+                "predicted_compute_s": guesses.get(i),
+                "measured_compute_s": statistics.median(x["compute_s"] for x in mine),
+                "measured_step_time_s": statistics.median(x["step_time_s"] for x in mine),
+                "measured_tokens_per_s": statistics.median(x["tokens_per_s"] or 0.0 for x in mine),
+                "measured_waiting_s": statistics.median(x["waiting_s"] for x in mine),
+            }
+        )
+    return out
+
+
 def measured_step_time(records: list[dict[str, Any]]) -> tuple[float | None, int]:
     """Median step time over the steps after each session's warm-up, and how many steps it spans
     (all steps when there are no others)."""
@@ -398,6 +425,7 @@ def write_summary(
         + (f", emulating {cfg.emulation.source}" if cfg.emulation is not None else ""),
         "emulated": cfg.emulation is not None,
         "emulation": _emulation_record(cfg, pacing),
+        "replicas": replica_summary(records, cfg.predicted),
         "dtype": cfg.dtype if backend == "gloo" else "bf16 autocast",
         "environment": environment(env),
         "finished_at": time.time(),
