@@ -113,3 +113,9 @@ def test_resume_joint_to_dp1_and_back(work, joint_run, within):
     got = losses(back)
     assert len(got) == 6
     within(max(abs(a - b) / abs(b) for a, b in zip(got[4:], ref[4:])), FP64, "DP = 1 -> HSDP: losses of steps 5-6")
+
+
+def test_verify_accepts_a_joint_plan(work, capsys):
+    assert main(["verify", "--plan", str(work / "unequal.json"), "--model", "tiny"]) == 0
+    out = capsys.readouterr().out
+    assert "replicas: 2, sequences per step 3 + 1, sharding zero3 (replica)" in out and "PASS" in out
