@@ -16,6 +16,7 @@ from typing import Any
 
 from ..costmodel import simulate
 from ..errors import HexiSeqError, PlanError, SpecError
+from ..links import ring_allreduce_s
 from ..plan import Plan
 from ..runtime.checkpoint import inspect_checkpoint
 from ..runtime.emulation import Emulation
@@ -217,13 +218,21 @@ def predict_replicas(plan: Plan, cfg, name: str, global_batch: int, recompute: s
     except HexiSeqError as e:
         return {"step_time_s": None, "cluster": plan.cluster, "note": f"no prediction: {e}"}
     gpus = ", ".join(f"{n}x {t}" for t, n in cluster.gpu_types.items())
+    # the gradients summed over the world once per step, a ring over its slowest link (bf16 bytes, as the
+    # cost model and the emulation count them)
+    ranks = plan.rank_devices
+    bw = min(cluster.bandwidth_gbps(a, b) for a in ranks for b in ranks if a != b) * 1e9
+    lat = max(cluster.latency_s(a, b) for a in ranks for b in ranks if a != b)
+    reduce_s = ring_allreduce_s(2.0 * spec.param_count, plan.world_size, bw, lat)
+    slowest = max(p["step_time_s"] for p in parts)
     return {
-        "step_time_s": max(p["step_time_s"] for p in parts),
+        "step_time_s": slowest + reduce_s,
         "cluster": cluster.name,
         "gpus": gpus,
         "replicas": parts,
+        "reduce_s": reduce_s,
         "note": f"each of the {len(parts)} replicas simulated over its own sequences on {cluster.name} ({gpus}); "
-        "the step is the slowest replica's (the cross-replica reduction not included)",
+        "the step is the slowest replica's plus one ring all-reduce of the gradients over the world",
     }
 
 
