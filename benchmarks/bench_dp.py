@@ -106,6 +106,7 @@ def main() -> int:
         chosen = min(rows, key=lambda r: r[2]["predicted_step_time_s"])
         fastest = min(rows, key=lambda r: r[2]["measured_step_time_s"])
         header = f"{'plan':18} {'shares':8} {'predicted s':>12} {'measured s':>11} {'pred/meas':>10} {'overrun':>8}"
+        first = len(lines)
         lines += ["", f"== {name}: load average {load0:.2f} -> {load1:.2f}", header]
         for label, shares, s in rows:
             p, t = s["predicted_step_time_s"], s["measured_step_time_s"]
@@ -120,13 +121,14 @@ def main() -> int:
                 )
         t = {label: s["measured_step_time_s"] for label, _, s in rows}
         p = {label: s["predicted_step_time_s"] for label, _, s in rows}
+        c = chosen[0]
         lines += [
-            f"planner's choice (lowest predicted): {chosen[0]}; measured fastest: {fastest[0]}",
-            f"uneven DP speedup, measured (predicted): over even DP {t['even DP'] / t['uneven DP']:.2f}x "
-            f"({p['even DP'] / p['uneven DP']:.2f}x), over DP = 1 {t['DP = 1 (HexiSeq)'] / t['uneven DP']:.2f}x "
-            f"({p['DP = 1 (HexiSeq)'] / p['uneven DP']:.2f}x)",
+            f"planned (lowest predicted): {c}; measured fastest: {fastest[0]}",
+            f"planned plan's speedup, measured (predicted): over the even-share plan {t['even DP'] / t[c]:.2f}x "
+            f"({p['even DP'] / p[c]:.2f}x), over DP = 1 {t['DP = 1 (HexiSeq)'] / t[c]:.2f}x "
+            f"({p['DP = 1 (HexiSeq)'] / p[c]:.2f}x)",
         ]
-        print("\n".join(lines[-(len(rows) + 5) :]), flush=True)
+        print("\n".join(lines[first:]), flush=True)
     write_text_atomic(Path(args.out), "\n".join(lines) + "\n")
     return 0
 
