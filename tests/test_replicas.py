@@ -117,6 +117,18 @@ def test_replica_ranks_and_shares():
         ReplicaLayout((CP_HP, HP), (3, 1), "zero2", "node")
 
 
+def test_layout_from_a_joint_plan():
+    from hexiseq.plan import Plan, Sharding
+
+    joint = Plan.joint([CP_HP, HP], [3, 1], Sharding("zero2", "replica"))
+    layout = ReplicaLayout.from_plan(joint, 4)
+    assert (layout.stage, layout.scope, layout.sequences) == ("zero2", "replica", (3, 1))
+    assert [p.world_size for p in layout.plans] == [3, 2]
+    assert [tuple(joint.replica_ranks(i)) for i in range(2)] == [tuple(layout.replica_ranks(i)) for i in range(2)]
+    one = ReplicaLayout.from_plan(CP_HP, 5)
+    assert one.num_replicas == 1 and one.sequences == (5,)
+
+
 def test_shard_offsets_follow_torch_chunk():
     for rows in (0, 1, 5, 64, 97):
         for parts in (1, 2, 3, 4):

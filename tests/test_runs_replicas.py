@@ -119,3 +119,12 @@ def test_verify_accepts_a_joint_plan(work, capsys):
     assert main(["verify", "--plan", str(work / "unequal.json"), "--model", "tiny"]) == 0
     out = capsys.readouterr().out
     assert "replicas: 2, sequences per step 3 + 1, sharding zero3 (replica)" in out and "PASS" in out
+
+
+def test_launch_accepts_a_joint_plan(work):
+    from hexiseq.runs import launch
+
+    h = launch(work / "equal.json", steps=2, out=work / "launched", model="tiny")
+    summary = h.wait(timeout=300)
+    assert summary["status"] == "completed", h.error
+    assert [r["sequences"] for r in summary["replicas"]] == [2, 2] and summary["global_batch"] == 4

@@ -285,6 +285,12 @@ def resolve(plan: Plan, settings: RunSettings, workdir: Path) -> RunConfig:
             f"give --seq-len {spec.seq_len} or more (rounded up to the plan's alignment)"
         )
     global_batch = joint_global_batch(plan, train.global_batch)
+    if plan.num_replicas > 1:
+        shares = " + ".join(str(r.sequences) for r in plan.replicas)
+        notes.append(
+            f"replicas: {plan.num_replicas}, sequences per step {shares} (replica i reads the next share of the "
+            f"step's samples, in order), sharding {plan.sharding.describe()}"
+        )
     if plan.num_replicas > 1 and str(plan.sharding.stage) == "zero1":
         raise PlanError(
             f"plan {plan.name!r} shards optimizer states by ZeRO-1: hexiseq run cannot checkpoint "
