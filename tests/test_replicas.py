@@ -144,3 +144,15 @@ def test_synthetic_sequences_pad_and_ignore():
         assert labels[-1] == IGNORE_INDEX
         counts.add(int((labels != IGNORE_INDEX).sum()))
     assert len(counts) > 3  # uneven token counts across sequences
+
+
+def test_runs_refuse_zero1_and_a_batch_the_replicas_do_not_share():
+    from hexiseq.plan import Plan, Sharding
+    from hexiseq.runs.config import joint_global_batch, refuse_zero1
+
+    joint = Plan.joint([CP_HP, HP], [3, 1], Sharding("zero1", "all"))
+    with pytest.raises(PlanError, match="ZeRO-1"):
+        refuse_zero1(joint)
+    assert joint_global_batch(joint, 1) == 4 and joint_global_batch(joint, 4) == 4
+    with pytest.raises(PlanError, match="global batch is 6"):
+        joint_global_batch(joint, 6)

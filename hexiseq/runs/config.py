@@ -236,6 +236,15 @@ def predict_replicas(plan: Plan, cfg, name: str, global_batch: int, recompute: s
     }
 
 
+def refuse_zero1(plan: Plan) -> None:
+    """A run checkpoints through DCP, which cannot save ZeroRedundancyOptimizer's sharded states."""
+    if str(plan.sharding.stage) == "zero1":
+        raise PlanError(
+            f"plan {plan.name!r} shards optimizer states by ZeRO-1: hexiseq run cannot checkpoint "
+            "ZeroRedundancyOptimizer through DCP yet; plan zero2 (states and gradients sharded)"
+        )
+
+
 def joint_global_batch(plan: Plan, asked: int) -> int:
     """The global batch of a run of `plan`: a joint plan's replicas fix it (the default 1 takes theirs)."""
     if plan.num_replicas == 1:
@@ -291,11 +300,8 @@ def resolve(plan: Plan, settings: RunSettings, workdir: Path) -> RunConfig:
             f"replicas: {plan.num_replicas}, sequences per step {shares} (replica i reads the next share of the "
             f"step's samples, in order), sharding {plan.sharding.describe()}"
         )
-    if plan.num_replicas > 1 and str(plan.sharding.stage) == "zero1":
-        raise PlanError(
-            f"plan {plan.name!r} shards optimizer states by ZeRO-1: hexiseq run cannot checkpoint "
-            "ZeroRedundancyOptimizer through DCP yet; plan zero2 (the same memory for states, gradients sharded)"
-        )
+    if plan.num_replicas > 1:
+        refuse_zero1(plan)
     cfg, name, model_notes = resolve_model(plan, model.name, model.init_from, spec.vocab)
     notes = model_notes + notes
     if spec.kind != "synthetic":
@@ -364,6 +370,9 @@ def for_resume(
                 f"{plan.name!r} has {plan.num_heads} / {plan.num_kv_heads}"
             )
         plan.check()
+        if plan.num_replicas > 1:
+            plan.sequences_of(cfg.global_batch)  # the run's global batch stays: the replicas must share it
+            refuse_zero1(plan)
         notes.append(
             f"plan: resuming under {plan.name!r} ({plan.world_size} ranks, {plan.num_groups} groups), was "
             f"{old.name!r} ({old.world_size} ranks, {old.num_groups} groups); the checkpoint is resharded"
