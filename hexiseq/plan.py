@@ -27,7 +27,7 @@ Everything here is pure bookkeeping on integers; no torch.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +36,7 @@ from .errors import PlanError, SpecError
 from .planfile import SCHEMA_VERSION, ShardingScope, ShardingStage, parse_plan, plan_kwargs
 from .rounding import even_split, largest_remainder
 from .specs.files import parse_json, read_json, write_text_atomic
+from .specs.identity import fingerprint_mismatch
 
 if TYPE_CHECKING:  # pragma: no cover
     from .specs import ClusterSpec, ModelSpec, Workload
@@ -416,6 +417,13 @@ class Plan:
                 )
         v.extend(self._replica_violations(workload))
         if cluster is not None:
+            recorded = self.meta.get("cluster_fingerprint")
+            differs = fingerprint_mismatch(recorded, cluster) if isinstance(recorded, Mapping) else None
+            if differs:
+                v.append(
+                    f"plan {self.name!r} was made for another cluster than {cluster.name!r} ({differs}): its device "
+                    "numbers mean other GPUs here; plan this cluster (hexiseq plan --cluster ...)"
+                )
             for d in seen:
                 if not 0 <= d < cluster.size:
                     v.append(f"device {d} is not in cluster {cluster.name!r} (devices 0..{cluster.size - 1})")

@@ -1,7 +1,7 @@
 """The exchange schedule of a Plan: who sends which K/V head range of which chunk to whom, in which
 round. Derived once, torch-free; the cost model counts its bytes and the executor posts its transfers.
 
-Rules (DESIGN.md, "Who needs whose K/V"):
+Rules (docs/architecture.md names this module their one home):
 
 - Groups sit in ring order g = 0..k-1. In round j = 1..k-1 group g receives from group
   (g - j) mod k and sends to (g + j) mod k.

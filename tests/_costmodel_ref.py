@@ -1,7 +1,7 @@
 """Independent references shared by the cost-model and schedule tests: the exchange schedule derived
-by brute force from the DESIGN rules (positions, head ownership), plan generators that reach the
-edge cases (uneven chunks, fine GQA splits, ranks with no heads or no tokens), and ways to set the
-kernel-model knobs of every GPU of a cluster (the catalog's refitted values, data/gpus.yaml, are
+by brute force from the layout rules (positions, head ownership: hexiseq/plan.py, hexiseq/schedule.py), plan
+generators that reach the edge cases (uneven chunks, fine GQA splits, ranks with no heads or no tokens),
+and ways to set the kernel-model knobs of every GPU of a cluster (the catalog's refitted values, data/gpus.yaml, are
 nonzero; a claim that needs a knob neutral sets it explicitly).
 
 Written from the module docstrings (hexiseq/schedule.py, hexiseq/costmodel/*.py), not from their
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hexiseq.costmodel import CostOptions
 from hexiseq.plan import Group, Plan, random_plan
 from hexiseq.schedule import NONE, block_mask, block_pairs, group_segments, needed_segments, packed
 from hexiseq.specs import ClusterSpec, GPUType
@@ -197,6 +198,14 @@ def attention_row_seconds(plan: Plan, cluster: ClusterSpec, head_dim: int) -> np
             src = (me.group - j) % k
             keys = group_segments(plan, src) if j == 0 else packed(needed_segments(plan, src, me.group))
             rows += sum(p.q_rows[1] - p.q_rows[0] for p in block_pairs(group_segments(plan, me.group), keys))
-        row_s = g.attn_block_half_keys * 4 * head_dim / (g.peak_bf16_tflops * 1e12 * g.eff_attention)
+        row_s = (
+            g.attn_block_half_keys * 4 * head_dim / (g.peak_bf16_tflops * 1e12 * g.eff_attention * stack_attention(g))
+        )
         out[me.rank] = me.num_heads * rows * row_s
     return out
+
+
+def stack_attention(g) -> float:
+    """The default stack's attention factor on GPU type g (costmodel/kernels.py: rate = peak x
+    eff_attention x the stack's factor)."""
+    return CostOptions().stack.factors(g.name)[2]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import configparser
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -159,3 +160,18 @@ def test_the_layers_contract_names_every_package():
     }
     assert present - named == set(), f"modules outside the layers contract: {sorted(present - named)}"
     assert named - present == set(), f"layers naming no module: {sorted(named - present)}"
+
+
+def test_source_citations_point_inside_the_repository():
+    # Docstrings and comments cite files of this repository only: a path under data/, docs/,
+    # tests/ or benchmarks/ (or a README / design document) must exist here.
+    cited = re.compile(r"\b((?:data|docs|tests|benchmarks)/[A-Za-z0-9_./-]+\.(?:md|yaml|json|txt|py)|[A-Z]+\.md)\b")
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for lineno, line in enumerate(path.read_text().splitlines(), 1):
+            for ref in cited.findall(line):
+                if ref in ("README.md", "CHANGELOG.md") or "*" in ref:
+                    continue
+                if not (ROOT / ref).exists():
+                    missing.append(f"{path.relative_to(ROOT)}:{lineno}: {ref}")
+    assert missing == [], "citations of files that are not in the repository:\n" + "\n".join(missing)

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from hexiseq.calibrate import Profile, profile
-from hexiseq.calibrate.catalog import catalog_text
+from hexiseq.calibrate.cpu_types import catalog_text
 from hexiseq.calibrate.profile import resolve_world
 from hexiseq.cli import main
 from hexiseq.costmodel import simulate
@@ -98,7 +98,7 @@ def test_the_cpu_catalog_is_written_from_the_reference_profile():
     prof = Profile.load(ref)
     assert prof.measured["world"]["cluster"] == "cpu-4" and set(prof.gpus) == {"CPU-x4", "CPU-x10"}
     assert data_path("gpus-cpu.yaml").read_text() == catalog_text(prof, "data/profiles/cpu-4.yaml"), (
-        "data/gpus-cpu.yaml is stale: python -m hexiseq.calibrate.catalog data/profiles/cpu-4.yaml"
+        "data/gpus-cpu.yaml is stale: python -m hexiseq.calibrate.cpu_types data/profiles/cpu-4.yaml"
     )
     cat = load_gpu_catalog(data_path("gpus-cpu.yaml"))
     sources = yaml.safe_load((data_path("validation") / "sources.yaml").read_text())

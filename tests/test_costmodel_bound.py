@@ -3,14 +3,24 @@ HiGHS (through Pyomo) and a grid search, its closed form on identical devices, a
 `subset_time_bound` — which the planner prunes with — below the replay of every plan tried on that
 subset under each policy."""
 
+import itertools
+
 import numpy as np
 import pytest
-from _costmodel_ref import attention_row_seconds, on_devices, with_knobs
+from _costmodel_ref import attention_row_seconds, on_devices, stack_attention, with_knobs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hexiseq.costmodel import CostOptions, compute_bound, simulate, useful_flops
-from hexiseq.costmodel.bound import kernel_rates, min_compute_time, min_iteration_time, subset_time_bound
+from hexiseq.costmodel import bound as bound_module
+from hexiseq.costmodel.bound import (
+    every_plan_bound,
+    identical_devices,
+    kernel_rates,
+    min_compute_time,
+    min_iteration_time,
+    subset_time_bound,
+)
 from hexiseq.costmodel.kernels import memory_bytes
 from hexiseq.errors import SpecError
 from hexiseq.plan import random_plan, ring_plan, symmetric_plan, ulysses_plan
@@ -94,7 +104,7 @@ def test_bound_homogeneous_closed_form():
     g = node8.devices[0].gpu
     mm, at, hbm = (
         g.peak_bf16_tflops * 1e12 * g.eff_matmul,
-        g.peak_bf16_tflops * 1e12 * g.eff_attention,
+        g.peak_bf16_tflops * 1e12 * g.eff_attention * stack_attention(g),
         g.hbm_bandwidth_gbps * 1e9 * g.eff_hbm,
     )
     layer_bytes = sum(memory_bytes(MODEL).values())  # forward + backward elementwise traffic per token and layer
@@ -161,6 +171,7 @@ def test_recompute_raises_the_subset_bound(testbed):
 SIM32 = load_cluster("sim-32")
 TESTBED = load_cluster("testbed-8")
 M8 = get_model("llama3-8b")
+UNEVEN = ClusterSpec.from_nodes("uneven-9", [("H100-SXM", 3, 50), ("A100-80GB", 5, 25), ("L40S", 1, 12.5)])
 
 
 @settings(
@@ -220,3 +231,75 @@ def test_subset_time_bound_is_tight_for_balanced_comm_free_plans(policy):
             bound = subset_time_bound(node8, range(8), MODEL, w, opts)
             assert bound + rows.max() == pytest.approx(t, rel=1e-12), plan.name
             assert (rows.max() == 0) == (node8.devices[0].gpu.attn_block_half_keys == 0)
+
+
+# ------------------------------------------------------------------------------ every plan at all (every_plan_bound)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(1, 12),
+    cluster_name=st.sampled_from(("sim", "testbed", "uneven")),
+    policy=st.sampled_from(("none", "selective", "full")),
+    sharding=st.sampled_from(("zero3", "replicated")),
+    batch=st.integers(1, 3),
+    blocks=st.integers(0, 40),
+)
+def test_every_plan_bound_is_below_the_replay_of_every_plan(seed, n, cluster_name, policy, sharding, batch, blocks):
+    """No plan on any subset of the cluster, in any grouping, replays faster than the bound: on a
+    cluster small enough for the exact enumeration (the uneven one: nodes of 3, 5 and 1 GPUs), and
+    on those where the relaxation of spanning subsets (every_plan_bound (b)) is used."""
+    cluster = {"sim": SIM32, "testbed": TESTBED, "uneven": UNEVEN}[cluster_name]
+    n = min(n, cluster.size)
+    devices = sorted(np.random.default_rng(seed).choice(cluster.size, n, replace=False).tolist())
+    S = 2 * 128 * (n + blocks)
+    plan = on_devices(
+        random_plan(n, S, M8.heads, M8.kv_heads, seed=seed, block_size=128, whole_kv_heads=seed % 2 == 0), devices
+    )
+    w = Workload(seq_len=S, activation_checkpointing=policy, param_sharding=sharding, global_batch=batch)
+    bound = every_plan_bound(cluster, M8, w)
+    assert bound <= simulate(plan, cluster, M8, w).iteration_time_s * (1 + 1e-12)
+    assert bound <= subset_time_bound(cluster, devices, M8, w) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("policy", ["none", "full"])
+@pytest.mark.parametrize("sharding", ["zero3", "replicated"])
+def test_the_relaxation_of_spanning_subsets_is_below_the_exact_least(monkeypatch, policy, sharding):
+    """With the enumeration turned off, every_plan_bound (single nodes exactly, spanning subsets by
+    the relaxation) is at most the exact least subset bound over every subset."""
+    w = Workload(seq_len=64 * 1024, activation_checkpointing=policy, param_sharding=sharding)
+    for cluster in (TESTBED, UNEVEN):
+        exact = bound_module.every_plan_bound(cluster, M8, w)
+        every = [
+            subset_time_bound(cluster, list(s), M8, w)
+            for r in range(1, cluster.size + 1)
+            for s in itertools.combinations(range(cluster.size), r)
+        ]
+        assert exact == pytest.approx(min(every), rel=1e-12)
+        monkeypatch.setattr(bound_module, "MAX_SUBSET_SHAPES", 0)
+        relaxed = bound_module.every_plan_bound(cluster, M8, w)
+        monkeypatch.undo()
+        assert relaxed <= exact * (1 + 1e-12)
+        assert relaxed > 0.5 * exact  # a floor, not a vacuous one
+
+
+def test_identical_devices_are_per_node_and_type():
+    classes = identical_devices(UNEVEN)
+    assert sorted(len(c) for c in classes) == [1, 3, 5]
+    assert all(len({UNEVEN.devices[d].node for d in c}) == 1 for c in classes)
+
+
+def test_every_plan_bound_of_a_device_set_is_the_least_over_its_subsets():
+    """`devices=` restricts the subsets to those of a device set (a replica's devices): the bound then
+    covers only them, and the whole cluster's bound is at most each device set's."""
+    w = Workload(seq_len=32 * 1024, activation_checkpointing="none")
+    half = [0, 1, 2, 3]
+    sub = every_plan_bound(TESTBED, M8, w, devices=half)
+    every = [
+        subset_time_bound(TESTBED, list(s), M8, w)
+        for r in range(1, len(half) + 1)
+        for s in itertools.combinations(half, r)
+    ]
+    assert sub == pytest.approx(min(every), rel=1e-12)
+    assert every_plan_bound(TESTBED, M8, w) <= sub

@@ -5,7 +5,7 @@ schedule), and the forms' linearity in (s, L, products)."""
 
 import numpy as np
 import pytest
-from _costmodel_ref import brute_exchange, edge_plan, on_devices, random_plans, rank_gpus, with_knobs
+from _costmodel_ref import brute_exchange, edge_plan, on_devices, random_plans, rank_gpus, stack_attention, with_knobs
 
 from hexiseq.costmodel.arrays import link_matrices, plan_arrays
 from hexiseq.costmodel.durations import Durations, coefficients, durations, evaluate, exact_products
@@ -93,7 +93,7 @@ def reference(plan, cluster, model: ModelSpec, workload: Workload, options: Cost
     for r, me in enumerate(lay):
         g = cluster.devices[me.device].gpu
         mm = g.peak_bf16_tflops * 1e12 * g.eff_matmul
-        at = g.peak_bf16_tflops * 1e12 * g.eff_attention
+        at = g.peak_bf16_tflops * 1e12 * g.eff_attention * stack_attention(g)
         hbm = g.hbm_bandwidth_gbps * 1e9 * g.eff_hbm
         pair_s = 4 * d / at
         row_s = g.attn_block_half_keys * pair_s

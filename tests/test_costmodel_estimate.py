@@ -17,7 +17,7 @@ MODEL = get_model("llama2-7b")
 H, HKV = MODEL.heads, MODEL.kv_heads
 
 
-def wl(S=128 * 1024, ac=True, **kw):
+def wl(S=128 * 1024, ac="selective", **kw):
     return Workload(seq_len=S, activation_checkpointing=ac, **kw)
 
 
@@ -121,7 +121,7 @@ def test_balanced_plan_without_comm_recompute_or_waste_reaches_the_bound(node8, 
     causal-tile waste (attn_tile = 0) and the per-row block cost (attn_block_half_keys = 0, set here:
     the catalog's is not 0) they run exactly at the bound, which uses the same kernel-time model. On
     the catalog's knobs the per-row cost, which the bound leaves out, is the whole gap."""
-    w = wl(64 * 1024, ac=False, param_sharding=sharding)
+    w = wl(64 * 1024, ac="none", param_sharding=sharding)
     plan = make(range(8), w.seq_len, H, HKV)
     exact = CostOptions(ignore_comm=True, attn_tile=0)
     no_rows = with_knobs(node8)
@@ -138,7 +138,9 @@ def test_balanced_plan_without_comm_recompute_or_waste_reaches_the_bound(node8, 
     assert estimate(plan, no_rows, MODEL, w, CostOptions(ignore_comm=True)).efficiency_vs_bound < 0.9999
     assert estimate(plan, with_knobs(node8, block_half_keys=128), MODEL, w, exact).efficiency_vs_bound < 0.9999
     assert (
-        estimate(plan, no_rows, MODEL, wl(64 * 1024, ac=True, param_sharding=sharding), exact).efficiency_vs_bound
+        estimate(
+            plan, no_rows, MODEL, wl(64 * 1024, ac="selective", param_sharding=sharding), exact
+        ).efficiency_vs_bound
         < 0.999
     )
     assert estimate(plan, no_rows, MODEL, w).efficiency_vs_bound < 0.999
@@ -167,7 +169,7 @@ def test_no_plan_beats_the_bound(testbed, seed):
 
 def test_estimate_reports_every_oom_rank(testbed):
     S = 512 * 1024
-    e = estimate(symmetric_plan(range(8), S, H, HKV, 2, 4), testbed, MODEL, wl(S, ac=False))
+    e = estimate(symmetric_plan(range(8), S, H, HKV, 2, 4), testbed, MODEL, wl(S, ac="none"))
     assert not e.fits
     assert {o.rank for o in e.oom} == {r.rank for r in e.ranks if not r.fits} == set(range(8))
     for o in e.oom:
@@ -190,7 +192,7 @@ def test_only_the_overfull_ranks_are_reported(testbed):
     S = 256 * 1024
     shards = (S - 7 * 2048,) + (2048,) * 7
     plan = Plan(S, H, HKV, (Group(tuple(range(8)), S // 2, shards, (4,) * 8),), 128, "lopsided")
-    e = estimate(plan, testbed, MODEL, wl(S, ac=False))
+    e = estimate(plan, testbed, MODEL, wl(S, ac="none"))
     assert [o.rank for o in e.oom] == [0]
     assert e.ranks[0].memory_gib > e.ranks[0].capacity_gib and all(r.fits for r in e.ranks[1:])
     assert e.oom[0].message.startswith("rank 0 (device 0, H100-SXM) needs ")

@@ -4,7 +4,7 @@ causal-tile waste) against the block pairs the executor actually runs (hexiseq/s
 
 import numpy as np
 import pytest
-from _costmodel_ref import edge_plan, gpu_with_knobs, random_plans
+from _costmodel_ref import edge_plan, gpu_with_knobs, random_plans, stack_attention
 
 from hexiseq.costmodel.kernels import (
     CostOptions,
@@ -26,7 +26,10 @@ GPT = get_model("gpt-7b")  # GELU MLP
 def test_rates_from_the_catalog():
     r = rates([H100, A100])
     np.testing.assert_array_equal(r.matmul, [989e12 * H100.eff_matmul, 312e12 * A100.eff_matmul])
-    np.testing.assert_array_equal(r.attention, [989e12 * H100.eff_attention, 312e12 * A100.eff_attention])
+    np.testing.assert_array_equal(
+        r.attention,
+        [989e12 * H100.eff_attention * stack_attention(H100), 312e12 * A100.eff_attention * stack_attention(A100)],
+    )
     np.testing.assert_array_equal(r.hbm, [3350e9 * H100.eff_hbm, 2039e9 * A100.eff_hbm])
     np.testing.assert_array_equal(r.block_half_keys, [H100.attn_block_half_keys, A100.attn_block_half_keys])
     np.testing.assert_array_equal(r.overlap_slowdown, [H100.overlap_slowdown, A100.overlap_slowdown])
@@ -87,7 +90,7 @@ def test_work_times_per_unit(model):
     gpus = [H100, A100, H100]
     w = work_times([gpu_with_knobs(g, attn_block_half_keys=300.0, overlap_slowdown=0.07) for g in gpus], model, opts)
     mm = np.array([g.peak_bf16_tflops * 1e12 * g.eff_matmul for g in gpus])
-    at = np.array([g.peak_bf16_tflops * 1e12 * g.eff_attention for g in gpus])
+    at = np.array([g.peak_bf16_tflops * 1e12 * g.eff_attention * stack_attention(g) for g in gpus])
     hbm = np.array([g.hbm_bandwidth_gbps * 1e9 * g.eff_hbm for g in gpus])
     lw, mem = layer_work(model), memory_bytes(model)
     close = lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-15, atol=0)  # noqa: E731

@@ -1,4 +1,4 @@
-"""CPU emulation of slower devices and links (hexiseq/runtime/emulation.py, hexiseq/calibrate/emulation.py):
+"""CPU emulation of slower devices and links (hexiseq/runtime/emulation.py, hexiseq/calibrate/emulated_clusters.py):
 real gloo processes; the assertions are on what the emulation recorded (its sleeps against the
 operators' CPU time) and on lower bounds of link times, which a loaded machine can only lengthen."""
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from hexiseq.calibrate.emulation import check_emulated, cpu_factor, emulation_for, local_cluster, local_factor
+from hexiseq.calibrate.emulated_clusters import check_emulated, cpu_factor, emulation_for, local_cluster, local_factor
 from hexiseq.errors import HexiSeqError, SpecError
 from hexiseq.plan import ring_plan, symmetric_plan
 from hexiseq.runtime import emulation as E
@@ -89,7 +89,7 @@ def test_emulation_refuses_bad_factors_and_shapes():
     with pytest.raises(HexiSeqError, match="has no rank 3"):
         E.Pacer(E.Emulation((1.0, 2.0)), 3)
     with pytest.raises(SpecError, match="factor >= 1"):
-        from hexiseq.calibrate.emulation import derived_type
+        from hexiseq.calibrate.emulated_clusters import derived_type
         from hexiseq.specs import gpu_catalog
 
         derived_type(gpu_catalog()["CPU-x1"], 0.5)

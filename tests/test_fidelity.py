@@ -15,6 +15,7 @@ import pytest
 from hexiseq.costmodel import CostOptions
 from hexiseq.links import ring_allgather_s
 from hexiseq.specs import GPUType, ModelSpec, load_gpu_catalog
+from hexiseq.specs.stacks import DEFAULT_STACK_NAME, Stack, StackFactors
 from hexiseq.validation import fidelity as F
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,6 +89,19 @@ def _tiny_gpu(**kw) -> GPUType:
     return GPUType(**{**base, **kw})
 
 
+def _stacks(fp8: float = 1.7, triton: float | None = None) -> dict[str, Stack]:
+    """The default stack, an FP8-GEMM stack ("fp8") and, given a factor, a Triton-attention stack ("triton")."""
+    out = {
+        DEFAULT_STACK_NAME: Stack(name=DEFAULT_STACK_NAME, description="t"),
+        "fp8": Stack(name="fp8", description="t", every_gpu=StackFactors(source="t", how="t", layer_gemm=fp8)),
+    }
+    if triton is not None:
+        out["triton"] = Stack(
+            name="triton", description="t", every_gpu=StackFactors(source="t", how="t", attention=triton)
+        )
+    return out
+
+
 def _tiny_point(**kw) -> F.Point:
     model = ModelSpec(name="tiny", layers=2, hidden=256, heads=4, kv_heads=2, ffn=512, vocab=1000)
     base = dict(
@@ -123,7 +137,7 @@ def test_one_point_reproduces_a_hand_computation():
     """No sequence split, 2 data-parallel replicas, no transfers: every duration by hand from the
     kernel model's definitions (kernels.py doc)."""
     g, p = _tiny_gpu(), _tiny_point()
-    cal = F.Calibration({"T": g}, fp8_gain=1.7, options=FREE)
+    cal = F.Calibration({"T": g}, _stacks(), options=FREE)
     m, S = p.model, p.seq_len
     h, H, Hkv, d, f, V = m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn, m.vocab
     Rm, Ra, Rh = 100e12 * 0.5, 100e12 * 0.25, 1000e9 * 0.8
@@ -154,11 +168,11 @@ def test_dp_parameter_collectives_span_the_job(points, after):
 
 
 def test_micro_batches_change_nothing_without_transfers():
-    cal = F.Calibration({"T": _tiny_gpu()}, 1.7, options=FREE)
+    cal = F.Calibration({"T": _tiny_gpu()}, _stacks(), options=FREE)
     one = F.predict(_tiny_point(global_sequences=12), cal).tokens_per_s_per_gpu
     three = F.predict(_tiny_point(global_sequences=12, micro_batch=3), cal).tokens_per_s_per_gpu
     assert three == pytest.approx(one, rel=1e-12)
-    with_comm = F.Calibration({"T": _tiny_gpu()}, 1.7)  # with FSDP gathers: fewer micro-steps, fewer gathers
+    with_comm = F.Calibration({"T": _tiny_gpu()}, _stacks())  # with FSDP gathers: fewer micro-steps, fewer gathers
     assert (
         F.predict(_tiny_point(global_sequences=12, micro_batch=3), with_comm).iteration_s
         <= F.predict(_tiny_point(global_sequences=12), with_comm).iteration_s
@@ -167,12 +181,12 @@ def test_micro_batches_change_nothing_without_transfers():
 
 def test_tensor_parallel_group_scales_perfectly_but_for_its_collectives():
     g = _tiny_gpu()
-    free = F.Calibration({"T": g}, 1.7, options=FREE)
+    free = F.Calibration({"T": g}, _stacks(), options=FREE)
     base = F.predict(_tiny_point(), free)
     tp2 = F.predict(_tiny_point(tp=2, num_gpus=4), free)
     assert tp2.tokens_per_s_per_gpu == pytest.approx(base.tokens_per_s_per_gpu, rel=1e-9)
     # with transfers, but the parameter collectives made free, the difference is the TP collectives
-    cal = F.Calibration({"T": g}, 1.7)
+    cal = F.Calibration({"T": g}, _stacks())
     s1, s2 = F.setup(_tiny_point(), g), F.setup(_tiny_point(tp=2, num_gpus=4), g)
     s1, s2 = (
         dataclasses.replace(s, params=dataclasses.replace(s.params, ag_layer=0, rs_layer=0, ag_root=0, rs_root=0))
@@ -186,11 +200,11 @@ def test_tensor_parallel_group_scales_perfectly_but_for_its_collectives():
 
 def test_fp8_and_the_attention_kernel_scale_their_own_phase():
     g = _tiny_gpu()
-    cal = F.Calibration({"T": g}, 1.7, {"triton": 0.5}, options=FREE)
-    bf16, fp8 = F.predict(_tiny_point(), cal), F.predict(_tiny_point(fp8=True), cal)
+    cal = F.Calibration({"T": g}, _stacks(triton=0.5), options=FREE)
+    bf16, fp8 = F.predict(_tiny_point(), cal), F.predict(_tiny_point(fp8=True, stack="fp8"), cal)
     assert fp8.phases["linear"] == pytest.approx(bf16.phases["linear"] / 1.7, rel=1e-12)
     assert fp8.phases["lm_head"] == pytest.approx(bf16.phases["lm_head"], rel=1e-12)  # the head stays bf16
-    triton = F.predict(_tiny_point(source="llmfoundry_bench"), cal)
+    triton = F.predict(_tiny_point(source="llmfoundry_bench", stack="triton"), cal)
     assert triton.phases["attention"] == pytest.approx(bf16.phases["attention"] / 0.5, rel=1e-12)
     assert triton.phases["linear"] == pytest.approx(bf16.phases["linear"], rel=1e-12)
 
@@ -284,3 +298,39 @@ def test_bench_reports_and_meets_the_held_out_targets(data):
     text, ok = bench_fidelity.report(*data)
     assert "held-out" in text and "H100/A100" in text
     assert ok, text[text.index("Held-out targets") :]
+
+
+# ------------------------------------------------------------------------------ evidence that can fail
+
+
+def test_flop_only_reference_fits_its_own_points():
+    g = _tiny_gpu()
+    pts = [_tiny_point(id=f"p{S}", seq_len=S) for S in (2048, 8192)]
+    truth = F.FlopRates("test", "T", 0.4 * 100e12, 0.2 * 100e12, ())
+    fake = [dataclasses.replace(p, published=F.flop_only_predict(p, truth)) for p in pts]
+    (r,) = F.fit_flop_only(fake, {"T": g}).values()
+    for p in fake:  # two rates, two points: the grid fit reproduces them within 2%
+        assert F.flop_only_predict(p, r) == pytest.approx(p.published, rel=0.02)
+
+
+def test_flop_only_comparison_uses_the_same_held_out_points(points, after):
+    preds = [F.predict(p, after) for p in points]
+    c = F.compare_flop_only(preds, after.gpus)
+    held = {p.id for p in points if p.split == "holdout" and p.judged}
+    assert set(c.ids) | set(c.uncovered) == held
+    assert c.cost_model.n == c.flop_only.n == len(c.ids)
+    assert ("does not beat" in c.statement()) == (c.cost_model.median >= c.flop_only.median)
+
+
+def test_leave_one_source_out_record_covers_every_gpu_with_two_sources(data, points):
+    runs = data[2]["leave_one_source_out"]["runs"]
+    sources: dict[str, set[str]] = {}
+    for p in points:
+        if p.judged:
+            sources.setdefault(p.gpu, set()).add(p.source)
+    want = {(g, s) for g, ss in sources.items() if len(ss) >= 2 for s in ss}
+    assert {(r["gpu"], r["left_out"]) for r in runs} == want
+    for r in runs:
+        assert set(r["ratios"]) == {
+            p.id for p in points if p.judged and p.gpu == r["gpu"] and p.source == r["left_out"]
+        }

@@ -1,4 +1,4 @@
-"""The optimization model of a layout (planner/model.py) against the step replay it stands for:
+"""The optimization model of a layout (planner/layout_model.py) against the step replay it stands for:
 exact at every fixed plan, a lower bound of every plan of its layout, with and without orbits."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hexiseq.costmodel import CostOptions, simulate
 from hexiseq.plan import Group, Plan, random_plan
 from hexiseq.planner.candidates import layouts
 from hexiseq.planner.layout import Layout
-from hexiseq.planner.model import LayoutModel
+from hexiseq.planner.layout_model import LayoutModel
 from hexiseq.rounding import round_near
 from hexiseq.specs import ClusterSpec, Workload, get_model
 

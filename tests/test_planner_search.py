@@ -57,7 +57,10 @@ def test_bound_gap_and_never_worse_than_a_baseline(cluster, model, S):
     wl = Workload(seq_len=S, activation_checkpointing="auto")
     r = plan_cluster(c, m, wl, progress=False)
     assert r.plan.validate(c, m) == []
-    assert r.lower_bound_s <= r.iteration_time_s and 0 <= r.gap < 0.02
+    # the gap over every plan at all is what it is (the bound outside the candidates counts no
+    # all-to-all or exchange); the search's own gap over its candidates is small
+    assert r.lower_bound_s <= r.search_lower_bound_s <= r.iteration_time_s and 0 <= r.gap
+    assert 0 <= r.search_gap < 0.02
     assert r.estimate.fits
     # the reported time is the replay's, under the plan's recorded policy
     assert simulate(r.plan, c, m, wl.with_recompute(r.plan.meta["recompute"])).iteration_time_s == pytest.approx(

@@ -43,7 +43,7 @@ from ..runs.start import start_run
 from ..runtime.emulation import Emulation
 from ..runtime.launch import spawn_world
 from ..specs import ClusterSpec, ModelSpec, Workload, get_model, write_text_atomic
-from .emulation import emulation_for
+from .emulated_clusters import emulation_for
 from .plans import WORLD, CalPlan, calibration_plans
 from .profile import DEFAULT_MODEL, Profile, _load, resolve_world
 from .profile import profile as measure_profile

@@ -30,7 +30,7 @@ from ..runs.start import start_run
 from ..runtime.launch import spawn_world
 from ..specs import ClusterSpec, Workload, get_model, load_cluster, write_text_atomic
 from .calibrate import calibrate, calibration_run_settings, pacing_overrun, scaled_cluster
-from .emulation import check_emulated, emulation_for
+from .emulated_clusters import check_emulated, emulation_for
 from .profile import DEFAULT_MODEL, Profile, _load
 from .profile import profile as measure_profile
 

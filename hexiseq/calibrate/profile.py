@@ -42,7 +42,7 @@ from ..runtime.launch import spawn_world
 from ..runtime.model import LlamaConfig
 from ..specs import ClusterSpec, get_model, gpu_catalog, load_cluster, load_profile, read_yaml
 from ..specs.files import write_text_atomic
-from .emulation import check_emulated, emulation_for, local_cluster
+from .emulated_clusters import check_emulated, emulation_for, local_cluster
 from .measure import MeasureJob, measure_worker
 
 SCHEMA_LINE = "# yaml-language-server: $schema=../schemas/profile.schema.json\n"
@@ -201,7 +201,7 @@ def derive(
     CPU types (CPU-x<f>) are one core slowed by f by construction, so their figures pool every rank:
     rates times the rank's f, the median over all ranks, divided by each type's f (the types keep
     exactly the ratios the emulation gives them; the per-rank figures stay in the record)."""
-    from .emulation import RATE_FIELDS, cpu_factor
+    from .emulated_clusters import RATE_FIELDS, cpu_factor
 
     pairs = [p for r in ranks for p in r["links"]["pairs"]]
     emulated = {

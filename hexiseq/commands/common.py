@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..costmodel import CostOptions
 from ..specs import (
     RECOMPUTE_POLICIES,
     ClusterSpec,
     ModelSpec,
     RecomputePolicy,
     Workload,
-    get_model,
     load_cluster,
     load_profile,
     parse_tokens,
 )
+from ..specs.identity import model_named
+from ..specs.stacks import DEFAULT_STACK_NAME, Stack, get_stack, stack_catalog
 from ..specs.workload import BlockSize, GlobalBatch
 from .checks import number_arg, time_limit_arg, timeout_arg, tokens_arg
 
@@ -27,6 +31,33 @@ def add_cluster_args(p: argparse.ArgumentParser, required: bool = True) -> None:
         "--cluster", required=required, help="cluster YAML file, or the name of a bundled one (e.g. testbed-8)"
     )
     p.add_argument("--profile", help="YAML of measured efficiencies overriding the GPU catalog (data/profiles/)")
+
+
+def add_stack_arg(p: argparse.ArgumentParser) -> None:
+    """`--stack NAME`: the software stack whose kernel factors scale the catalog's rates."""
+    p.add_argument(
+        "--stack",
+        default=None,
+        help=f"software stack of data/stacks.yaml whose kernel factors (FP8 GEMMs, another attention kernel) "
+        f"scale the GPU catalog's rates (default {DEFAULT_STACK_NAME}: flash-attention 2, bf16, the executor's)",
+    )
+
+
+def load_stack_arg(args: argparse.Namespace) -> Stack:
+    """The stack of --stack; without one, the default stack, and a line on stderr that says so."""
+    name = getattr(args, "stack", None)
+    if name is None:
+        print(
+            f"stack: {DEFAULT_STACK_NAME} assumed (the default; --stack NAME for another of "
+            f"{', '.join(stack_catalog())})",
+            file=sys.stderr,
+        )
+    return get_stack(name)
+
+
+def stack_options(args: argparse.Namespace, options: CostOptions | None = None) -> CostOptions:
+    """The cost options of a command: `options` (default CostOptions()) on the stack of --stack."""
+    return dataclasses.replace(options or CostOptions(), stack=load_stack_arg(args))
 
 
 RECOMPUTE_HELP = (
@@ -101,9 +132,12 @@ def load_cluster_arg(args: argparse.Namespace) -> ClusterSpec:
     return cluster
 
 
-def load_workload_args(args: argparse.Namespace, default_recompute: str = "none") -> tuple[ModelSpec, Workload]:
-    """The model and workload of the common arguments; `default_recompute` when --recompute is absent."""
-    model = get_model(args.model)
+def load_workload_args(
+    args: argparse.Namespace, default_recompute: str = "none", recorded_model: Mapping[str, Any] | None = None
+) -> tuple[ModelSpec, Workload]:
+    """The model and workload of the common arguments; `default_recompute` when --recompute is absent;
+    `recorded_model`: the model a plan file recorded (found by its name)."""
+    model = model_named(args.model, recorded_model)
     wl = Workload(
         seq_len=parse_tokens(args.seq_len),
         global_batch=args.global_batch,

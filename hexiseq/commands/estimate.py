@@ -24,11 +24,13 @@ from ..runs.config import plan_recompute
 from .common import (
     RECOMPUTE_HELP,
     add_cluster_args,
+    add_stack_arg,
     add_workload_args,
     dump_json,
     load_cluster_arg,
     load_workload_args,
     print_table,
+    stack_options,
 )
 
 # Column headers of the per-phase table: the cost model's phase names (PHASES), shortened where long;
@@ -67,6 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(meta['recompute']), else none (auto is the planner's choice, not a policy to estimate)",
     )
     p.set_defaults(model=None)
+    add_stack_arg(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -115,7 +118,11 @@ def _inputs(args: argparse.Namespace):
             f"plan {args.plan} was made for cluster {plan.cluster!r}, not {cluster.name!r}: its device "
             f"numbers mean other GPUs there (plan that cluster, or drop --cluster)"
         )
-    model, wl = load_workload_args(args, default_recompute=(plan_recompute(plan) if args.plan else None) or "none")
+    model, wl = load_workload_args(
+        args,
+        default_recompute=(plan_recompute(plan) if args.plan else None) or "none",
+        recorded_model=plan.meta.get("model_spec") if args.plan else None,
+    )
     if not args.plan:
         cp, hp = parse_layout(args.layout, cluster.size)
         plan = symmetric_plan(
@@ -134,7 +141,7 @@ def _inputs(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     plan, cluster, model, wl = _inputs(args)
-    e = estimate(plan, cluster, model, wl)
+    e = estimate(plan, cluster, model, wl, stack_options(args))
     if args.json:
         dump_json(e.to_dict())
         return 0

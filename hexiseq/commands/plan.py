@@ -19,7 +19,16 @@ import sys
 from ..errors import HexiSeqError
 from ..planner import Layout, LayoutModel, plan_cluster
 from ..specs import GIB, check_output_path
-from .common import add_cluster_args, add_workload_args, dump_json, load_cluster_arg, load_workload_args, print_table
+from .common import (
+    add_cluster_args,
+    add_stack_arg,
+    add_workload_args,
+    dump_json,
+    load_cluster_arg,
+    load_workload_args,
+    print_table,
+    stack_options,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_cluster_args(p)
     add_workload_args(p)
+    add_stack_arg(p)
     p.add_argument(
         "--work",
         type=int,
@@ -68,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
             )
     kw = {k: v for k, v in (("work", args.work), ("gap", args.gap)) if v is not None}
     progress = not args.no_progress and not args.json and sys.stderr.isatty()
-    result = plan_cluster(cluster, model, workload, progress=progress, **kw)
+    result = plan_cluster(cluster, model, workload, progress=progress, options=stack_options(args), **kw)
     if args.write_model:
         write_model(result, cluster, model, workload, args.write_model)
     if args.out:

@@ -19,7 +19,7 @@ import os
 import sys
 from dataclasses import replace
 
-from ..calibrate.emulation import emulation_of
+from ..calibrate.emulated_clusters import emulation_of
 from ..errors import HexiSeqError
 from ..plan import Plan
 from ..runs import checkpoint as ckpt

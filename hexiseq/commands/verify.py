@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         plan = random_plan(
             args.nproc, args.seq_len or 256, spec.heads, spec.kv_heads, seed=args.seed, block_size=args.block_size
         )
-        setup = prepare_check(plan, spec.name)
+        setup = prepare_check(plan, spec)
     else:
         plan = Plan.load(args.plan)
         check_nproc(plan, args.nproc)

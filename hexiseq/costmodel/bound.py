@@ -25,14 +25,16 @@ rank pays at least that on top of its share of the work. Bound = B·S / (t* + op
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+import math
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
 from ..specs import ClusterSpec, ModelSpec, Workload
 from .arrays import link_matrices
 from .comm import ParamComm, param_collectives
-from .kernels import CostOptions, work_times
+from .kernels import CostOptions, WorkTimes, work_times
 from .paths import Pass, StepShape
 from .policy import rule_of
 from .simulate import pass_schedule
@@ -101,46 +103,68 @@ def subset_time_bound(
     options: CostOptions = CostOptions(),
 ) -> float:
     """Seconds no plan on exactly these devices can beat under the workload's (concrete) recompute
-    policy: the larger of two bounds. (1) The balanced, communication-free iteration of
-    `min_compute_time` with the policy's recompute counted (selective: the linear forward again;
-    full: the whole layer forward again) plus the least optimizer step. (2) The step replay's pass
-    structure (simulate.pass_schedule): every pass of a kind takes at least the balanced compute of
-    one such pass and its prefetched parameter collective with the slowdown it causes; the
-    exposed collectives add; the collectives are those of these devices (comm.param_collectives:
-    they depend on the set of devices only). The planner prunes a candidate whose subset cannot beat
-    the best plan found."""
-    again = rule_of(workload).backward_factors()
+    policy, whatever its grouping, ring order or split: the larger of two bounds. (1) The balanced,
+    communication-free iteration of `min_compute_time` with the policy's recompute counted
+    (selective: the linear forward again; full: the whole layer forward again) plus the least
+    optimizer step. (2) The step replay's pass structure (simulate.pass_schedule): every pass of a
+    kind takes at least the balanced compute of one such pass and its prefetched parameter
+    collective with the slowdown it causes; the exposed collectives add; the collectives are those
+    of these devices (comm.param_collectives: they depend on the set of devices only). The planner
+    prunes a candidate whose subset cannot beat the best plan found."""
     w = work_times([cluster.devices[d].gpu for d in devices], model, options)
+    if options.ignore_comm:
+        pc = ParamComm(workload.param_sharding)
+    else:
+        bw, lat = link_matrices(cluster)
+        idx = np.asarray(list(devices), dtype=np.int64)
+        pc = param_collectives(bw[np.ix_(idx, idx)], lat[np.ix_(idx, idx)], model, workload)
+    return _pass_bound(w, len(devices), pc, model, workload, options, min_compute_time)
+
+
+ComputeFloor = Callable[[np.ndarray, np.ndarray, float, float], float]
+
+
+def _pass_bound(
+    w: WorkTimes,
+    n_devices: int,
+    pc: ParamComm,
+    model: ModelSpec,
+    workload: Workload,
+    options: CostOptions,
+    compute: ComputeFloor,
+    any_subset: bool = False,
+) -> float:
+    """subset_time_bound's two bounds (its doc) from the devices' work times `w`, their number and
+    their parameter collectives `pc`; `compute(m, a, f_lin, f_att)` is the balanced compute time of
+    rates m, a (min_compute_time; a floor of it over many device sets for `every_plan_bound`).
+    `any_subset`: the bound must hold for any subset of these devices (the least slowdown then
+    stands for the largest one)."""
+    again = rule_of(workload).backward_factors()
     fwd_tok = w.pre_fwd + w.post_fwd
     tau = model.layers * (w.token_fwd_bwd + again.rerun_linear * fwd_tok + again.replay_layer * fwd_tok) + w.head
     rho = (1.0 + w.attn_bwd_factor + again.replay_layer) * w.pair
     S, B = workload.seq_len, workload.global_batch
     pairs = float(model.heads * model.causal_pairs(S))  # per layer and sequence
-    work = min_compute_time(1.0 / tau, 1.0 / rho, float(B * S), float(B * model.layers) * pairs)
-    local_params = model.param_count / (len(devices) if workload.param_sharding == "zero3" else 1)
+    work = compute(1.0 / tau, 1.0 / rho, float(B * S), float(B * model.layers) * pairs)
+    local_params = model.param_count / (n_devices if workload.param_sharding == "zero3" else 1)
     optimizer = float((local_params * w.optimizer).min())
     # (2) pass by pass
     per_pass = {
-        "f": min_compute_time(1.0 / fwd_tok, 1.0 / w.pair, float(S), pairs),
-        "b": min_compute_time(
+        "f": compute(1.0 / fwd_tok, 1.0 / w.pair, float(S), pairs),
+        "b": compute(
             1.0 / (w.pre_bwd + w.post_bwd + again.forward_linear * fwd_tok),
             1.0 / (again.attention(w.attn_bwd_factor) * w.pair),
             float(S),
             pairs,
         ),
-        "h": min_compute_time(1.0 / w.head, np.full(len(devices), np.inf), float(S), 0.0),
+        "h": compute(1.0 / w.head, np.full(len(w.head), np.inf), float(S), 0.0),
     }
     comm = not options.ignore_comm
-    if comm:
-        bw, lat = link_matrices(cluster)
-        idx = np.asarray(list(devices), dtype=np.int64)
-        pc = param_collectives(bw[np.ix_(idx, idx)], lat[np.ix_(idx, idx)], model, workload)
-    else:
-        pc = ParamComm(workload.param_sharding)
     # a pass with a prefetched collective c takes max_r(chain_r + max(0, c - window_r) + slowdown_r·c)
     # (simulate._pass), and chain_r ≥ window_r, own work_r: at least c·(1 + slowdown_r) on every
     # rank, and the slowest rank's work + slowdown·c
-    slow_lo, slow_hi = float(w.overlap_slowdown.min()), float(w.overlap_slowdown.max())
+    slow_lo = float(w.overlap_slowdown.min())
+    slow_hi = slow_lo if any_subset else float(w.overlap_slowdown.max())
     passes = optimizer
     for step in pass_schedule(StepShape(params=pc, layers=model.layers, batch=B, comm=comm)):
         if isinstance(step, Pass):
@@ -149,6 +173,142 @@ def subset_time_bound(
         else:
             passes += step.count * step.seconds
     return max(work + optimizer, passes)
+
+
+# ------------------------------------------------------------------------------ every plan at all
+
+MAX_SUBSET_SHAPES = 512  # device sets up to identical devices: enumerated when there are at most this many
+
+
+def identical_devices(cluster: ClusterSpec, devices: Iterable[int] | None = None) -> list[tuple[int, ...]]:
+    """The devices in classes no bound can tell apart: one node, one GPU type, the same NIC and link
+    (every link of one is a link of the other); each device its own class when the cluster has link
+    overrides. Classes in device order."""
+    devs = range(cluster.size) if devices is None else sorted(devices)
+    if cluster.overrides:
+        return [(d,) for d in devs]
+    by: dict[tuple, list[int]] = {}
+    for d in devs:
+        dev = cluster.devices[d]
+        by.setdefault((dev.node, dev.gpu.name, dev.nic_gbps, dev.link_bandwidth_gbps), []).append(d)
+    return [tuple(v) for v in by.values()]
+
+
+def every_plan_bound(
+    cluster: ClusterSpec,
+    model: ModelSpec,
+    workload: Workload,
+    options: CostOptions = CostOptions(),
+    devices: Iterable[int] | None = None,
+) -> float:
+    """Seconds no plan on any non-empty subset of `devices` (default: the whole cluster) can beat,
+    under the workload's concrete recompute policy, whatever its grouping into HP groups (groups of
+    different sizes inside a node, groups spanning nodes), ring order, head split or token split:
+    the least `subset_time_bound` over every device subset (each of them holds for every plan on
+    its subset). Exact (every subset up to identical devices, `identical_devices`) when there are
+    at most MAX_SUBSET_SHAPES such subsets; otherwise the least of (a) every subset inside one
+    node, exactly, and (b) a floor of every subset that spans nodes, per number of devices n: the
+    compute of the n devices with the most capacity of each kind (a relaxation of any n of them),
+    the optimizer over n, and the collectives of n ranks over the fastest link the subset's
+    devices can all have to another node (_spanning_floor)."""
+    classes = identical_devices(cluster, devices)
+    shapes = math.prod(len(c) + 1 for c in classes) - 1
+    if shapes <= MAX_SUBSET_SHAPES:
+        return min(
+            subset_time_bound(cluster, [d for c, n in zip(classes, counts) for d in c[:n]], model, workload, options)
+            for counts in itertools.product(*[range(len(c) + 1) for c in classes])
+            if any(counts)
+        )
+    node_of = {d: cluster.devices[d].node for c in classes for d in c}
+    per_node: dict[int, list[tuple[int, ...]]] = {}
+    for c in classes:
+        per_node.setdefault(node_of[c[0]], []).append(c)
+    best = math.inf
+    seen: dict[tuple, float] = {}
+    for node_classes in per_node.values():
+        for counts in itertools.product(*[range(len(c) + 1) for c in node_classes]):
+            if not any(counts):
+                continue
+            devs = [d for c, n in zip(node_classes, counts) for d in c[:n]]
+            # identical nodes (no overrides: the links of a node depend on its devices only) have one bound
+            key = tuple((cluster.devices[d].gpu.name, cluster.devices[d].link_bandwidth_gbps) for d in devs)
+            if key not in seen:
+                seen[key] = subset_time_bound(cluster, devs, model, workload, options)
+            best = min(best, seen[key])
+    if len(per_node) > 1:
+        best = min(best, _spanning_floor(cluster, [d for c in classes for d in c], model, workload, options))
+    return best
+
+
+def _spanning_floor(
+    cluster: ClusterSpec, devices: list[int], model: ModelSpec, workload: Workload, options: CostOptions
+) -> float:
+    """A floor of subset_time_bound over every subset of `devices` that spans two nodes or more
+    (every_plan_bound (b)). Every device of such a subset has a partner in it on another node, so
+    the subset's slowest link β is at most the fastest link of each of its devices to another node:
+    per level β of those, the subsets of the devices whose fastest such link is at least β, with
+    collectives over β (and the least latency between nodes). Sizes are taken in ranges [lo, hi]:
+    the compute of the hi devices with the most capacity (more devices can only be faster) and the
+    collectives of lo ranks (fewer ranks can only be faster), both valid for every size of the range."""
+    if options.ignore_comm:
+        return _size_floor(cluster, devices, model, workload, options, None)
+    bw, lat = link_matrices(cluster)
+    idx = np.asarray(devices, dtype=np.int64)
+    node = np.array([cluster.devices[d].node for d in devices])
+    cross = node[:, None] != node[None, :]
+    b = np.where(cross, bw[np.ix_(idx, idx)], -np.inf)
+    fastest = b.max(axis=1)  # each device's fastest link to another node
+    least_lat = float(lat[np.ix_(idx, idx)][cross].min())
+    best = math.inf
+    for level in np.unique(fastest):
+        keep = [d for d, f in zip(devices, fastest) if f >= level]
+        if len({cluster.devices[d].node for d in keep}) > 1:
+            best = min(best, _size_floor(cluster, keep, model, workload, options, (float(level), least_lat)))
+    return best
+
+
+def _size_floor(
+    cluster: ClusterSpec,
+    devices: list[int],
+    model: ModelSpec,
+    workload: Workload,
+    options: CostOptions,
+    link: tuple[float, float] | None,
+) -> float:
+    """A floor of subset_time_bound over every subset of at least 2 of `devices` whose collectives
+    run over a link no faster than `link` (bytes/s, seconds; None: no communication), size range by
+    size range (_spanning_floor)."""
+    w = work_times([cluster.devices[d].gpu for d in devices], model, options)
+    N = len(devices)
+    edges = sorted({*range(2, min(N, 64) + 1), *np.unique(np.geomspace(64, max(N, 64), 48).astype(int)).tolist()})
+    edges = [e for e in edges if e <= N]
+    if not edges or edges[-1] != N:
+        edges.append(N)
+    best = math.inf
+    for lo, hi in zip([2] + [e + 1 for e in edges[:-1]], edges):
+        if lo > hi:
+            continue
+        if link is None:
+            pc = ParamComm(workload.param_sharding)
+        else:  # the collectives of lo ranks over the link: a ring matrix of that size
+            bw_m = np.full((lo, lo), link[0])
+            np.fill_diagonal(bw_m, np.inf)
+            lat_m = np.full((lo, lo), link[1])
+            np.fill_diagonal(lat_m, 0.0)
+            pc = param_collectives(bw_m, lat_m, model, workload)
+
+        def floor(m: np.ndarray, a: np.ndarray, f_lin: float, f_att: float, hi: int = hi) -> float:
+            # any hi devices or fewer: no faster than all of them together, nor than each kind of work on
+            # the hi largest capacities of that kind (every device's capacity bounds what it does of each)
+            t = min_compute_time(m, a, f_lin, f_att)
+            if f_lin > 0:
+                t = max(t, f_lin / float(np.sort(m)[::-1][:hi].sum()))
+            if f_att > 0:
+                t = max(t, f_att / float(np.sort(a)[::-1][:hi].sum()))
+            return t
+
+        best = min(best, _pass_bound(w, hi, pc, model, workload, options, floor, any_subset=True))
+    return best
 
 
 def compute_bound(

@@ -1,6 +1,6 @@
 """Every duration of one training iteration of a plan, per rank, as a *linear form* of the plan's
 quantities: what the step replay (simulate.py) schedules and what the planner's optimization model
-(planner/model.py) constrains. One home for the durations: the replay evaluates these forms at a
+(planner/layout_model.py) constrains. One home for the durations: the replay evaluates these forms at a
 plan, the model writes the same forms over its variables.
 
 Quantities (the basis): s_r (tokens of rank r), L_g (chunk length of group g), L_g² and the

@@ -7,9 +7,12 @@ coefficients computed here, so the four can never disagree.
 Units: FLOP/s, bytes/s, seconds; "per token" means one token of one layer's forward unless a name
 says otherwise. A multiply-add is 2 FLOPs; activations are bf16 (2 bytes).
 
-Rates (per device)
-    matmul     peak × eff_matmul                     large GEMMs of the linear layers and the LM head
-    attention  peak × eff_attention                  flash attention on long full blocks, this head_dim
+Rates (per device), on the software stack `CostOptions.stack` (data/stacks.yaml; its factors
+apply here and nowhere else; the default, fa2-bf16, scales attention to the flash-attention 2
+kernel measurements)
+    matmul     peak × eff_matmul × stack.matmul      the LM head's GEMM
+    layer      matmul × stack.layer_gemm             large GEMMs of the linear layers (FP8 stacks)
+    attention  peak × eff_attention × stack.attention   flash attention on long full blocks, this head_dim
     hbm        hbm_bandwidth × eff_hbm               memory-bound kernels (norms, RoPE, activations,
                                                      residual adds, the loss, the optimizer)
 Work (per layer, forward; backward as stated)
@@ -34,17 +37,19 @@ Work (per layer, forward; backward as stated)
                compute it overlaps (device-memory and SM contention of the DMA / NCCL kernels).
 
 Where the numbers come from: the efficiencies are per GPU in data/gpus.yaml (fitted to published
-training throughputs, data/validation/); the other knobs are CostOptions fields with their source
+training throughputs, data/validation/), a stack's factors per (stack, GPU) in data/stacks.yaml,
+each with its source; the other knobs are CostOptions fields with their source
 in the field's comment.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..specs import GPUType, ModelSpec
+from ..specs.stacks import Stack, default_stack
 
 BF16 = 2.0
 FP32 = 4.0
@@ -65,25 +70,44 @@ class CostOptions:
     loss_bytes_per_logit: float = 12.0  # HBM traffic of softmax + cross entropy fwd+bwd per logit
     optimizer_bytes_per_param: float = 28.0  # AdamW: read grad, master, m, v; write master, m, v, bf16 weight
     ignore_comm: bool = False  # every transfer free: the pure compute schedule (tests, what-ifs)
+    # the software stack whose kernel factors scale the catalog's rates (`rates`); explicit default
+    stack: Stack = field(default_factory=default_stack)
 
 
 @dataclass(frozen=True)
 class Rates:
     """Per-device (or per-rank) effective rates: arrays of one entry per device."""
 
-    matmul: np.ndarray  # FLOP/s
+    matmul: np.ndarray  # FLOP/s, the LM head's GEMM
+    layer_matmul: np.ndarray  # FLOP/s, the transformer layers' GEMMs
     attention: np.ndarray  # FLOP/s
     hbm: np.ndarray  # bytes/s
     block_half_keys: np.ndarray  # keys at which an attention block runs at half rate
     overlap_slowdown: np.ndarray  # seconds of compute lost per second of overlapped link time
 
 
-def rates(gpus: list[GPUType] | tuple[GPUType, ...]) -> Rates:
-    """Effective rates of a list of GPUs (one entry each)."""
+def rates(gpus: list[GPUType] | tuple[GPUType, ...], stack: Stack | None = None) -> Rates:
+    """Effective rates of a list of GPUs (one entry each) on a software stack: the one place where
+    efficiencies and a stack's factors become rates."""
+    stack = stack if stack is not None else default_stack()
     peak = np.array([g.peak_bf16_tflops * 1e12 for g in gpus])
+    # A rate measured on the user's machine (a profile) already ran the user's stack: no factor on it.
+    f = np.array(
+        [
+            [
+                1.0 if g.is_measured("eff_matmul") else m,
+                1.0 if g.is_measured("eff_matmul") else lg,
+                1.0 if g.is_measured("eff_attention") else a,
+            ]
+            for g in gpus
+            for m, lg, a in [stack.factors(g.name)]
+        ]
+    ).reshape(len(gpus), 3)
+    matmul = peak * np.array([g.eff_matmul for g in gpus]) * f[:, 0]
     return Rates(
-        matmul=peak * np.array([g.eff_matmul for g in gpus]),
-        attention=peak * np.array([g.eff_attention for g in gpus]),
+        matmul=matmul,
+        layer_matmul=matmul * f[:, 1],
+        attention=peak * np.array([g.eff_attention for g in gpus]) * f[:, 2],
         hbm=np.array([g.hbm_bandwidth_gbps * 1e9 * g.eff_hbm for g in gpus]),
         block_half_keys=np.array([g.attn_block_half_keys for g in gpus]),
         overlap_slowdown=np.array([g.overlap_slowdown for g in gpus]),
@@ -183,13 +207,13 @@ def work_times(
     gpus: list[GPUType] | tuple[GPUType, ...], model: ModelSpec, options: CostOptions = CostOptions()
 ) -> WorkTimes:
     """The per-unit seconds of every kind of work on each of `gpus` (module doc)."""
-    r = rates(gpus)
+    r = rates(gpus, options.stack)
     w = layer_work(model)
     pair = w.pair_flops / r.attention
     return WorkTimes(
-        pre_matmul=w.pre_flops / r.matmul,
+        pre_matmul=w.pre_flops / r.layer_matmul,
         pre_memory=w.pre_bytes / r.hbm,
-        post_matmul=w.post_flops / r.matmul,
+        post_matmul=w.post_flops / r.layer_matmul,
         post_memory=w.post_bytes / r.hbm,
         pre_memory_bwd=w.pre_bytes_bwd / r.hbm,
         post_memory_bwd=w.post_bytes_bwd / r.hbm,

@@ -23,7 +23,7 @@ head and at every exposed collective): each pass of a kind takes the same time D
 rank's. This is a conservative model of the cross-layer coupling (every group exchanges with every
 other group in every layer, so the groups run in lockstep within a fraction of a layer; the
 synchronization charges that fraction in full), and it makes the step time a sum of longest paths,
-which the planner's optimization model reproduces exactly (planner/model.py: its constraints are
+which the planner's optimization model reproduces exactly (planner/layout_model.py: its constraints are
 this replay's critical paths, `trace=True`).
 
 Parameter collectives: a prefetched collective of `c` seconds issued at the start of a pass runs

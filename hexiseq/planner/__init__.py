@@ -12,7 +12,7 @@ from .baselines import FAMILIES, BaselineResult, baselines, best_baseline, plan_
 from .candidates import Candidate, device_subsets, layouts
 from .explain import MemoryReport, explain_infeasible, may_fit, memory_report
 from .layout import Layout
-from .model import LayoutModel
+from .layout_model import LayoutModel
 from .refine import refine
 from .result import PlanResult
 from .scheduler import SEARCH_SPACE, candidate_layouts, plan_cluster

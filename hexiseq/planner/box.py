@@ -21,7 +21,7 @@ from ..costmodel.paths import Barrier, Pass, Step
 
 
 class BoxedModel(Protocol):
-    """What bound tightening needs of a layout's model (planner/model.py's LayoutModel)."""
+    """What bound tightening needs of a layout's model (planner/layout_model.py's LayoutModel)."""
 
     m: Any  # the Pyomo model: chunk variables m.n
     NV: int  # chunk variables

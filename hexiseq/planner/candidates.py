@@ -8,8 +8,9 @@ Device subsets (a plan may leave devices out):
 Layouts of a subset:
     - node groups: each node's devices of one GPU type (a *domain*, identical devices on one link)
       cut into sub-groups of size s, for every s that divides the head units (whole KV heads) and
-      some domain (a domain that s does not divide uses its largest size below s); heads even
-      inside a group of identical devices;
+      some domain (a domain that s does not divide uses its largest size below s); and, for every
+      s dividing the head units larger than some domain's largest such cut, groups of s and one of
+      the rest (a node of 3: 2 + 1); heads even inside a group of identical devices;
     - spanning groups (at most MAX_SPANNING devices): all devices in one group, and one group per
       GPU type; their heads split over the classes of identical devices in whole KV-head units, every
       such split (at most MAX_HEAD_SPLITS per layout family);
@@ -35,7 +36,7 @@ EXHAUSTIVE_DEVICES = 4  # clusters up to this size: every layout of every subset
 EXHAUSTIVE_MAX = 2000  # ... unless there are more layouts than this (many KV heads to split): then the families
 MAX_HEAD_SPLITS = 16
 MAX_ORDERED = 4  # up to this many groups, every order of the group kinds is a candidate
-SYMMETRIC_FROM = 33  # groups from which a periodic layout is modelled on its orbits (planner/model.py)
+SYMMETRIC_FROM = 33  # groups from which a periodic layout is modelled on its orbits (planner/layout_model.py)
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class Candidate:
     label: str
     subset: str
     orbits: tuple[int, ...] | None = None
+    complete: bool = False  # one of `exhaustive_layouts`: the list it belongs to holds every layout at all
 
     @property
     def key(self) -> tuple:
@@ -274,7 +276,12 @@ def exhaustive_layouts(cluster: ClusterSpec, model: ModelSpec, limit: int | None
                         lay = Layout(tuple(order), tuple(tuple(h * unit for h in hs) for hs in heads))
                         desc = " | ".join("+".join(str(d) for d in g) for g in order)
                         out.append(
-                            Candidate(lay, f"groups {desc}, heads {[list(h) for h in lay.heads]}", f"{r} devices")
+                            Candidate(
+                                lay,
+                                f"groups {desc}, heads {[list(h) for h in lay.heads]}",
+                                f"{r} devices",
+                                complete=True,
+                            )
                         )
                         if limit is not None and len(out) > limit:
                             return None
@@ -308,6 +315,15 @@ def layouts(
         heads = [even_heads(model, len(g)) for g in groups]
         if all(h is not None for h in heads):
             add(groups, heads, f"{label}: groups of <= {size} in each node")
+    # a domain whose even cuts are all smaller than a group size dividing the head units: groups of that
+    # size and one of the rest (3 GPUs: 2 + 1; 7: 2 + 2 + 2 + 1; 6 GPUs, 4 units: 4 + 2), heads even inside each
+    for size in sorted({s for s in range(2, units + 1) if units % s == 0}, reverse=True):
+        if all(len(dom) <= size or max(_split_sizes(len(dom), units)) >= size for dom in doms):
+            continue  # every domain has an even cut at least this large: the families above
+        groups = [tuple(dom[i : i + size]) for dom in doms for i in range(0, len(dom), size)]
+        heads = [even_heads(model, len(g)) for g in groups]
+        if all(h is not None for h in heads):
+            add(groups, heads, f"{label}: groups of {size} and the rest in each node")
     if len(devices) <= MAX_SPANNING:
         spans = [[tuple(devices)]]
         by_type: dict[str, list[int]] = {}

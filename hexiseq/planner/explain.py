@@ -49,7 +49,7 @@ def memory_report(cluster: ClusterSpec, model: ModelSpec, workload: Workload) ->
     import pyomo.environ as pyo
     from pyomo.contrib.solver.common.factory import SolverFactory
 
-    from .model import LayoutModel
+    from .layout_model import LayoutModel
 
     layout = _layout(cluster, model)
     B = workload.block_size

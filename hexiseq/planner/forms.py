@@ -8,7 +8,7 @@ length exactly. The attention of several rounds is summed as tightly as linear f
 the products of chunk lengths estimated by planner/products.py over the model's box.
 
 A form is kept as numpy arrays while a cut is assembled (fast) and becomes one Pyomo expression in
-planner/model.py.
+planner/layout_model.py.
 """
 
 from __future__ import annotations

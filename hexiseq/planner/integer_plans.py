@@ -1,6 +1,6 @@
 """From a model's solution to plans: whole blocks and whole tokens, and the replay's verdict.
 
-A layout's model (planner/model.py) chooses chunk blocks and per-class shards, continuous in the
+A layout's model (planner/layout_model.py) chooses chunk blocks and per-class shards, continuous in the
 relaxation. A plan needs integer chunk blocks (the search rounds them: rounding.round_near) and
 whole tokens per rank, rounded inside each group to sum to its 2·L_g tokens (largest remainder,
 rounding.largest_remainder). `judge` replays such a plan from the layout's own coefficients.

@@ -2,7 +2,7 @@
 order, the head split) and its classes of identical ranks.
 
 A layout fixes everything of a plan but the sizes (chunk lengths and token shards); the model
-(planner/model.py) chooses those. Ranks of one group with the same device type, node, links and
+(planner/layout_model.py) chooses those. Ranks of one group with the same device type, node, links and
 heads form a class: permuting them maps the problem onto itself, so one shard variable per class
 loses nothing in the relaxation.
 """

@@ -15,12 +15,14 @@ class PlanResult:
     """The HexiSeq plan for one (cluster, model, workload) and the evidence around it.
 
     Times are seconds per iteration, all from the step replay (the judge). `lower_bound_s` is a
-    proven lower bound of the replayed step time of every plan of the search space (`search_space`
-    describes it: the candidate layouts on the candidate device subsets, and every baseline plan),
-    and `gap = 1 - lower_bound_s / iteration_time_s` how far the returned plan can be from the best
-    of them. It comes from the optimization models of the layouts the search visited and from the
-    bounds of the device subsets (compute and collectives) of those it pruned; a work limit leaves it valid, only
-    weaker.
+    proven lower bound of the replayed step time of every plan the executor can run at DP = 1
+    (`bound_covers` says so in words): the least of the search's bound over its candidate layouts
+    (`search_lower_bound_s`: the optimization models of the layouts the search visited, the bounds
+    of the device subsets of those it pruned; `search_space` describes the candidates) and a bound
+    of everything outside them (costmodel.bound.every_plan_bound: any grouping, ring order and
+    split on any device subset). `gap = 1 - lower_bound_s / iteration_time_s` is how far the returned
+    plan can be from the best plan at all, `search_gap` how far from the best candidate layout. A
+    work limit leaves both valid, only weaker.
     """
 
     plan: Plan
@@ -46,6 +48,15 @@ class PlanResult:
     recompute: str = "none"  # the plan's recompute policy (chosen under "auto"; also plan.meta["recompute"])
     policies_searched: list[str] = field(default_factory=list)
     left_out: list[str] = field(default_factory=list)  # why devices were left out (one line per GPU type)
+    search_lower_bound_s: float = math.nan  # the bound over the candidate layouts alone (>= lower_bound_s)
+    bound_covers: str = ""  # in words: which plans lower_bound_s is a bound of
+
+    @property
+    def search_gap(self) -> float:
+        """1 - search_lower_bound_s / iteration_time_s: how far the plan can be from the best candidate layout."""
+        if not math.isfinite(self.search_lower_bound_s) or self.iteration_time_s <= 0:
+            return math.nan
+        return max(0.0, 1.0 - self.search_lower_bound_s / self.iteration_time_s)
 
     @property
     def estimate_time_s(self) -> float:
@@ -86,6 +97,9 @@ class PlanResult:
             "iteration_time_s": self.iteration_time_s,
             "lower_bound_s": self.lower_bound_s,
             "gap": self.gap,
+            "bound_covers": self.bound_covers,
+            "search_lower_bound_s": self.search_lower_bound_s,
+            "search_gap": self.search_gap,
             "baselines": {n: b.tokens_per_s for n, b in self.baselines.items()},
             "baseline_details": {n: b.to_dict() for n, b in self.baselines.items()},
             "best_baseline": bb.name if bb else None,

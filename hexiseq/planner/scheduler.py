@@ -21,10 +21,12 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ..costmodel import compute_bound, estimate
+from ..costmodel.bound import every_plan_bound
 from ..costmodel.kernels import CostOptions
 from ..errors import HexiSeqError, InfeasibleError
 from ..plan import Plan
 from ..specs import ClusterSpec, ModelSpec, RecomputePolicy, Workload
+from ..specs.identity import cluster_fingerprint, model_record
 from .baselines import BaselineResult, baselines, best_baseline, policies_of
 from .candidates import (
     EXHAUSTIVE_DEVICES,
@@ -48,11 +50,13 @@ SEARCH_SPACE = (
     f"up to {EXHAUSTIVE_DEVICES} devices: every layout at all (every subset, partition, ring order and head split "
     f"in whole KV heads, when there are at most {EXHAUSTIVE_MAX}); otherwise: every device subset of the "
     "candidate list (all devices, each union of GPU types, the fastest n whole-node "
-    f"prefixes); node groups of every size dividing the KV heads, spanning groups on up to {MAX_SPANNING} devices "
+    "prefixes); node groups of every size dividing the KV heads (and groups of such a size plus one of the rest "
+    f"where a node's even cuts are all smaller), spanning groups on up to {MAX_SPANNING} devices "
     f"(every head split); node and interleaved ring orders (every order up to {MAX_ORDERED} groups); at most "
     f"{MAX_GROUPS} groups, and layouts beyond {SYMMETRIC_FROM - 1} groups only in a periodic order with periodic "
-    f"chunk lengths and shards (the bound covers those; other plans are tried, not bounded); heads even "
-    f"inside a group of identical devices; every baseline plan"
+    f"chunk lengths and shards; heads even "
+    f"inside a group of identical devices; every baseline plan. The reported bound also covers every plan "
+    "outside this space (costmodel.bound.every_plan_bound)"
 )
 
 
@@ -151,13 +155,21 @@ def plan_cluster(
         if bar is not None:
             bar.close()
     source = res.best_source + (f" +refine ({moves} moves)" if moves else "")
-    lb = min(res.lower_bound_s, sim_t)
+    search_lb = min(res.lower_bound_s, sim_t)
+    outside_lb, covers = outside_search_bound(cluster, model, workload, policies, cands, options)
+    lb = min(search_lb, outside_lb)
     plan = replace(
         plan,
         name="hexiseq",
         cluster=cluster.name,
         model=model.name,
-        meta={**plan.meta, "source": source, "recompute": res.best_policy},
+        meta={
+            **plan.meta,
+            "source": source,
+            "recompute": res.best_policy,
+            "cluster_fingerprint": cluster_fingerprint(cluster),
+            **({"model_spec": spec} if (spec := model_record(model)) is not None else {}),
+        },
     )
     est = estimate(plan, cluster, model, wl, options)
     bound = compute_bound(cluster, model, wl, options)
@@ -172,6 +184,7 @@ def plan_cluster(
         notes.append(
             f"the search stopped at its work limit ({work} cutting-plane rounds): the bound is valid but weaker"
         )
+    notes.append(f"the lower bound covers {covers}")
     visited = [n for n in res.nodes if n.model is not None]
     return PlanResult(
         plan=plan,
@@ -197,6 +210,36 @@ def plan_cluster(
         recompute=res.best_policy,
         policies_searched=policies,
         left_out=left_out_explained(cluster, plan, res.nodes, sim_t),
+        search_lower_bound_s=search_lb,
+        bound_covers=covers,
+    )
+
+
+def outside_search_bound(
+    cluster: ClusterSpec,
+    model: ModelSpec,
+    workload: Workload,
+    policies: list[str],
+    candidates: list[Candidate],
+    options: CostOptions = CostOptions(),
+) -> tuple[float, str]:
+    """A lower bound of every plan (DP = 1) the search space leaves out, and in words what the
+    planner's bound then covers. When the candidates are every layout at all (small clusters) nothing
+    is left out (inf); otherwise costmodel.bound.every_plan_bound under each policy searched (a policy
+    left out cannot fit: explain.may_fit's proof), which holds for every grouping, ring order and
+    split on every device subset."""
+    if candidates and all(c.complete for c in candidates):
+        return math.inf, (
+            "every plan the executor can run at DP = 1: every device subset, grouping, ring order and head split "
+            "was a candidate, the token split and chunk lengths are the models' variables"
+        )
+    bound = min(every_plan_bound(cluster, model, workload.with_recompute(p), options) for p in policies)
+    return bound, (
+        "every plan the executor can run at DP = 1 (any device subset, any grouping into HP groups, groups of "
+        "different sizes inside a node or spanning nodes, any ring order and split): the least of the search's "
+        "bound over its candidate layouts and a bound valid for every grouping (balanced compute with the "
+        "recompute counted, parameter collectives, optimizer; all-to-all and exchange costs are not counted "
+        "there, so the bound is weaker than the search's own)"
     )
 
 

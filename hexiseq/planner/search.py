@@ -3,13 +3,15 @@
 Every (candidate layout, recompute policy) is a node with a proven lower bound of the step time of
 every plan it contains: at first the bound of its device subset (costmodel.bound: balanced compute
 and the subset's parameter collectives), then the optimum of its optimization model
-(planner/model.py) as cutting-plane rounds tighten it. The search always works on the node with the
-lowest bound: a few rounds of its model, whose solution is rounded to a plan and replayed (a new
+(planner/layout_model.py) as cutting-plane rounds tighten it. The search always works on the node with the
+lowest bound: a few rounds of its model (fewer when its bound reaches the incumbent: then no plan of
+it can win), whose solution is rounded to a plan and replayed (a new
 incumbent when it is faster and fits in memory), and when the
 incumbent improves, every model's box shrinks to the chunk lengths that could still beat it. It
 stops when the lowest bound is within `gap` of the incumbent, or after `work` cutting-plane rounds
 in all (a deterministic work limit, never a wall-clock one). The bound of the whole search is the
-lowest bound of all nodes — searched, pruned or never reached — and the incumbent's time.
+lowest bound of all nodes — searched, pruned or never reached — and the incumbent's time: a bound
+over the candidates; the planner adds one over every other plan (costmodel.bound.every_plan_bound).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ..plan import Plan
 from ..rounding import round_near
 from ..specs import ClusterSpec, ModelSpec, Workload
 from .candidates import Candidate
-from .model import LayoutModel
+from .layout_model import LayoutModel
 
 
 def roundings(blocks: list[float], total: int, count: int) -> list[list[int]]:
@@ -199,7 +201,9 @@ class Search:
                 return
             lm.set_box(lo, hi)
             node.box_ub = target
-        sol = lm.solve(max_rounds=STEP_ROUNDS)
+        # the loop stops once no plan of the box can beat the incumbent: more rounds would only raise a
+        # bound that already prunes the node, and a plan rounded from its solution cannot be faster
+        sol = lm.solve(max_rounds=STEP_ROUNDS, stop_at=self.best_s if math.isfinite(self.best_s) else None)
         node.rounds += sol.rounds
         self.rounds += sol.rounds
         if sol.status == "infeasible":  # nothing of this layout fits in memory (or in the box)
@@ -212,6 +216,9 @@ class Search:
             node.status = "error"
             return
         node.bound = max(node.bound, min(sol.bound_s, node.box_ub))
+        if sol.status == "above":  # no plan of the box beats the incumbent: final for every later target
+            node.status = "final"
+            return
         node.status = "final" if sol.status in ("optimal", "stalled") else "open"
         node.point = list(sol.blocks)
         for blocks in roundings(sol.blocks, lm.nb, ROUNDINGS):

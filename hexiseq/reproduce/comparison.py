@@ -15,8 +15,8 @@ from typing import Any
 
 import pandas as pd
 
-from ..specs import get_gpu
 from . import paper
+from .ceilings import compute_ceiling, compute_ceiling_time
 from .style import tokens_label
 from .table import grid_rows, hexiseq_rows, pair_ratios, speedup_stats
 
@@ -29,6 +29,7 @@ class Comparison:
     ours: float | None  # None: the results hold no cell this figure needs
     detail: str  # what our number is made of
     reasons: list[str] = field(default_factory=list)  # why it differs (empty when it agrees)
+    facts: list[Any] = field(default_factory=list)  # the computed reasons (Fact, with the numbers they quote)
 
     @property
     def status(self) -> str:
@@ -44,47 +45,164 @@ class Comparison:
 
 # ----------------------------------------------------------------------------- facts of our inputs
 
-
-def _catalog_ratio() -> str:
-    h, a = get_gpu("H100-SXM"), get_gpu("A100-80GB")
-    return (
-        f"under data/gpus.yaml an H100 does {h.matmul_flops / a.matmul_flops:.2f}x an A100's matmul work and "
-        f"{h.attention_flops / a.attention_flops:.2f}x its attention work (peak {h.peak_bf16_tflops:g} vs "
-        f"{a.peak_bf16_tflops:g} "
-        f"TFLOP/s at efficiencies {h.eff_matmul:g}/{h.eff_attention:g} vs {a.eff_matmul:g}/{a.eff_attention:g}); a "
-        f"symmetric "
-        "layout runs every device at the slowest one's pace, so this ratio sets the speedup"
-    )
+# A bullet quotes numbers of results.csv rows; each is recorded as (scenario, cluster, model, seq_len,
+# system, pair_role, column, value) so a test can check it against the table.
+Quote = tuple[str, str, str, int, str, str, str, float]
+PARAM_SHARE = 0.20  # parameter traffic at least this share of a step is named as a reason
 
 
-def _subset_baselines(df: pd.DataFrame, cells: pd.DataFrame) -> str | None:
-    """How many of these cells' best CP/HP baselines leave devices out."""
-    n, example = 0, None
-    for _, c in cells.iterrows():
-        if not c["best_symmetric"]:
-            continue
-        b = df[
-            (df["scenario"] == c["scenario"])
-            & (df["cluster"] == c["cluster"])
-            & (df["model"] == c["model"])
-            & (df["seq_len"] == c["seq_len"])
-            & (df["system"] == c["best_symmetric"])
-            & (df["pair_role"] == c["pair_role"])
-            & (df["sweep"] == c["sweep"])
-        ]
-        if len(b) and b["devices_used"].iloc[0] < c["gpus"]:
-            n += 1
-            example = (
-                example
-                or f"{c['best_symmetric']} on {int(b['devices_used'].iloc[0])} of {int(c['gpus'])} GPUs "
-                f"({c['cluster']}, {c['model']}, {tokens_label(c['seq_len'])})"
+@dataclass(frozen=True)
+class Fact:
+    """One bullet of a row: its text and the results.csv values it quotes."""
+
+    text: str
+    quotes: tuple[Quote, ...] = ()
+    ceilings: tuple[tuple[str, str, int, int, float], ...] = ()  # (cluster, model, seq_len, batch, ceiling)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _key(c: pd.Series) -> tuple:
+    return (c["scenario"], c["cluster"], c["model"], int(c["seq_len"]))
+
+
+def _row_of(df: pd.DataFrame, c: pd.Series, system: str) -> pd.Series | None:
+    r = df[
+        (df["scenario"] == c["scenario"])
+        & (df["cluster"] == c["cluster"])
+        & (df["model"] == c["model"])
+        & (df["seq_len"] == c["seq_len"])
+        & (df["system"] == system)
+        & (df["pair_role"] == c["pair_role"])
+        & (df["sweep"] == c["sweep"])
+    ]
+    return r.iloc[0] if len(r) else None
+
+
+def _q(r: pd.Series, column: str) -> Quote:
+    return (*_key(r), r["system"], r["pair_role"], column, float(r[column]))
+
+
+def _cell_label(c: pd.Series) -> str:
+    return f"{c['cluster']}, {c['model']}, {tokens_label(c['seq_len'])}"
+
+
+def _ceiling_fact(cells: pd.DataFrame) -> list[Fact]:
+    """The compute ceiling of the cells, and the cells whose speedup exceeds it (memory or links
+    hold the baseline back there)."""
+    rows = [
+        (c, compute_ceiling(c["cluster"], c["model"], int(c["seq_len"]), int(c["global_batch"])))
+        for _, c in cells.iterrows()
+        if not math.isnan(c["speedup"])
+    ]
+    if not rows:
+        return []
+    ceils = [x for _, x in rows]
+    lo, hi = min(ceils), max(ceils)
+    span = f"{lo:.2f}x" if abs(hi - lo) < 0.005 else f"{lo:.2f}-{hi:.2f}x"
+    marks = tuple((c["cluster"], c["model"], int(c["seq_len"]), int(c["global_batch"]), x) for c, x in rows)
+    out = [
+        Fact(
+            f"compute ceiling of these cells {span}: a perfect split of the work by each device's kernel rates "
+            "over a symmetric layout that runs every device at the slowest one's pace (no communication, "
+            "memory or recompute)",
+            ceilings=marks,
+        )
+    ]
+    above = [(c, x) for c, x in rows if c["speedup"] > x * 1.005]
+    if above:
+        c, x = max(above, key=lambda t: t[0]["speedup"] / t[1])
+        out.append(
+            Fact(
+                f"in {len(above)} of {len(rows)} cells the speedup exceeds the compute ceiling (e.g. {_cell_label(c)}: "
+                f"{c['speedup']:.2f}x over a ceiling of {x:.2f}x): there memory or the links hold the best "
+                "baseline back, not compute",
+                (_q(c, "speedup"),),
+                ((c["cluster"], c["model"], int(c["seq_len"]), int(c["global_batch"]), x),),
             )
-    if not n:
+        )
+    return out
+
+
+def _param_fact(df: pd.DataFrame, cells: pd.DataFrame) -> list[Fact]:
+    """Cells where parameter traffic is a large share of HexiSeq's step and of the best baseline's."""
+    hits = []
+    for _, c in cells.iterrows():
+        b = _row_of(df, c, c["best_symmetric"]) if c["best_symmetric"] else None
+        if b is None or not c["step_time_s"] > 0:
+            continue
+        share = c["time_param_comm_s"] / c["step_time_s"]
+        if share >= PARAM_SHARE:
+            hits.append((share, c, b))
+    if not hits:
+        return []
+    share, c, b = max(hits, key=lambda t: t[0])
+    return [
+        Fact(
+            f"in {len(hits)} of {len(cells)} cells parameter traffic (ZeRO-3 gathers and reduce-scatters over the "
+            f"links) is at least {PARAM_SHARE:.0%} of HexiSeq's step (most: {_cell_label(c)}, "
+            f"{c['time_param_comm_s']:.2f} s of {c['step_time_s']:.2f} s; the best baseline {b['system']} "
+            f"{b['time_param_comm_s']:.2f} s of {b['step_time_s']:.2f} s): both sides pay it, which pulls the "
+            "speedup toward 1",
+            (_q(c, "time_param_comm_s"), _q(c, "step_time_s"), _q(b, "time_param_comm_s"), _q(b, "step_time_s")),
+        )
+    ]
+
+
+def _recompute_fact(df: pd.DataFrame, cells: pd.DataFrame, baseline_column: str = "best_symmetric") -> list[Fact]:
+    """Cells where the two sides' recompute seconds differ, each side's seconds quoted."""
+    less, more = [], []
+    for _, c in cells.iterrows():
+        b = _row_of(df, c, c[baseline_column]) if c[baseline_column] else None
+        if b is None:
+            continue
+        h, o = float(c["time_recompute_s"]), float(b["time_recompute_s"])
+        if h + 0.01 < o:
+            less.append((c, b))
+        elif o + 0.01 < h:
+            more.append((c, b))
+    out = []
+    for group, word in ((less, "less"), (more, "more")):
+        if group:
+            c, b = group[0]
+            out.append(
+                Fact(
+                    f"in {len(group)} of {len(cells)} cells HexiSeq spends {word} on recompute than the best baseline "
+                    f"(e.g. {_cell_label(c)}: {c['time_recompute_s']:.2f} s vs {b['system']}'s "
+                    f"{b['time_recompute_s']:.2f} s per step)",
+                    (_q(c, "time_recompute_s"), _q(b, "time_recompute_s")),
+                )
+            )
+    return out
+
+
+def _subset_baselines(df: pd.DataFrame, cells: pd.DataFrame) -> Fact | None:
+    """How many of these cells' best CP/HP baselines leave devices out, with the speedup over the
+    best all-device baseline beside the subset one."""
+    hits = []
+    for _, c in cells.iterrows():
+        b = _row_of(df, c, c["best_symmetric"]) if c["best_symmetric"] else None
+        if b is not None and b["devices_used"] < c["gpus"]:
+            hits.append((c, b))
+    if not hits:
         return None
-    return (
-        f"in {n} of {len(cells)} cells the best CP/HP baseline runs on a subset of the devices (e.g. {example}): our "
-        f"baselines may "
-        "leave slow GPUs out, which makes them stronger than baselines that must use every device"
+    c, b = hits[0]
+    vs_all = (
+        f"; over the best all-device baseline {c['speedup_vs_all']:.2f}x"
+        if not math.isnan(c["speedup_vs_all"])
+        else "; no all-device baseline fits"
+    )
+    return Fact(
+        f"in {len(hits)} of {len(cells)} cells the best CP/HP baseline runs on a subset of the devices (e.g. "
+        f"{b['system']} on {int(b['devices_used'])} of {int(c['gpus'])} GPUs, {_cell_label(c)}: speedup "
+        f"{c['speedup']:.2f}x{vs_all}): our baselines may leave slow GPUs out, which makes them stronger than "
+        "baselines that must use every device",
+        (
+            _q(b, "devices_used"),
+            _q(c, "speedup"),
+            *((_q(c, "speedup_vs_all"),) if not math.isnan(c["speedup_vs_all"]) else ()),
+        ),
     )
 
 
@@ -164,7 +282,7 @@ def _speedup(
         facts.append(
             "ours is the cost model's prediction (simulated step times); the paper's figure is measured on hardware"
         )
-    facts.append(_catalog_ratio())
+    facts += _ceiling_fact(cells) + _param_fact(df, cells) + _recompute_fact(df, cells)
     facts += [
         x for x in (_subset_baselines(df, cells), _no_baseline(cells), _batch(cells, 8 if measured else None)) if x
     ]
@@ -181,19 +299,49 @@ def _pair(df: pd.DataFrame) -> tuple[float | None, str, list[str]]:
         for _, r in a.iterrows()
         if not math.isnan(r["ratio"])
     )
-    facts = []
+    facts: list[Any] = []
     h = hexiseq_rows(df)
-    mixed, homo = (h[h["cluster"] == name] for name in paper.PAIR_A.split(" vs "))
+    mixed_name, homo_name = paper.PAIR_A.split(" vs ")
+    mixed, homo = h[h["cluster"] == mixed_name], h[h["cluster"] == homo_name]
     if len(mixed) and len(homo):
         m, o = mixed.iloc[0], homo.iloc[0]
+        bounds = []
+        for _, r in a.iterrows():
+            one = lambda name, r=r: compute_ceiling_time(name, r["model"], int(r["seq_len"]))  # noqa: E731
+            bounds.append(one(homo_name) / one(mixed_name))
+        lo, hi = min(bounds), max(bounds)
+        span = f"{lo:.2f}" if abs(hi - lo) < 0.005 else f"{lo:.2f}-{hi:.2f}"
         facts.append(
-            f"the pair is matched by peak FLOP/s ({m['peak_pflops']:.1f} vs {o['peak_pflops']:.1f} PFLOP/s) but under "
-            f"our catalog its "
-            f"effective matmul FLOP/s differ {m['matmul_pflops'] / o['matmul_pflops']:.2f}x and its memory "
-            f"{m['memory_gib'] / o['memory_gib']:.2f}x ({m['memory_gib']:,.0f} vs {o['memory_gib']:,.0f} GiB): the "
-            f"homogeneous side "
-            "holds more of the sequence per device and spends less on recompute"
+            Fact(
+                f"the pair is matched by peak FLOP/s ({m['peak_pflops']:.1f} vs {o['peak_pflops']:.1f} PFLOP/s), but "
+                f"at the cost model's rates (the default stack) the mixed side's compute-bound throughput is {span}x "
+                f"the homogeneous side's "
+                f"(effective matmul {m['matmul_pflops']:.1f} vs {o['matmul_pflops']:.1f} PFLOP/s, "
+                f"{m['matmul_pflops'] / o['matmul_pflops']:.2f}x; memory "
+                f"{m['memory_gib']:,.0f} vs {o['memory_gib']:,.0f} GiB): matching peak FLOP/s does not match the rates "
+                "the plans run at",
+                (_q(m, "peak_pflops"), _q(o, "peak_pflops"), _q(m, "matmul_pflops"), _q(o, "matmul_pflops")),
+            )
         )
+        for _, r in a.iterrows():
+            mc = mixed[(mixed["model"] == r["model"]) & (mixed["seq_len"] == r["seq_len"])]
+            oc = df[
+                (df["cluster"] == homo_name)
+                & (df["model"] == r["model"])
+                & (df["seq_len"] == r["seq_len"])
+                & (df["system"] == r["homogeneous_best"])
+            ]
+            if len(mc) and len(oc):
+                x, y = mc.iloc[0], oc.iloc[0]
+                if abs(float(x["time_recompute_s"]) - float(y["time_recompute_s"])) > 0.01:
+                    facts.append(
+                        Fact(
+                            f"{r['model']} {tokens_label(r['seq_len'])}: recompute {x['time_recompute_s']:.2f} s per "
+                            f"step on the mixed side vs {y['time_recompute_s']:.2f} s on the homogeneous side "
+                            f"({y['system']})",
+                            (_q(x, "time_recompute_s"), _q(y, "time_recompute_s")),
+                        )
+                    )
     return float(a["ratio"].mean()), detail, facts
 
 
@@ -246,7 +394,8 @@ def compare(df: pd.DataFrame) -> list[Comparison]:
         v, detail, facts = rules[f.key](df)
         c = Comparison(f, v, detail)
         if c.status == "differs":
-            c.reasons = [f"ours is {_direction(v, f.value)} ({v / f.value:.2f}x the paper's)", *facts]
+            c.reasons = [f"ours is {_direction(v, f.value)} ({v / f.value:.2f}x the paper's)", *map(str, facts)]
+            c.facts = list(facts)
             if f.unstated:
                 c.reasons.append("the paper does not state " + "; ".join(f.unstated))
         out.append(c)

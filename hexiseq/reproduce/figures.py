@@ -14,6 +14,7 @@ import pandas as pd
 
 from ..costmodel import PHASES
 from . import paper
+from .ceilings import compute_ceiling_time
 from .cells import HEXISEQ
 from .palette import BEST_BASELINE_COLOR, HEXISEQ_COLOR, PAPER_COLOR, phase_colors, series_colors
 from .sensitivity import SWEEPS
@@ -275,6 +276,12 @@ def fig_pairs(df: pd.DataFrame) -> Figure:
         )
     f = paper.figure("pair_a_ratio")
     ax_r.axvline(f.value, color=PAPER_COLOR, ls="--", lw=1.1, label=f.legend)
+    bound = [  # the compute-bound ratio of each row: no plan on the mixed side can pass it
+        compute_ceiling_time(p.split(" vs ")[1], m, int(n)) / compute_ceiling_time(p.split(" vs ")[0], m, int(n))
+        for p, m, n in zip(pr["pair"], pr["model"], pr["seq_len"])
+    ]
+    ax_r.scatter(bound, y, marker="|", s=220, color="k", zorder=3, label="_compute-bound ratio")
+    ax_r.text(0.99, 0.01, "| compute-bound ratio", transform=ax_r.transAxes, ha="right", va="bottom", fontsize=7)
     ax_r.axvline(1.0, color="0.6", lw=0.8)
     ax_r.set_yticks(y, [""] * len(y))
     ax_r.invert_yaxis()

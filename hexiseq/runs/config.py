@@ -24,7 +24,8 @@ from ..runtime.model import LlamaConfig
 from ..runtime.parallel import ParallelOptions
 from ..runtime.train import TrainConfig
 from ..runtime.verify import proxy_config, scale_for_check
-from ..specs import RECOMPUTE_POLICIES, ModelSpec, Workload, get_model, load_cluster
+from ..specs import RECOMPUTE_POLICIES, ModelSpec, Workload, load_cluster
+from ..specs.identity import model_named
 from .data import DataSpec, fit_plan, prepare_data
 from .settings import (
     DEFAULT_RUN_TOKENS,
@@ -138,7 +139,7 @@ def resolve_model(plan: Plan, model: str | None, init_from: str | None, vocab_ne
         cfg = inspect_checkpoint(init_from)  # readable, complete, right shapes, floating dtypes
         name = Path(init_from).name
     elif model:
-        spec = get_model(model)
+        spec = model_named(model, plan.meta.get("model_spec"))
         plan.check(model=spec)
         cfg, name = LlamaConfig.from_spec(spec), spec.name
     else:

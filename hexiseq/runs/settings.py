@@ -188,7 +188,7 @@ class RecordSettings:
 @dataclass(frozen=True)
 class RunSettings:
     """Everything a run is asked to do. `emulation`: how CPU ranks emulate the plan's cluster, handed in
-    by the caller (hexiseq.calibrate.emulation derives it; None: plain ranks). `prediction`: a step
+    by the caller (hexiseq.calibrate.emulated_clusters derives it; None: plain ranks). `prediction`: a step
     time the caller predicted (calibration, with its profile); None: the cost model's on the plan's
     cluster."""
 

@@ -21,7 +21,7 @@ The method (every figure it produces is labelled "emulated", with its factors):
 
 `activate(emulation, rank)` turns it on for a block of code; `active()` is the running `Pacer` (None
 when off, the default: then nothing here costs anything). The emulation of a plan on an emulated
-cluster is derived by `hexiseq.calibrate.emulation`.
+cluster is derived by `hexiseq.calibrate.emulated_clusters`.
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ import torch
 
 from ..errors import PlanError
 from ..plan import Plan
-from ..specs import ModelSpec, get_model
+from ..specs import ModelSpec
+from ..specs.identity import model_named
 from .capacity import check_local_world
 from .model import LlamaConfig
 
@@ -55,7 +56,7 @@ def proxy_config(
     )
 
 
-def prepare_check(plan: Plan, model: str | None = None, seq_len: int | None = None) -> CheckSetup:
+def prepare_check(plan: Plan, model: str | ModelSpec | None = None, seq_len: int | None = None) -> CheckSetup:
     """The plan and model to run. `model=None`: a proxy with the plan's heads. `seq_len`: scale the
     plan to that length (default: scale plans longer than MAX_CHECK_TOKENS to DEFAULT_CHECK_TOKENS)."""
     notes: list[str] = []
@@ -66,7 +67,7 @@ def prepare_check(plan: Plan, model: str | None = None, seq_len: int | None = No
             f"({plan.model or 'unnamed model'})"
         )
     else:
-        spec: ModelSpec = get_model(model)
+        spec = model if isinstance(model, ModelSpec) else model_named(model, plan.meta.get("model_spec"))
         plan.check(model=spec)
         cfg, name = LlamaConfig.from_spec(spec), spec.name
     plan, scale_notes = scale_for_check(plan, seq_len)

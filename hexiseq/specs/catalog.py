@@ -3,7 +3,6 @@ profiles that override catalog efficiencies (`data/profiles/`)."""
 
 import functools
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -179,7 +178,7 @@ def apply_profile(catalog: Mapping[str, GPUType], profile: Mapping[str, Mapping[
     """Override catalog efficiencies with measured ones: {gpu: {eff_matmul: .., eff_attention: ..}}."""
     out = dict(catalog)
     for name, fields in check_profile(profile, catalog=catalog).items():
-        out[name] = replace(catalog[name], **fields)
+        out[name] = catalog[name].measured(fields)
     return out
 
 

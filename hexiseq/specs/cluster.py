@@ -271,7 +271,7 @@ class ClusterSpec(KnownKeys):
         new_nodes = []
         for node in self.nodes:
             fields = profile.get(node.gpu.name)
-            new_nodes.append(dataclasses.replace(node, gpu=dataclasses.replace(node.gpu, **fields)) if fields else node)
+            new_nodes.append(dataclasses.replace(node, gpu=node.gpu.measured(fields)) if fields else node)
         return ClusterSpec(self.name, tuple(new_nodes), self.inter_node_latency_us, self.overrides, self.description)
 
     def summary(self) -> dict[str, Any]:

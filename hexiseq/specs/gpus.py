@@ -8,7 +8,10 @@ the catalog loader, the JSON Schema, the error messages and the `sources` check.
 with `profile=True` are the ones a measured profile may override (`data/profiles/`).
 """
 
+from __future__ import annotations
+
 import dataclasses
+from collections.abc import Mapping
 from typing import Annotated
 
 from pydantic import Field, field_validator
@@ -29,6 +32,7 @@ from .schema import (
 )
 
 GIB = 2**30
+MEASURED = "profile"  # the source of a field measured on the user's machine (`GPUType.measured`)
 GB = 1e9
 
 LINK_KINDS = (
@@ -118,6 +122,15 @@ class GPUType(KnownKeys):
             if not cite.strip():
                 raise ValueError(f"sources.{key} is empty; give a citation key")
         return sources
+
+    def measured(self, fields: Mapping[str, float]) -> GPUType:
+        """This type with `fields` replaced by values measured on the user's own machine (a profile),
+        their source marked MEASURED: a software stack's factors do not apply to a measured rate
+        (the measurement already ran the user's stack)."""
+        return dataclasses.replace(self, **fields, sources={**self.sources, **dict.fromkeys(fields, MEASURED)})
+
+    def is_measured(self, field: str) -> bool:
+        return self.sources.get(field) == MEASURED
 
     @property
     def matmul_flops(self) -> float:

@@ -26,22 +26,20 @@ The mapping (one replica of the job is one Plan; the replicas run in parallel):
     pp > 1      NOT MODELLED: the bubble depends on the schedule and a micro-batch count the
                 sources do not publish; such points are predicted as if pp = 1 and printed, but
                 neither fitted nor judged (`excluded_reason`)
-    FP8         GEMMs of the transformer layers run at `fp8_speedup` x their bf16 rate, a kernel
-                measurement (cuBLASLt FP8 over the best bf16 GEMM on H100, kernels.yaml; used for
-                B200 too, which has no FP8 measurement); the LM head stays bf16 (Transformer
-                Engine's and torchao's defaults); quantization traffic is not charged
-    attention   the catalog's eff_attention is that of flash-attention-class kernels (flash-attn
-    kernel      2.x, which the executor runs; Transformer Engine's fused attention; PyTorch SDPA's
-                flash backend). A source that runs another kernel (ATTENTION_IMPL: llm-foundry's
-                2023 Triton flash attention) has its attention rate multiplied by one factor per
-                implementation, fitted on the fit split jointly with the GPUs that have both kinds
-                of points and shared by every GPU
+    stack       every point runs on its source's software stack (data/stacks.yaml, `used_by`),
+                through the cost model's own CostOptions.stack: FP8 GEMMs of the transformer layers
+                (te-fp8, torchtitan-2412-fp8: a kernel measurement, cuBLASLt FP8 over the best bf16
+                GEMM on H100; the LM head stays bf16), llm-foundry's 2023 Triton attention
+                (llmfoundry-triton-2023: one attention factor, fitted on the fit split jointly with
+                the GPU that has points of both kernels, shared by every GPU), torchtitan's
+                power-capped HBM2e H100 (two factors on that GPU entry, fitted). No correction is
+                private to this module: `hexiseq estimate --stack NAME` applies the same factors
 Unpublished configuration (Ulysses degree, batch, recompute, NIC) is filled from ASSUMED, each
 entry with its reason; the bench prints them.
 
 The fit (`fit_catalog`, deterministic): priors from kernels.yaml (`kernel_priors`); then per GPU
-type the (eff_matmul, eff_attention) — and the implementation factors, with the GPUs whose points
-identify them — that minimise Σ log²(predicted / published) over the fit split's points of grade
+type the (eff_matmul, eff_attention) — and the fitted stack factors (FITTED_ATTENTION), with the
+GPUs whose points identify them — that minimise Σ log²(predicted / published) over the fit split's points of grade
 A and B (data/validation/README.md: grade C points are reported, not fitted or judged), on a
 fixed grid inside the kernel ceilings, refined twice around its best node. GPUs without such
 points take the values of the nearest fitted one (`NEAREST`).
@@ -67,12 +65,17 @@ from ..fitting import grid_search
 from ..plan import Plan, ring_plan, symmetric_plan, ulysses_plan
 from ..specs import ClusterSpec, GPUType, ModelSpec, NodeSpec, Workload, model_catalog
 from ..specs.files import data_path, read_yaml
+from ..specs.stacks import DEFAULT_STACK_NAME, Stack, StackFactors, stack_catalog
 
 FITTED = ("eff_matmul", "eff_attention")
 PRIOR_FIELDS = ("eff_hbm", "attn_block_half_keys", "overlap_slowdown", "link_efficiency", "nic_efficiency")
 FIT_KEY = "hexiseq_fit_2026"  # sources.yaml: the end-to-end fit recorded in data/validation/fit.yaml
 PRIOR_KEY = "hexiseq_priors_2026"  # sources.yaml: kernel priors we derived or carried over (fit.yaml `priors`)
-REFERENCE_IMPL = "flash"
+# Stacks whose every-GPU attention factor the fit identifies (on the GPUs with points of both this
+# stack and another; then shared): {stack: why}.
+FITTED_ATTENTION: dict[str, str] = {
+    "llmfoundry-triton-2023": "the 2023 Triton flash attention of llm-foundry (attn_impl triton) on torch 2.1"
+}
 
 # Configuration the sources do not publish, by source (or point id): {field: value, "why": reason}.
 ASSUMED: dict[str, dict[str, Any]] = {
@@ -119,15 +122,6 @@ ASSUMED: dict[str, dict[str, Any]] = {
         "sharding": "zero3",
         "why": "recompute not stated (none taken), FSDP; excluded anyway: pipeline parallelism 16",
     },
-}
-
-# Attention kernels other than the flash-attention class the catalog describes: source -> (name, why).
-ATTENTION_IMPL: dict[str, tuple[str, str]] = {
-    "llmfoundry_bench": (
-        "triton",
-        "attn_impl triton (submit_benchmarks.py default), the 2023 Triton flash attention of "
-        "llm-foundry on torch 2.1 / Triton 2.1",
-    ),
 }
 
 # GPU types without fitted points: the fitted type whose efficiencies they take, and why.
@@ -187,14 +181,11 @@ class Point:
     split: str
     pair: str | None = None
     assumed: tuple[str, ...] = ()  # the fields ASSUMED filled
+    stack: str = DEFAULT_STACK_NAME  # the source's software stack (data/stacks.yaml)
 
     @property
     def replica_gpus(self) -> int:
         return self.cp * self.hp * self.tp
-
-    @property
-    def attention_impl(self) -> str:
-        return ATTENTION_IMPL.get(self.source, (REFERENCE_IMPL, ""))[0]
 
     @property
     def judged(self) -> bool:
@@ -220,6 +211,18 @@ def _model_of(entry: Any, models: Mapping[str, ModelSpec]) -> ModelSpec:
         norm=norm,
         tie_embeddings=bool(entry.get("tie_embeddings", False)),
     )
+
+
+def stack_of_source(source: str, stacks: Mapping[str, Stack] | None = None) -> str:
+    """The stack a published source ran on: the one whose `used_by` names it (exactly one)."""
+    stacks = stacks if stacks is not None else stack_catalog()
+    named = [n for n, st in stacks.items() if source in st.used_by]
+    if len(named) != 1:
+        raise ValueError(
+            f"source {source!r} is used_by {len(named)} stacks of data/stacks.yaml ({', '.join(named)}); "
+            "name it in exactly one"
+        )
+    return named[0]
 
 
 def point_from_entry(p: Mapping[str, Any], models: Mapping[str, ModelSpec] | None = None) -> Point:
@@ -263,6 +266,7 @@ def point_from_entry(p: Mapping[str, Any], models: Mapping[str, ModelSpec] | Non
         split=p["split"],
         pair=p.get("pair"),
         assumed=tuple(used),
+        stack=stack_of_source(p["source"]),
         **degrees,
     )
 
@@ -425,18 +429,42 @@ def kernel_priors(kernels: Mapping, catalog: Mapping[str, GPUType], tile: int = 
 @dataclass(frozen=True)
 class Calibration:
     """What a prediction needs beyond the point: the GPU types (the catalog plus published.yaml's
-    extra GPUs), the FP8 GEMM speedup and the attention-implementation factors."""
+    extra GPUs) and the software stacks (data/stacks.yaml), each point on its source's."""
 
     gpus: Mapping[str, GPUType]
-    fp8_gain: float
-    impl_factor: Mapping[str, float] = field(default_factory=dict)  # implementation -> factor on the attention rate
+    stacks: Mapping[str, Stack]
     options: CostOptions = CostOptions()
 
-    def attention_factor(self, p: Point) -> float:
-        return self.impl_factor.get(p.attention_impl, 1.0)
+    def options_for(self, p: Point) -> CostOptions:
+        """The cost options of a point: its stack (the only per-source correction)."""
+        return dataclasses.replace(self.options, stack=self.stacks[p.stack])
 
     def with_gpu(self, name: str, **fields: float) -> Calibration:
         return dataclasses.replace(self, gpus={**self.gpus, name: dataclasses.replace(self.gpus[name], **fields)})
+
+    def with_attention(self, stack: str, factor: float) -> Calibration:
+        """The stack's every-GPU attention factor set to `factor` (the fit's variable)."""
+        st = self.stacks[stack]
+        every = st.every_gpu or StackFactors(source=FIT_KEY, how="fitted")
+        st = dataclasses.replace(st, every_gpu=dataclasses.replace(every, attention=float(factor)))
+        return dataclasses.replace(self, stacks={**self.stacks, stack: st})
+
+    def attention_factor(self, stack: str) -> float:
+        every = self.stacks[stack].every_gpu
+        return every.attention if every is not None else 1.0
+
+
+def without_fitted_factors(stacks: Mapping[str, Stack]) -> dict[str, Stack]:
+    """The stacks with every factor the fit gives (source hexiseq_fit_2026) at 1: the start of a fit."""
+    out = {}
+    for name, st in stacks.items():
+        every = st.every_gpu
+        if every is not None and every.source == FIT_KEY:
+            every = dataclasses.replace(every, attention=1.0, matmul=1.0)
+        out[name] = dataclasses.replace(
+            st, every_gpu=every, gpus={g: f for g, f in st.gpus.items() if f.source != FIT_KEY}
+        )
+    return out
 
 
 def extra_gpus(published: Mapping, catalog: Mapping[str, GPUType]) -> dict[str, GPUType]:
@@ -539,15 +567,15 @@ def predict(p: Point | Setup, cal: Calibration) -> Prediction:
     s = p if isinstance(p, Setup) else setup(p, cal.gpus[p.gpu], cal.options)
     p, a, model, tp = s.point, s.arrays, s.point.model, s.point.tp
     gpu = cal.gpus[p.gpu]
-    w = work_times([gpu] * a.R, model, cal.options)
-    # a TP group: tp x the rates, plus its exposed collectives (module doc); FP8 layer GEMMs; the attention kernel
+    options = cal.options_for(p)
+    w = work_times([gpu] * a.R, model, options)
+    # a TP group: tp x the rates, plus its exposed collectives (module doc); the stack is in w
     tp_tok = (
         0.0
         if tp == 1 or cal.options.ignore_comm
         else (tp - 1) / tp * model.hidden * BF16 / (gpu.link_bandwidth_gbps * 1e9 * gpu.link_efficiency)
     )
-    mm = 1.0 / tp / (cal.fp8_gain if p.fp8 else 1.0)
-    att = 1.0 / tp / cal.attention_factor(p)
+    mm = att = 1.0 / tp
     w = dataclasses.replace(
         w,
         pre_matmul=w.pre_matmul * mm,
@@ -561,7 +589,7 @@ def predict(p: Point | Setup, cal: Calibration) -> Prediction:
         head=w.head / tp,
         optimizer=w.optimizer / tp,
     )
-    c = coefficients(dataclasses.replace(a, work=w), model, s.workload, cal.options)
+    c = coefficients(dataclasses.replace(a, work=w), model, s.workload, options)
     c = dataclasses.replace(
         c, params=s.params, optimizer=np.full(a.R, model.param_count / s.job_ranks * w.optimizer[0])
     )
@@ -733,7 +761,7 @@ class GPUFit:
     eff_attention: float
     points: list[str]
     loss: float
-    impl_factor: dict[str, float] = field(default_factory=dict)  # factors this GPU's points identified
+    stack_attention: dict[str, float] = field(default_factory=dict)  # stack factors this GPU's points identified
     at_bound: list[str] = field(default_factory=list)  # fitted values on the edge of their box
 
 
@@ -744,35 +772,32 @@ def fit_gpu(
     free: Iterable[str] = (),
     steps: Sequence[float] = (0.05, 0.01, 0.002),
 ) -> GPUFit:
-    """(eff_matmul, eff_attention) of one GPU type, and the factors of the implementations in
-    `free`, minimising Σ log²(pred/pub) over `points` (all of that GPU).
+    """(eff_matmul, eff_attention) of one GPU type, and the every-GPU attention factors of the
+    stacks in `free`, minimising Σ log²(pred/pub) over `points` (all of that GPU).
 
     A point's prediction depends on eff_matmul and its effective attention fraction
-    a = eff_attention × factor(impl), so the problem separates: an outer grid over eff_matmul;
-    inside, one grid over eff_attention for the points whose factor is known (1 for the reference
-    kernel; cal.impl_factor otherwise) and one grid over a per free implementation (its factor is
-    then a / eff_attention). Without a reference point eff_attention is the known-factor group's
-    a / factor."""
+    a = eff_attention × its stack's attention factor, so the problem separates: an outer grid over
+    eff_matmul; inside, one grid over eff_attention for the points whose stack factor is known
+    (cal's) and one grid over a per free stack (its factor is then a / eff_attention). Without a
+    known-factor point eff_attention cannot be separated from the free factor."""
     g = points[0].gpu
     free = sorted(set(free))
     setups = [setup(p, cal.gpus[g], cal.options) for p in points]
     (mlo, mhi), (alo, ahi) = fit_bounds(kernels, g)
-    known = [s for s in setups if s.point.attention_impl not in free]
-    groups = {i: [s for s in setups if s.point.attention_impl == i] for i in free}
+    known = [s for s in setups if s.point.stack not in free]
+    groups = {i: [s for s in setups if s.point.stack == i] for i in free}
     if not known and free:
         raise ValueError(
-            f"{g}: every fit point runs a non-reference attention kernel ({', '.join(free)}) whose factor "
-            "no other GPU identifies; the GPU's eff_attention cannot be separated from it"
+            f"{g}: every fit point runs a stack whose attention factor is fitted ({', '.join(free)}) and no other "
+            "GPU identifies it; the GPU's eff_attention cannot be separated from it"
         )
+    neutral = cal
+    for i in free:
+        neutral = neutral.with_attention(i, 1.0)
 
-    def group_loss(ss, em, a_eff):  # a_eff: the effective fraction; known-factor points scale it by their factor
-        c0 = cal.with_gpu(g, eff_matmul=em, eff_attention=1.0)
-        out = 0.0
-        for s in ss:
-            f = 1.0 if s.point.attention_impl in free else c0.attention_factor(s.point)
-            c = dataclasses.replace(c0.with_gpu(g, eff_attention=a_eff * f), impl_factor={})
-            out += math.log(predict(s, c).ratio) ** 2
-        return out
+    def group_loss(ss, em, a_eff):  # a_eff: eff_attention; a free stack's points see it as their effective fraction
+        c = neutral.with_gpu(g, eff_matmul=em, eff_attention=a_eff)
+        return sum(math.log(predict(s, c).ratio) ** 2 for s in ss)
 
     def inner(em):
         (ea,), lk = grid_search(lambda a: group_loss(known, em, a), [(alo, ahi)], steps)
@@ -808,26 +833,30 @@ def fit_catalog(
     impl: bool = True,
     steps: Sequence[float] = (0.05, 0.01, 0.002),
 ) -> tuple[Calibration, list[GPUFit]]:
-    """Fit every GPU type with judged fit-split points (module doc); `cal` carries the priors.
-    With `impl`, the ATTENTION_IMPL factors are fitted on the GPUs that also have reference-kernel
-    points (fitted first) and shared by the others; without, every factor is 1 (one efficiency per
-    GPU whatever kernel a source ran). GPUs without points take NEAREST's values.
+    """Fit every GPU type with judged fit-split points (module doc); `cal` carries the priors and
+    the stacks without their fitted factors (`without_fitted_factors`). With `impl`, the
+    FITTED_ATTENTION factors are fitted on the GPUs that also have points of other stacks (fitted
+    first) and shared by the others; without, every such factor stays 1 (one efficiency per GPU
+    whatever kernel a source ran). GPUs without points take NEAREST's values.
     Returns the fitted calibration and one record per fitted GPU."""
     by_gpu: dict[str, list[Point]] = {}
     for p in points:
         if p.split == "fit" and p.judged:
             by_gpu.setdefault(p.gpu, []).append(p)
-    impls = lambda g: {p.attention_impl for p in by_gpu[g]}  # noqa: E731
-    identify = [g for g in sorted(by_gpu) if impl and REFERENCE_IMPL in impls(g) and impls(g) - {REFERENCE_IMPL}]
-    cal = dataclasses.replace(cal, impl_factor={} if impl else {name: 1.0 for name, _ in ATTENTION_IMPL.values()})
+    fitted = set(FITTED_ATTENTION) if impl else set()
+    stacks_of = lambda g: {p.stack for p in by_gpu[g]}  # noqa: E731
+    identify = [g for g in sorted(by_gpu) if (stacks_of(g) & fitted) and (stacks_of(g) - fitted)]
+    for name in FITTED_ATTENTION:
+        cal = cal.with_attention(name, 1.0)
+    known: set[str] = set()
     fits = []
     for g in identify + [g for g in sorted(by_gpu) if g not in identify]:
-        free = (impls(g) - {REFERENCE_IMPL} - set(cal.impl_factor)) if g in identify else set()
+        free = (stacks_of(g) & fitted) - known if g in identify else set()
         f = fit_gpu(by_gpu[g], cal, kernels, free, steps)
-        cal = dataclasses.replace(
-            cal.with_gpu(g, eff_matmul=f.eff_matmul, eff_attention=f.eff_attention),
-            impl_factor={**cal.impl_factor, **f.impl_factor},
-        )
+        cal = cal.with_gpu(g, eff_matmul=f.eff_matmul, eff_attention=f.eff_attention)
+        for name, value in f.stack_attention.items():
+            cal = cal.with_attention(name, value)
+        known |= set(f.stack_attention)
         fits.append(f)
     for name, (near, _) in NEAREST.items():
         if name in cal.gpus and name not in by_gpu and near in by_gpu:
@@ -870,12 +899,20 @@ def load_fit(path=None) -> dict:
 
 
 def calibration(
-    catalog: Mapping[str, GPUType], record: Mapping, kernels: Mapping, published: Mapping, which: str = "after"
+    catalog: Mapping[str, GPUType],
+    record: Mapping,
+    kernels: Mapping,
+    published: Mapping,
+    which: str = "after",
+    stacks: Mapping[str, Stack] | None = None,
 ) -> Calibration:
-    """A Calibration from the catalog and fit.yaml: "after" (the catalog as it is, the extra GPUs and
-    implementation factors of the fit), "before" (the baseline catalog recorded in fit.yaml: its
-    efficiencies, every newer field at its default, no implementation factor) or "per_gpu_only"
-    (the alternative fit without implementation factors)."""
+    """A Calibration from the catalog, data/stacks.yaml and fit.yaml: "after" (the catalog and the
+    stacks as they are: what `hexiseq estimate --stack` uses), "before" (the baseline catalog
+    recorded in fit.yaml: its efficiencies, every newer field at its default, the stacks without
+    their fitted factors) or "per_gpu_only" (the alternative fit: no fitted stack factor, one
+    efficiency pair per GPU entry). published.yaml's extra GPUs take their closest catalog GPU's
+    efficiencies; their stack's factors on them carry the rest."""
+    stacks = dict(stacks if stacks is not None else stack_catalog())
     extra = extra_gpus(published, catalog)
     gpus: dict[str, GPUType] = dict(catalog)
     if which == "before":
@@ -885,16 +922,136 @@ def calibration(
         for n, e in extra.items():
             near = published["extra_gpus"][n]["closest_catalog_key"]
             gpus[n] = dataclasses.replace(e, **defaults, **base[near])
-        return Calibration(gpus, fp8_speedup(kernels), {name: 1.0 for name, _ in ATTENTION_IMPL.values()})
-    section = record["fit"] if which == "after" else record[which]
-    for n, e in extra.items():
-        near = published["extra_gpus"][n]["closest_catalog_key"]
-        gpus[n] = dataclasses.replace(e, **{f: getattr(catalog[near], f) for f in PRIOR_FIELDS})
-    if which != "after":
-        for n, v in section["gpus"].items():
-            gpus[n] = dataclasses.replace(gpus[n], eff_matmul=v["eff_matmul"], eff_attention=v["eff_attention"])
-    else:
-        for n, v in section["extra_gpus"].items():
-            gpus[n] = dataclasses.replace(gpus[n], eff_matmul=v["eff_matmul"], eff_attention=v["eff_attention"])
-    factors = {k: float(v["value"]) for k, v in section.get("impl_factor", {}).items()}
-    return Calibration(gpus, float(record["fp8_speedup"]["value"]), factors)
+        return Calibration(gpus, without_fitted_factors(stacks))
+    gpus.update(extra)
+    if which == "after":
+        return Calibration(gpus, stacks)
+    for n, v in record[which]["gpus"].items():
+        gpus[n] = dataclasses.replace(gpus[n], eff_matmul=v["eff_matmul"], eff_attention=v["eff_attention"])
+    return Calibration(gpus, without_fitted_factors(stacks))
+
+
+# ------------------------------------------------------------------------------ evidence that can fail
+
+
+@dataclass(frozen=True)
+class FlopRates:
+    """The FLOP-only reference model of one (source, GPU): two rates fitted on the same fit points
+    as the cost model, and nothing else (no communication, memory traffic, layout or overlap)."""
+
+    source: str
+    gpu: str
+    linear: float  # FLOP/s of every matmul (3x forward, recompute not counted)
+    attention: float  # FLOP/s of causal attention (3x forward)
+    points: tuple[str, ...]
+
+
+def flop_split(p: Point) -> tuple[float, float]:
+    """(linear, attention) training FLOPs per token of a point's model and length."""
+    m = p.model
+    lin = 3.0 * m.linear_flops_per_token
+    att = 3.0 * m.layers * m.heads * m.attention_flops_per_pair * m.causal_pairs(p.seq_len) / p.seq_len
+    return lin, att
+
+
+def flop_only_predict(p: Point, r: FlopRates) -> float:
+    """Tokens/s per GPU of the FLOP-only reference."""
+    lin, att = flop_split(p)
+    return 1.0 / (lin / r.linear + att / r.attention)
+
+
+def fit_flop_only(
+    points: Sequence[Point], gpus: Mapping[str, GPUType], steps: Sequence[float] = (0.05, 0.01, 0.002)
+) -> dict[tuple[str, str], FlopRates]:
+    """Two rates per (source, GPU), as fractions of the GPU's peak in (0.02, 1.5], minimising
+    Σ log²(pred/pub) over that pair's judged fit points (the cost model's fit set)."""
+    groups: dict[tuple[str, str], list[Point]] = {}
+    for p in points:
+        if p.split == "fit" and p.judged:
+            groups.setdefault((p.source, p.gpu), []).append(p)
+    out = {}
+    for (src, g), pts in sorted(groups.items()):
+        peak = gpus[g].peak_bf16_tflops * 1e12
+
+        def loss(fl, fa, pts=pts, peak=peak, src=src, g=g):
+            r = FlopRates(src, g, fl * peak, fa * peak, ())
+            return sum(math.log(flop_only_predict(p, r) / p.published) ** 2 for p in pts)
+
+        (fl, fa), _ = grid_search(loss, [(0.02, 1.5), (0.02, 1.5)], steps)
+        out[src, g] = FlopRates(src, g, fl * peak, fa * peak, tuple(p.id for p in pts))
+    return out
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The cost model and the FLOP-only reference on the same held-out points."""
+
+    ids: tuple[str, ...]
+    cost_model: Stats
+    flop_only: Stats
+    per_point: tuple[tuple[str, float, float], ...]  # (id, cost-model ratio, FLOP-only ratio)
+    uncovered: tuple[str, ...]  # judged held-out points whose (source, GPU) has no fit point
+
+    def statement(self) -> str:
+        """A plain statement of where the cost model does better and where not."""
+        if not self.ids:
+            return "no held-out point has a FLOP-only reference"
+        better = [i for i, c, f in self.per_point if abs(c - 1) < abs(f - 1)]
+        worse = [i for i, c, f in self.per_point if abs(c - 1) > abs(f - 1)]
+        verdict = "beats" if self.cost_model.median < self.flop_only.median else "does not beat"
+        return (
+            f"On the {len(self.ids)} judged held-out points the cost model {verdict} the FLOP-only reference "
+            f"(median |pred/pub - 1| {self.cost_model.median:.1%} vs {self.flop_only.median:.1%}, worst "
+            f"{self.cost_model.worst:.1%} vs {self.flop_only.worst:.1%}); it is closer on {len(better)} points"
+            + (f" ({', '.join(better)})" if better else "")
+            + f" and farther on {len(worse)}"
+            + (f" ({', '.join(worse)})" if worse else "")
+            + ". Every held-out point shares source, GPU, model and software with fit points: the split tests "
+            "interpolation and 2x extrapolation in sequence length, where two rates per source suffice."
+        )
+
+
+def compare_flop_only(preds: Sequence[Prediction], gpus: Mapping[str, GPUType]) -> Comparison:
+    """The cost model's held-out predictions beside the FLOP-only reference's, on the judged held-out
+    points whose (source, GPU) has fit points."""
+    points = [q.point for q in preds]
+    ref = fit_flop_only(points, gpus)
+    rows, uncovered = [], []
+    for q in preds:
+        p = q.point
+        if p.split != "holdout" or not p.judged:
+            continue
+        r = ref.get((p.source, p.gpu))
+        if r is None:
+            uncovered.append(p.id)
+            continue
+        rows.append((p.id, q.ratio, flop_only_predict(p, r) / p.published))
+    return Comparison(
+        tuple(i for i, _, _ in rows),
+        statistics((i, c) for i, c, _ in rows),
+        statistics((i, f) for i, _, f in rows),
+        tuple(rows),
+        tuple(uncovered),
+    )
+
+
+def leave_one_source_out(
+    points: Sequence[Point], cal: Calibration, kernels: Mapping, steps: Sequence[float] = (0.05, 0.01, 0.002)
+) -> list[tuple[str, str, list[tuple[str, float]]]]:
+    """For every GPU with judged points of two or more sources and each of those sources: refit the
+    catalog without that source's points on that GPU (every split), then predict them. A fitted
+    stack factor that only the left-out source identified stays at 1: the source is unseen, its
+    stack too. `cal`: the start of a fit (priors, stacks without fitted factors).
+    Returns (gpu, source, [(point id, predicted/published)])."""
+    judged = [p for p in points if p.judged]
+    sources: dict[str, set[str]] = {}
+    for p in judged:
+        sources.setdefault(p.gpu, set()).add(p.source)
+    out = []
+    for gpu in sorted(g for g, s in sources.items() if len(s) >= 2):
+        for src in sorted(sources[gpu]):
+            left = [p for p in points if p.gpu == gpu and p.source == src]
+            rest = [p for p in points if p not in left]
+            fitted, _ = fit_catalog(rest, cal, kernels, impl=True, steps=steps)
+            out.append((gpu, src, [(p.id, predict(p, fitted).ratio) for p in left if p.judged]))
+    return out

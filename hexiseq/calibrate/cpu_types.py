@@ -1,7 +1,7 @@
 """data/gpus-cpu.yaml, the emulated CPU device types, written from a reference profile of this
 project's machine (data/profiles/cpu-4.yaml):
 
-    python -m hexiseq.calibrate.catalog data/profiles/cpu-4.yaml     # rewrites data/gpus-cpu.yaml
+    python -m hexiseq.calibrate.cpu_types data/profiles/cpu-4.yaml     # rewrites data/gpus-cpu.yaml
 
 One unpaced rank, CPU-x1, is the profile's figures of each measured type with the rates multiplied
 back by its factor (a CPU-x4 rank measured at r stands for a core at 4r), the median over the types;
@@ -18,7 +18,7 @@ import sys
 from ..specs import GPUType
 from ..specs.files import data_path, write_text_atomic
 from ..specs.gpus import numeric_fields
-from .emulation import RATE_FIELDS, cpu_factor, derived_type
+from .emulated_clusters import RATE_FIELDS, cpu_factor, derived_type
 from .profile import Profile
 
 FACTORS = (1.0, 2.0, 4.0, 10.0)  # the CPU types the catalog holds (local worlds and cpu-4 use them)
@@ -70,7 +70,7 @@ def catalog_text(profile: Profile, where: str) -> str:
         "# yaml-language-server: $schema=schemas/gpus.schema.json",
         "# Emulated CPU device types (hexiseq/runtime/emulation.py): CPU-x<f> is one CPU rank (one torch thread) "
         "slowed f",
-        "# times by pacing. Written by `python -m hexiseq.calibrate.catalog " + where + "` from that profile:",
+        "# times by pacing. Written by `python -m hexiseq.calibrate.cpu_types " + where + "` from that profile:",
         f"#   `{m.get('command')}`, {m.get('when')}, {machine.get('cpu')} ({machine.get('cores')} cores),",
         f"#   load average {(load.get('before') or ['?'])[0]} -> {(load.get('after') or ['?'])[0]}.",
         "# CPU-x1 = the measured types' figures with the rates times their factor (median); CPU-x<f> = CPU-x1 with",
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print(
-            "usage: python -m hexiseq.calibrate.catalog PROFILE.yaml   (rewrites data/gpus-cpu.yaml)", file=sys.stderr
+            "usage: python -m hexiseq.calibrate.cpu_types PROFILE.yaml   (rewrites data/gpus-cpu.yaml)", file=sys.stderr
         )
         return 2
     prof = Profile.load(argv[0])

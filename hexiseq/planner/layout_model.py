@@ -86,7 +86,7 @@ class Solution:
 
     @property
     def ok(self) -> bool:
-        return self.status in ("optimal", "stalled", "work limit") and math.isfinite(self.bound_s)
+        return self.status in ("optimal", "stalled", "work limit", "above") and math.isfinite(self.bound_s)
 
 
 class LayoutModel:
@@ -403,11 +403,13 @@ class LayoutModel:
         res.solution_loader.load_vars()
         return "optimal", float(res.best_feasible_objective)
 
-    def solve(self, max_rounds: int = MAX_CUT_ROUNDS) -> Solution:
+    def solve(self, max_rounds: int = MAX_CUT_ROUNDS, stop_at: float | None = None) -> Solution:
         """The cutting-plane loop (module doc): every LP optimum is a valid bound; stop when the replay
         at the solution matches it (to CUT_TOL), when no critical path's cut is violated there (the
-        relaxation's minimum), or after `max_rounds` (status "work limit"). The first cuts are taken
-        at the box's centre with even shards (fixed variables at their values)."""
+        relaxation's minimum), after `max_rounds` (status "work limit"), or as soon as the bound
+        reaches `stop_at` seconds (status "above": the search needs no more of this model than
+        that no plan of it beats `stop_at`). The first cuts are taken at the box's centre with even
+        shards (fixed variables at their values)."""
         k = self.k
         B = self.workload.block_size
         fixed_n, fixed_s = self.point()
@@ -427,6 +429,9 @@ class LayoutModel:
                 return Solution(st, math.inf, rounds=rounds)
             bound = obj / MS
             n0, s0 = self.point()
+            if stop_at is not None and bound >= stop_at:
+                status = "above"
+                break
             if self._memory_cuts(n0, s0):
                 continue
             sim = self.replay(n0, s0)

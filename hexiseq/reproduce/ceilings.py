@@ -1,0 +1,31 @@
+"""Compute ceilings of a cell: what no plan can beat on compute alone (costmodel/bound.py's LP over
+the catalog's kernel rates), for the paper comparison's reasons and the pairs figure."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..costmodel.bound import kernel_rates, min_compute_time
+from ..specs import get_model, load_cluster
+
+
+def compute_ceiling(cluster: str, model: str, seq_len: int, global_batch: int) -> float:
+    """The compute ceiling of a cell: the compute-only time of a symmetric layout (every device an
+    equal share of tokens and attention, so the slowest sets the pace) over the compute-bound time
+    (each device the work it is relatively best at, costmodel/bound.py); 1 on a homogeneous cluster."""
+    c, m = load_cluster(cluster), get_model(model)
+    tok, att = kernel_rates(c, m)
+    f_tok = float(global_batch * seq_len)
+    f_att = float(global_batch * m.layers * m.heads * m.causal_pairs(seq_len))
+    n = len(tok)
+    symmetric = float(np.max(f_tok / n / tok + f_att / n / att))
+    return symmetric / min_compute_time(tok, att, f_tok, f_att)
+
+
+def compute_ceiling_time(cluster: str, model: str, seq_len: int, global_batch: int = 1) -> float:
+    """The compute-bound time of one iteration on a cluster (costmodel/bound.py's LP, no optimizer)."""
+    c, m = load_cluster(cluster), get_model(model)
+    tok, att = kernel_rates(c, m)
+    return min_compute_time(
+        tok, att, float(global_batch * seq_len), float(global_batch * m.layers * m.heads * m.causal_pairs(seq_len))
+    )

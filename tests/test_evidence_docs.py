@@ -1,0 +1,43 @@
+"""README's and data/validation/README.md's evidence figures are the generated ones (fit.yaml,
+data/stacks.yaml, the benchmark's comparison): a refit or a new stack factor fails here until the
+prose follows."""
+
+from __future__ import annotations
+
+from statistics import median
+
+import pytest
+
+from hexiseq.specs import load_gpu_catalog
+from hexiseq.specs.files import data_path
+from hexiseq.specs.stacks import stack_catalog
+from hexiseq.validation import fidelity as F
+
+ROOT = data_path("validation").parent.parent
+
+
+@pytest.fixture(scope="module")
+def figures():
+    k, pub, rec = F.load_kernels(), F.load_published(), F.load_fit()
+    after = F.calibration(load_gpu_catalog(), rec, k, pub, "after")
+    preds = [F.predict(p, after) for p in F.load_points(pub)]
+    cmp = F.compare_flop_only(preds, after.gpus)
+    loso = [abs(r - 1) for run in rec["leave_one_source_out"]["runs"] for r in run["ratios"].values()]
+    st = rec["fit"]["statistics"]["holdout"]
+    return {
+        "triton": f"{stack_catalog()['llmfoundry-triton-2023'].every_gpu.attention:.4f}",
+        "fp8": f"{stack_catalog()['te-fp8'].every_gpu.layer_gemm:.4f}",
+        "flop median": f"{cmp.flop_only.median:.1%}",
+        "flop worst": f"{cmp.flop_only.worst:.1%}",
+        "held median": f"{st['median']:.1%}",
+        "held worst": f"{st['worst']:.1%}",
+        "loso median": f"{median(loso):.0%}",
+        "loso worst": f"{max(loso):.0%}",
+    }
+
+
+@pytest.mark.parametrize("doc", ["README.md", "data/validation/README.md"])
+def test_evidence_figures_are_the_generated_ones(doc, figures):
+    text = (ROOT / doc).read_text()
+    for name, value in figures.items():
+        assert value in text, f"{doc}: {name} is {value} in the generated files; update the prose"
