@@ -26,8 +26,9 @@ $(STAMP): pyproject.toml
 # The main job on bundled defaults: the mixed H100+A100 testbed, a 7B model, 128K tokens.
 # Plan it (and every baseline), then check the plan numerically and train a few steps under it
 # on this machine (spawned CPU ranks, a proxy model, the plan scaled to a short sequence). Then a
-# real run: the uneven plan of a 2 H100 + 2 A100 cluster on 4 CPU ranks, trained on the bundled
-# text (run directory out/run-text: metrics, summary with measured vs predicted step time, loss.png).
+# real run: the uneven plan of the emulated cpu-4 cluster, trained on the bundled text (run directory
+# out/run-text: metrics, summary with measured vs predicted step time, loss.png), and the planned plan
+# measured against the best even-share plan and DP = 1 on the same emulation (out/dp.txt).
 DEMO_ARGS ?= --cluster testbed-8 --model llama2-7b --seq-len 128K --recompute auto
 demo: setup
 	@mkdir -p out
@@ -36,10 +37,13 @@ demo: setup
 	$(VENV)/bin/hexiseq verify --plan out/plan.json
 	@rm -rf out/run-testbed out/run-text
 	$(VENV)/bin/hexiseq run --plan out/plan.json --steps 3 --out out/run-testbed
-	@# A real run: the uneven plan for 2 H100 + 2 A100, on 4 CPU ranks, trained on the bundled text
-	$(VENV)/bin/hexiseq plan --cluster mixed-4 --model llama2-7b --seq-len 64K --out out/plan-mixed-4.json
-	$(VENV)/bin/hexiseq run --plan out/plan-mixed-4.json --data data/text/tinyshakespeare.txt --seq-len 1024 \
-		--steps 30 --lr 3e-3 --warmup-steps 3 --out out/run-text --plot
+	@# A real run on the emulated cluster cpu-4 (4 CPU ranks, each emulating its device and the link between the
+	@# nodes: data/clusters/README.md), so that predicted and measured step times compare like with like
+	$(VENV)/bin/hexiseq plan --cluster cpu-4 --model tiny --seq-len 256 --out out/plan-cpu-4.json
+	$(VENV)/bin/hexiseq run --plan out/plan-cpu-4.json --model tiny --data data/text/tinyshakespeare.txt \
+		--steps 12 --lr 3e-3 --warmup-steps 2 --out out/run-text --plot
+	@# The planned plan against the best even-share plan and DP = 1, each measured on the emulation
+	$(PY) benchmarks/bench_dp.py --clusters cpu-4 --seq-len 256 --global-batch 4 --steps 4 --out out/dp.txt
 
 test: setup
 	$(PY) -m pytest -q -ra

@@ -2,7 +2,19 @@
 asymmetric context parallelism (ring attention) x head parallelism (Ulysses)."""
 
 from .errors import HexiSeqError, InfeasibleError, PlanError, SpecError
-from .plan import Group, Plan, RankLayout, random_plan, ring_plan, symmetric_plan, ulysses_plan
+from .plan import (
+    Group,
+    Plan,
+    RankLayout,
+    Replica,
+    Sharding,
+    ShardingScope,
+    ShardingStage,
+    random_plan,
+    ring_plan,
+    symmetric_plan,
+    ulysses_plan,
+)
 from .rounding import even_split
 from .specs import (
     ClusterSpec,
@@ -36,6 +48,10 @@ __all__ = [
     "InfeasibleError",
     "ModelSpec",
     "Plan",
+    "Replica",
+    "Sharding",
+    "ShardingScope",
+    "ShardingStage",
     "PlanError",
     "RankLayout",
     "SpecError",

@@ -15,6 +15,11 @@ Vocabulary (see DESIGN.md, "The layout"):
 - **Head ranges**: rank r holds the contiguous query heads [h_r, h_r + η_r) (Σ η_r = H) for
   all n_g tokens of its group during attention. With GQA the KV heads it needs are those its
   query heads map to (query head h uses KV head h // (H / H_kv)).
+- **Replicas** (data parallelism): `Plan.replicas` cuts the groups into consecutive runs; replica
+  i owns the next `Replica.groups` groups (its own ring: its chunks cover the whole sequence) and
+  processes `Replica.sequences` sequences per step. `replicas == ()` is one replica of every group
+  processing the workload's global batch. Global ranks run replica by replica, group by group.
+- **Sharding**: one strategy for the whole plan (`Sharding`: what is sharded, over which devices).
 
 Everything here is pure bookkeeping on integers; no torch.
 """
@@ -28,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import PlanError, SpecError
-from .planfile import SCHEMA_VERSION, parse_plan, plan_kwargs
+from .planfile import SCHEMA_VERSION, ShardingScope, ShardingStage, parse_plan, plan_kwargs
 from .rounding import even_split, largest_remainder
 from .specs.files import parse_json, read_json, write_text_atomic
 from .specs.identity import fingerprint_mismatch
@@ -91,6 +96,58 @@ class RankLayout:
         return [t for a, b in self.token_ranges for t in range(a, b)]
 
 
+@dataclass(frozen=True)
+class Replica:
+    """One data-parallel replica: the next `groups` consecutive groups of the plan (in ring order)
+    and the `sequences` it processes per step (gradient accumulation inside the replica)."""
+
+    groups: int
+    sequences: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "groups", int(self.groups))
+        object.__setattr__(self, "sequences", int(self.sequences))
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """The plan's parameter-sharding strategy: `stage` (what is sharded: replicated, zero1, zero2,
+    zero3) over `scope` (all devices, or hybrid: inside each replica or each node, copies across).
+    The default, ZeRO-3 over all devices, is the paper's setting."""
+
+    stage: ShardingStage = ShardingStage.ZERO3
+    scope: ShardingScope = ShardingScope.ALL
+
+    def __post_init__(self) -> None:
+        for key, kind in (("stage", ShardingStage), ("scope", ShardingScope)):
+            value = getattr(self, key)
+            try:
+                object.__setattr__(self, key, kind(value))
+            except ValueError:
+                raise PlanError(
+                    f"sharding {key} must be one of {', '.join(repr(str(x)) for x in kind)}, got {value!r}"
+                ) from None
+
+    @property
+    def is_default(self) -> bool:
+        """ZeRO-3 over all devices (what a version-1 plan file means)."""
+        return self == Sharding()
+
+    def describe(self) -> str:
+        """In words: 'zero3 over all devices', 'zero2 inside each replica (hybrid)', 'replicated'."""
+        if self.stage is ShardingStage.REPLICATED:
+            return "replicated"
+        where = {
+            "all": "over all devices",
+            "replica": "inside each replica (hybrid)",
+            "node": "inside each node (hybrid)",
+        }
+        return f"{self.stage} {where[self.scope]}"
+
+
+DEFAULT_SHARDING = Sharding()
+
+
 def _cumsum(xs: Sequence[int]) -> list[int]:
     out, acc = [0], 0
     for x in xs:
@@ -112,9 +169,114 @@ class Plan:
     cluster: str = ""
     model: str = ""
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    replicas: tuple[Replica, ...] = ()  # () = one replica of every group, processing the global batch
+    sharding: Sharding = DEFAULT_SHARDING
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "groups", tuple(g if isinstance(g, Group) else Group(**g) for g in self.groups))
+        object.__setattr__(self, "replicas", tuple(r if isinstance(r, Replica) else Replica(*r) for r in self.replicas))
+        if not isinstance(self.sharding, Sharding):
+            object.__setattr__(self, "sharding", Sharding(*self.sharding))
+
+    # ------------------------------------------------------------------ replicas
+    @classmethod
+    def joint(
+        cls,
+        replicas: Sequence[Plan],
+        sequences: Sequence[int],
+        sharding: Sharding = DEFAULT_SHARDING,
+        name: str = "plan",
+        meta: dict[str, Any] | None = None,
+    ) -> Plan:
+        """One plan of data-parallel replicas: replica i is `replicas[i]`'s groups (one-replica plans
+        of the same sequence, model and cluster, on disjoint devices), processing `sequences[i]`."""
+        if not replicas or len(replicas) != len(sequences):
+            raise PlanError(f"a joint plan needs one sequence count per replica: {len(replicas)} replicas, {sequences}")
+        first = replicas[0]
+        for i, r in enumerate(replicas):
+            if r.num_replicas != 1:
+                raise PlanError(f"replica {i} of a joint plan is itself a plan of {r.num_replicas} replicas")
+            if (r.seq_len, r.num_heads, r.num_kv_heads, r.block_size) != (
+                first.seq_len,
+                first.num_heads,
+                first.num_kv_heads,
+                first.block_size,
+            ):
+                raise PlanError(f"replica {i} is for another sequence or model than replica 0")
+        return cls(
+            first.seq_len,
+            first.num_heads,
+            first.num_kv_heads,
+            tuple(g for r in replicas for g in r.groups),
+            first.block_size,
+            name,
+            first.cluster,
+            first.model,
+            dict(meta or {}),
+            tuple(Replica(r.num_groups, n) for r, n in zip(replicas, sequences)),
+            sharding,
+        )
+
+    @property
+    def num_replicas(self) -> int:
+        return len(self.replicas) or 1
+
+    def _replica_spans(self) -> list[tuple[int, int]]:
+        """[first, end) group indices of each replica (the last one takes what is left, if any)."""
+        if not self.replicas:
+            return [(0, self.num_groups)]
+        spans, start = [], 0
+        for r in self.replicas:
+            end = min(start + max(r.groups, 0), self.num_groups)
+            spans.append((start, end))
+            start = end
+        return spans
+
+    def replica_groups(self, i: int) -> range:
+        """Indices (into `groups`) of replica i's groups."""
+        a, b = self._replica_spans()[i]
+        return range(a, b)
+
+    def replica_ranks(self, i: int) -> range:
+        """Global ranks of replica i (ranks run replica by replica, group by group)."""
+        a, b = self._replica_spans()[i]
+        start = sum(g.size for g in self.groups[:a])
+        return range(start, start + sum(g.size for g in self.groups[a:b]))
+
+    def replica_of_group(self, g: int) -> int:
+        """The replica that owns group g."""
+        for i, (a, b) in enumerate(self._replica_spans()):
+            if a <= g < b:
+                return i
+        raise PlanError(f"group {g} is in no replica of plan {self.name!r}")
+
+    def replica(self, i: int) -> Plan:
+        """Replica i as a one-replica plan: its groups, the same device indices, its ranks numbered
+        from 0, the plan's sharding kept (a one-replica plan is its own replica 0)."""
+        if not 0 <= i < self.num_replicas:
+            raise PlanError(f"plan {self.name!r} has {self.num_replicas} replicas; no replica {i}")
+        if not self.replicas:
+            return self
+        a, b = self._replica_spans()[i]
+        return replace(
+            self,
+            groups=self.groups[a:b],
+            name=self.name if len(self.replicas) == 1 else f"{self.name}.r{i}",
+            replicas=(self.replicas[i],),
+        )
+
+    def sequences_of(self, global_batch: int) -> tuple[int, ...]:
+        """Sequences per step of each replica: the replicas' own counts (which must sum to
+        `global_batch`), or (global_batch,) for a plan without replicas."""
+        if not self.replicas:
+            return (int(global_batch),)
+        seqs = tuple(r.sequences for r in self.replicas)
+        if sum(seqs) != global_batch:
+            raise PlanError(
+                f"plan {self.name!r}: its replicas process {sum(seqs)} sequences per step ({list(seqs)}) "
+                f"but the global batch is {global_batch}"
+            )
+        return seqs
 
     # ------------------------------------------------------------------ shape
     @property
@@ -153,18 +315,16 @@ class Plan:
         return tuple(h for g in self.groups for h in g.heads)
 
     def chunk_starts(self) -> list[tuple[int, int]]:
-        """Global start of (front, back) chunk of every group."""
-        lens = [g.chunk_len for g in self.groups]
-        front = _cumsum(lens)
+        """Global start of (front, back) chunk of every group (in its replica's sequence)."""
         out = []
-        for i in range(len(lens)):
-            back = self.seq_len - front[i + 1]
-            out.append((front[i], back))
+        for a, b in self._replica_spans():
+            front = _cumsum([g.chunk_len for g in self.groups[a:b]])
+            out.extend((front[i], self.seq_len - front[i + 1]) for i in range(b - a))
         return out
 
     # ------------------------------------------------------------------ layout
     def layout(self) -> list[RankLayout]:
-        """Every rank's token ranges and head ranges (index = rank)."""
+        """Every rank's token ranges (in its replica's sequence) and head ranges (index = global rank)."""
         starts = self.chunk_starts()
         gq = self.num_heads // self.num_kv_heads if self.num_kv_heads else 1
         out: list[RankLayout] = []
@@ -215,7 +375,6 @@ class Plan:
         if not self.groups:
             v.append("the plan has no groups")
         seen: dict[int, int] = {}
-        total = 0
         for gi, g in enumerate(self.groups):
             where = f"group {gi}"
             if g.size == 0:
@@ -231,7 +390,6 @@ class Plan:
                     f"{where}: chunk_len {g.chunk_len} is not a multiple of block_size {self.block_size} "
                     f"(remainder {g.chunk_len % self.block_size})"
                 )
-            total += 2 * g.chunk_len
             for i, d in enumerate(g.devices):
                 if d in seen:
                     v.append(f"{where}: device {d} already appears in group {seen[d]}")
@@ -257,12 +415,7 @@ class Plan:
                     f"{where}: head counts sum to {sum(g.heads)}, expected {H}; "
                     f"{'over' if diff > 0 else 'short'} by {abs(diff)}"
                 )
-        if self.groups and total != self.seq_len:
-            diff = total - self.seq_len
-            v.append(
-                f"chunks cover {total} tokens (2 x sum of chunk_len) but seq_len is {self.seq_len}; "
-                f"{'over' if diff > 0 else 'short'} by {abs(diff)}"
-            )
+        v.extend(self._replica_violations(workload))
         if cluster is not None:
             recorded = self.meta.get("cluster_fingerprint")
             differs = fingerprint_mismatch(recorded, cluster) if isinstance(recorded, Mapping) else None
@@ -283,6 +436,41 @@ class Plan:
             v.append(f"plan is for seq_len {self.seq_len} but the workload has {workload.seq_len}")
         return v
 
+    def _replica_violations(self, workload: Workload | None) -> list[str]:
+        """The replica rules: runs of groups that cover the plan, each replica's chunks covering the
+        sequence, positive sequence counts summing to the global batch; a sharding that means something."""
+        v: list[str] = []
+        many = len(self.replicas) > 1
+        if self.replicas:
+            held = sum(r.groups for r in self.replicas)
+            if held != self.num_groups:
+                v.append(f"replicas hold {held} groups but the plan has {self.num_groups}")
+            for i, r in enumerate(self.replicas):
+                if r.groups <= 0:
+                    v.append(f"replica {i} must hold at least one group, got {r.groups}")
+                if r.sequences <= 0:
+                    v.append(f"replica {i} must process at least one sequence per step, got {r.sequences}")
+            if workload is not None and sum(r.sequences for r in self.replicas) != workload.global_batch:
+                total = sum(r.sequences for r in self.replicas)
+                v.append(
+                    f"replicas process {total} sequences per step "
+                    f"({' + '.join(str(r.sequences) for r in self.replicas)}) but the workload's global batch is "
+                    f"{workload.global_batch}"
+                )
+        for i, (a, b) in enumerate(self._replica_spans()):
+            if a == b:
+                continue
+            total = sum(2 * g.chunk_len for g in self.groups[a:b])
+            if total != self.seq_len:
+                diff = total - self.seq_len
+                v.append(
+                    f"{f'replica {i}: ' if many else ''}chunks cover {total} tokens (2 x sum of chunk_len) "
+                    f"but seq_len is {self.seq_len}; {'over' if diff > 0 else 'short'} by {abs(diff)}"
+                )
+        if self.sharding.stage is ShardingStage.REPLICATED and self.sharding.scope is not ShardingScope.ALL:
+            v.append(f"sharding: replicated states have no scope; got scope {str(self.sharding.scope)!r} (use 'all')")
+        return v
+
     def check(
         self, cluster: ClusterSpec | None = None, model: ModelSpec | None = None, workload: Workload | None = None
     ) -> Plan:
@@ -296,12 +484,24 @@ class Plan:
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
+        """The plan file's JSON object: version 1 for a plan without replicas under the default
+        sharding (today's files stay as they were), version 2 otherwise."""
         d = asdict(self)
-        d["groups"] = [
+        del d["replicas"], d["sharding"]
+        groups = [
             {"devices": list(g.devices), "chunk_len": g.chunk_len, "shards": list(g.shards), "heads": list(g.heads)}
             for g in self.groups
         ]
-        return {"schema_version": SCHEMA_VERSION, **d}
+        if not self.replicas and self.sharding.is_default:
+            return {"schema_version": 1, **d, "groups": groups}
+        del d["groups"]
+        replicas: list[dict[str, Any]] = [
+            {"groups": [groups[g] for g in self.replica_groups(i)], "sequences": r.sequences}
+            for i, r in enumerate(self.replicas)
+        ] or [{"groups": groups}]  # no replicas: one, processing the workload's global batch
+        sharding = {"stage": str(self.sharding.stage), "scope": str(self.sharding.scope)}
+        head = {k: d.pop(k) for k in ("seq_len", "num_heads", "num_kv_heads")}
+        return {"schema_version": SCHEMA_VERSION, **head, "replicas": replicas, "sharding": sharding, **d}
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
@@ -334,6 +534,10 @@ class Plan:
         block per chunk). Used to check a production plan numerically on a small machine."""
         if block_size <= 0:
             raise PlanError(f"block_size must be positive, got {block_size}")
+        if len(self.replicas) > 1:  # each replica's ring scaled on its own
+            parts = [self.replica(i).scaled(seq_len, block_size) for i in range(self.num_replicas)]
+            joint = Plan.joint(parts, [r.sequences for r in self.replicas], self.sharding, f"{self.name}@{seq_len}")
+            return replace(joint, meta={**self.meta, "scaled_from": self.seq_len})
         k = self.num_groups
         blocks = seq_len // (2 * block_size)
         if seq_len % (2 * block_size) or blocks < k:
@@ -372,9 +576,18 @@ class Plan:
         lines = [
             f"plan {self.name!r}: S={self.seq_len}, H={self.num_heads} (kv {self.num_kv_heads}), "
             f"{self.num_groups} groups, {self.world_size} ranks"
+            + (f", {self.num_replicas} replicas" if len(self.replicas) > 1 else "")
+            + ("" if self.sharding.is_default else f", sharding {self.sharding.describe()}")
         ]
         lay = self.layout()
+        firsts = {a: i for i, (a, b) in enumerate(self._replica_spans()) if a < b and self.replicas}
         for gi, g in enumerate(self.groups):
+            if gi in firsts:
+                i = firsts[gi]
+                rr = self.replica_ranks(i)
+                lines.append(
+                    f" replica {i}: {self.replicas[i].sequences} sequences per step, ranks {rr.start}..{rr.stop - 1}"
+                )
             lines.append(f"  group {gi}: devices {list(g.devices)}, chunk_len {g.chunk_len} ({g.tokens} tokens)")
             for r in self.group_ranks(gi):
                 rl = lay[r]

@@ -372,9 +372,14 @@ PLAN_CASES = [
         "groups[1].chunk_len must be an integer from 1 to 134,217,728 tokens, got 0",
     ),
     plan(
-        "schema-version-2",
+        "schema-version-3",
+        lambda d: d.__setitem__("schema_version", 3),
+        "schema_version 3; this HexiSeq reads schema_version 1 and 2",
+    ),
+    plan(
+        "schema-version-2-with-groups",
         lambda d: d.__setitem__("schema_version", 2),
-        "schema_version 2; this HexiSeq reads schema_version 1",
+        "a schema_version 2 file holds its groups inside replicas",
     ),
     plan("schema-version-absent", drop("schema_version"), "schema_version None; this HexiSeq reads schema_version 1"),
     plan("schema-version-true", lambda d: d.__setitem__("schema_version", True), "schema_version True"),

@@ -72,7 +72,8 @@ def test_json_round_trip(tmp_path):
     path = tmp_path / "p.json"
     plan.save(path)
     assert Plan.load(path) == plan
-    assert json.loads(path.read_text())["schema_version"] == SCHEMA_VERSION
+    # a plan of one replica under ZeRO-3 over all devices stays a version-1 file (joint plans write SCHEMA_VERSION)
+    assert json.loads(path.read_text())["schema_version"] == 1 < SCHEMA_VERSION
 
 
 def test_other_schema_version_refused():

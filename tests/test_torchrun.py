@@ -178,3 +178,49 @@ def test_a_torchrun_world_that_is_not_the_plans_is_refused_on_every_process(tmp_
     refused = {int(r) for r in re.findall(r"hexiseq run: rank (\d)/4: " + re.escape(msg), out)}
     assert refused == {0, 1, 2, 3}, out[-3000:]
     assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+@pytest.mark.numerics
+def test_two_torchrun_agents_run_a_two_replica_plan_one_replica_per_node(tmp_path, within):
+    """Two agents, each node one data-parallel replica (node 0: one HP group of 2, 3 sequences per
+    step; node 1: two CP groups of 1, 1 sequence), HSDP over the two replicas: the first loss equals
+    the single-process loss of the same model and tokens (synthetic data: the same sequence throughout)."""
+    from _numerics import FP32
+
+    from hexiseq.plan import Group, Plan, Sharding
+    from hexiseq.runs import load, load_summary
+    from hexiseq.runtime.model import Llama, LlamaConfig
+    from hexiseq.runtime.parallel import SingleDevice
+    from hexiseq.runtime.train import make_tokens
+    from hexiseq.specs import get_model
+
+    (tmp_path / "two-nodes.yaml").write_text(CLUSTER)
+    one = dict(seq_len=256, num_heads=8, num_kv_heads=4, block_size=8, cluster=str(tmp_path / "two-nodes.yaml"))
+    node0 = Plan(groups=(Group((0, 1), 128, (100, 156), (3, 5)),), **one)
+    node1 = Plan(groups=(Group((2,), 48, (96,), (8,)), Group((3,), 80, (160,), (8,))), **one)
+    Plan.joint([node0, node1], [3, 1], Sharding("zero2", "replica"), name="joint").check().save(tmp_path / "plan.json")
+    port = free_port()
+    args = ["run", "--plan", "plan.json", "--out", "run", "--steps", "2", "--model", "tiny"]
+    agents = [
+        torchrun(
+            args,
+            2,
+            tmp_path,
+            ["--nnodes", "2", "--node-rank", str(n), "--master-addr", "127.0.0.1", "--master-port", str(port)],
+        )
+        for n in (0, 1)
+    ]
+    outs = [a.communicate(timeout=180)[0] for a in agents]
+    assert [a.returncode for a in agents] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
+    summary = load_summary(tmp_path / "run")
+    assert summary["status"] == "completed" and summary["world_size"] == 4 and summary["global_batch"] == 4
+    assert [(r["replica"], r["sequences"], r["ranks"]) for r in summary["replicas"]] == [(0, 3, 2), (1, 1, 2)]
+    cfg = LlamaConfig.from_spec(get_model("tiny"))
+    ref = SingleDevice(Llama(cfg).init_weights(0))
+    with torch.no_grad():
+        ref_loss = ref.loss(make_tokens(cfg, 256, 0))[1]
+    within(
+        abs(load(tmp_path / "run")["loss"].iloc[0] - ref_loss) / ref_loss,
+        FP32,
+        "two torchrun nodes, one replica each, vs one process: first loss",
+    )

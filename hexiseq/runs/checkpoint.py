@@ -166,9 +166,12 @@ def save(
     optimizer: torch.optim.Optimizer,
     trainer: dict[str, Any],
     keep: int = 2,
+    writes_states: bool = True,
 ) -> Path:
     """Save a checkpoint of `step` (every rank calls this; collectives inside). Keeps the newest
-    `keep` checkpoints. Returns its path. A write that fails (disk full) removes the partial
+    `keep` checkpoints. Returns its path. `writes_states` False: this rank's model and optimizer
+    states are copies another rank writes, cut differently (shard sets of unequal sizes, which DCP
+    refuses as overlapping chunks); it writes none of them. A write that fails (disk full) removes the partial
     checkpoint and raises a StorageError naming the directory, the space needed and what to do."""
     from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.state_dict import get_state_dict
@@ -177,6 +180,8 @@ def save(
     final = directory / step_name(step)
     tmp = directory / f".{step_name(step)}.tmp"
     model_sd, optim_sd = get_state_dict(model, optimizer)
+    if not writes_states:
+        model_sd, optim_sd = {}, {}
     try:
         return _save(directory, step, final, tmp, rank, world, model_sd, optim_sd, trainer, keep)
     except (OSError, CheckpointException) as e:

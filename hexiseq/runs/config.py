@@ -16,6 +16,7 @@ from typing import Any
 
 from ..costmodel import simulate
 from ..errors import HexiSeqError, PlanError, SpecError
+from ..links import ring_allreduce_s
 from ..plan import Plan
 from ..runtime.checkpoint import inspect_checkpoint
 from ..runtime.emulation import Emulation
@@ -184,6 +185,8 @@ def predict(plan: Plan, cfg, name: str, global_batch: int, recompute: str, fsdp:
     judge of a plan). `step_time_s` None, with the reason, when the plan names no usable cluster."""
     if not plan.cluster:
         return {"step_time_s": None, "cluster": None, "note": "the plan names no cluster: no prediction"}
+    if plan.num_replicas > 1:
+        return predict_replicas(plan, cfg, name, global_batch, recompute)
     try:
         cluster = load_cluster(plan.cluster)
         wl = Workload(plan.seq_len, global_batch, recompute, "zero3" if fsdp else "replicated", plan.block_size)
@@ -198,6 +201,59 @@ def predict(plan: Plan, cfg, name: str, global_batch: int, recompute: str, fsdp:
         "critical_rank": sim.critical_rank,
         "note": f"simulated iteration of this plan on {cluster.name} ({gpus})",
     }
+
+
+def predict_replicas(plan: Plan, cfg, name: str, global_batch: int, recompute: str) -> dict[str, Any]:
+    """A joint plan: each replica simulated on its own over its sequences (its one-replica plan), the
+    step the slowest replica's. The cross-replica gradient reduction and the sharding's gathers are not
+    in it (a joint step's cost model would add them)."""
+    try:
+        cluster = load_cluster(plan.cluster)
+        spec = model_spec(cfg, name)
+        sharding = "replicated" if str(plan.sharding.stage) == "replicated" else "zero3"
+        parts = []
+        for i, n in enumerate(plan.sequences_of(global_batch)):
+            part = plan.replica(i)
+            sim = simulate(part, cluster, spec, Workload(plan.seq_len, n, recompute, sharding, plan.block_size))
+            parts.append({"replica": i, "sequences": n, "step_time_s": float(sim.iteration_time_s)})
+    except HexiSeqError as e:
+        return {"step_time_s": None, "cluster": plan.cluster, "note": f"no prediction: {e}"}
+    gpus = ", ".join(f"{n}x {t}" for t, n in cluster.gpu_types.items())
+    # the gradients summed over the world once per step, a ring over its slowest link (bf16 bytes, as the
+    # cost model and the emulation count them)
+    ranks = plan.rank_devices
+    bw = min(cluster.bandwidth_gbps(a, b) for a in ranks for b in ranks if a != b) * 1e9
+    lat = max(cluster.latency_s(a, b) for a in ranks for b in ranks if a != b)
+    reduce_s = ring_allreduce_s(2.0 * spec.param_count, plan.world_size, bw, lat)
+    slowest = max(p["step_time_s"] for p in parts)
+    return {
+        "step_time_s": slowest + reduce_s,
+        "cluster": cluster.name,
+        "gpus": gpus,
+        "replicas": parts,
+        "reduce_s": reduce_s,
+        "note": f"each of the {len(parts)} replicas simulated over its own sequences on {cluster.name} ({gpus}); "
+        "the step is the slowest replica's plus one ring all-reduce of the gradients over the world",
+    }
+
+
+def refuse_zero1(plan: Plan) -> None:
+    """A run checkpoints through DCP, which cannot save ZeroRedundancyOptimizer's sharded states."""
+    if str(plan.sharding.stage) == "zero1":
+        raise PlanError(
+            f"plan {plan.name!r} shards optimizer states by ZeRO-1: hexiseq run cannot checkpoint "
+            "ZeroRedundancyOptimizer through DCP yet; plan zero2 (states and gradients sharded)"
+        )
+
+
+def joint_global_batch(plan: Plan, asked: int) -> int:
+    """The global batch of a run of `plan`: a joint plan's replicas fix it (the default 1 takes theirs)."""
+    if plan.num_replicas == 1:
+        return asked
+    total = sum(r.sequences for r in plan.replicas)
+    if asked not in (1, total):
+        plan.sequences_of(asked)  # raises, naming both
+    return total
 
 
 def scale_to_run_length(plan: Plan, seq_len: int | None = None) -> tuple[Plan, list[str]]:
@@ -238,6 +294,15 @@ def resolve(plan: Plan, settings: RunSettings, workdir: Path) -> RunConfig:
             f"the data's sequences have {spec.seq_len:,} tokens but the plan holds {plan.seq_len:,}: "
             f"give --seq-len {spec.seq_len} or more (rounded up to the plan's alignment)"
         )
+    global_batch = joint_global_batch(plan, train.global_batch)
+    if plan.num_replicas > 1:
+        shares = " + ".join(str(r.sequences) for r in plan.replicas)
+        notes.append(
+            f"replicas: {plan.num_replicas}, sequences per step {shares} (replica i reads the next share of the "
+            f"step's samples, in order), sharding {plan.sharding.describe()}"
+        )
+    if plan.num_replicas > 1:
+        refuse_zero1(plan)
     cfg, name, model_notes = resolve_model(plan, model.name, model.init_from, spec.vocab)
     notes = model_notes + notes
     if spec.kind != "synthetic":
@@ -254,14 +319,14 @@ def resolve(plan: Plan, settings: RunSettings, workdir: Path) -> RunConfig:
     parallel = ParallelOptions(fsdp=par.fsdp, activation_checkpointing=policy, loss_chunk=par.loss_chunk)
     predicted = settings.prediction
     if predicted is None:
-        predicted = predict(plan, cfg, name, train.global_batch, policy, par.fsdp)
+        predicted = predict(plan, cfg, name, global_batch, policy, par.fsdp)
     return RunConfig(
         plan=plan,
         model=cfg,
         model_name=name,
         data=spec,
         steps=train.steps,
-        global_batch=train.global_batch,
+        global_batch=global_batch,
         seed=train.seed,
         dtype=model.dtype,
         train=train_cfg,
@@ -306,6 +371,9 @@ def for_resume(
                 f"{plan.name!r} has {plan.num_heads} / {plan.num_kv_heads}"
             )
         plan.check()
+        if plan.num_replicas > 1:
+            plan.sequences_of(cfg.global_batch)  # the run's global batch stays: the replicas must share it
+            refuse_zero1(plan)
         notes.append(
             f"plan: resuming under {plan.name!r} ({plan.world_size} ranks, {plan.num_groups} groups), was "
             f"{old.name!r} ({old.world_size} ranks, {old.num_groups} groups); the checkpoint is resharded"

@@ -23,12 +23,17 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ..errors import PlanError
+from ..plan import Plan
 from ..runtime import emulation
 from ..runtime.checkpoint import load_hf_checkpoint
 from ..runtime.groups import build_context
 from ..runtime.model import Llama, shift_labels
 from ..runtime.parallel import PlanParallel, Shard
+from ..runtime.replicas import ReplicaLayout, build_joint_context
+from ..runtime.sharding import JointParallel, joint_train_step, param_groups, train_hyper
 from ..runtime.train import check_world, compute_device, lr_at, make_optimizer, make_tokens, train_step
+from ..specs import load_cluster
 from . import checkpoint as ckpt
 from .config import WARMUP_EXCLUDED, RunConfig
 from .data import PackedStream, Sampler, open_dataset
@@ -117,7 +122,11 @@ def run_worker(
     plan = cfg.plan
     check_world(plan, strict=cfg.strict_gpus)
     train = cfg.train
-    ctx = build_context(plan, rank, timeout_s=train.timeout_s)
+    joint = replica_layout(plan, cfg.global_batch) if plan.num_replicas > 1 else None
+    if joint is not None:
+        jctx = build_joint_context(joint, rank, timeout_s=train.timeout_s)
+    else:
+        ctx = build_context(plan, rank, timeout_s=train.timeout_s)
     if job.placement is not None and torch.cuda.is_available():
         torch.cuda.set_device(job.placement["cuda_index"])
         device = torch.device("cuda", job.placement["cuda_index"])
@@ -131,8 +140,12 @@ def run_worker(
         model = load_hf_checkpoint(cfg.init_from, device=device, dtype=dtype)
     else:
         model = Llama(cfg.model).init_weights(cfg.seed).to(device, dtype)
-    runner = PlanParallel(model, ctx, cfg.options)
-    opt = make_optimizer(runner.model, train)
+    if joint is not None:
+        runner: Any = JointParallel(model, jctx, cfg.options, train.timeout_s)
+        opt = runner.strategy.make_optimizer(model, param_groups(model, train), **train_hyper(train))
+    else:
+        runner = PlanParallel(model, ctx, cfg.options)
+        opt = make_optimizer(runner.model, train)
     start = 0
     if job.resume is not None:
         if lead:
@@ -157,6 +170,8 @@ def run_worker(
     records: list[dict[str, Any]] = []
     stopped, step = False, start
     B, S = cfg.global_batch, plan.seq_len
+    # the step's sequences are samples step*B .. step*B + B-1 whatever the plan; a replica reads its share
+    first, share = (joint.first_sequence(jctx.replica), jctx.sequences) if joint is not None else (0, B)
     pacer = emulation.Pacer(cfg.emulation, rank) if cfg.emulation is not None else None
     if lead:
         run.set_status("training", step=start, steps=cfg.steps)
@@ -164,16 +179,24 @@ def run_worker(
     for step in range(start, cfg.steps):
         t0 = time.perf_counter()
         batch = []
-        for m in range(B):
+        for m in range(first, first + share):
             tok, lab = data.read(sampler(step * B + m), positions)
             batch.append(Shard(torch.from_numpy(tok).to(device), pos_t, torch.from_numpy(lab).to(device)))
         data_s = time.perf_counter() - t0
         lr = lr_at(train, step, cfg.steps)
         with emulation.activate(None, rank, pacer):  # off without an emulation
-            stats = train_step(runner, opt, batch, train, step, lr=lr, tokens=B * S)
-        # outside the timed step: peak memory of every rank and whether any was asked to stop
+            if joint is not None:
+                stats = joint_train_step(runner, opt, batch, train.grad_clip, lr, B * S, S * share, step)
+            else:
+                stats = train_step(runner, opt, batch, train, step, lr=lr, tokens=B * S)
+        # outside the timed step: peak memory of every rank, whether any was asked to stop, its timing
         mine = torch.tensor(
-            [peak_memory_mb(device), float(_STOP["asked"] or (lead and stop_file.exists()))],
+            [
+                peak_memory_mb(device),
+                float(_STOP["asked"] or (lead and stop_file.exists())),
+                stats.seconds,
+                getattr(stats, "compute_s", stats.seconds),
+            ],
             dtype=torch.float64,
             device=device,
         )
@@ -194,6 +217,8 @@ def run_worker(
             "warmup": step - start < WARMUP_EXCLUDED,
             "time": time.time(),
         }
+        if joint is not None:
+            record["replicas"] = replica_records(joint, [(float(t[2]), float(t[3])) for t in every], S)
         done = step + 1
         save = done == cfg.steps or stopped or (cfg.record.checkpoint_every and done % cfg.record.checkpoint_every == 0)
         if save:
@@ -209,7 +234,8 @@ def run_worker(
                     "next_lr": lr_at(train, done, cfg.steps),
                 },
             }
-            ckpt.save(run.checkpoints, done, runner.model, opt, trainer, keep=cfg.record.keep_checkpoints)
+            writes = joint is None or runner.strategy.writes_checkpoint
+            ckpt.save(run.checkpoints, done, runner.model, opt, trainer, cfg.record.keep_checkpoints, writes)
             record["checkpoint_s"] = time.perf_counter() - t1
         if lead:
             run.append_metrics(record)
@@ -232,6 +258,64 @@ def run_worker(
             pacing=paced if pacer is not None else None,
         )
     return {"rank": rank, "steps": records, "stopped": stopped}
+
+
+def replica_layout(plan: Plan, global_batch: int) -> ReplicaLayout:
+    """The replicas of a joint plan as the runtime runs them (the node of every rank from the plan's
+    cluster when its sharding stays inside nodes)."""
+    nodes: tuple[int, ...] = ()
+    if str(plan.sharding.scope) == "node" and str(plan.sharding.stage) != "replicated":
+        if not plan.cluster:
+            raise PlanError(f"plan {plan.name!r} shards inside each node but names no cluster (its nodes)")
+        cluster = load_cluster(plan.cluster)
+        nodes = tuple(cluster.devices[d].node for d in plan.rank_devices)
+    return ReplicaLayout.from_plan(plan, global_batch, nodes)
+
+
+def replica_records(layout: ReplicaLayout, timings: list[tuple[float, float]], seq_len: int) -> list[dict[str, Any]]:
+    """Per replica (from its first rank's (step seconds, compute seconds)): its sequences, step time,
+    compute time, tokens/s of its compute, and its waiting for the slowest replica (0: the straggler)."""
+    compute = [timings[layout.starts[i]][1] for i in range(layout.num_replicas)]
+    slowest = max(compute)
+    return [
+        {
+            "replica": i,
+            "sequences": layout.sequences[i],
+            "ranks": layout.plans[i].world_size,
+            "step_time_s": timings[layout.starts[i]][0],
+            "compute_s": compute[i],
+            "tokens_per_s": layout.sequences[i] * seq_len / compute[i] if compute[i] > 0 else None,
+            "waiting_s": slowest - compute[i],
+        }
+        for i in range(layout.num_replicas)
+    ]
+
+
+def replica_summary(records: list[dict[str, Any]], predicted: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """Per replica of a joint plan: predicted vs measured (medians after each session's warm-up) step
+    time of its own micro-steps, its tokens/s and its waiting; None for a one-replica run."""
+    steady = [r for r in records if r.get("replicas") and not r.get("warmup")] or [
+        r for r in records if r.get("replicas")
+    ]
+    if not steady:
+        return None
+    guesses = {p["replica"]: p["step_time_s"] for p in predicted.get("replicas", [])}
+    out = []
+    for i, first in enumerate(steady[-1]["replicas"]):
+        mine = [r["replicas"][i] for r in steady if len(r["replicas"]) > i]
+        out.append(
+            {
+                "replica": i,
+                "sequences": first["sequences"],
+                "ranks": first["ranks"],
+                "predicted_compute_s": guesses.get(i),
+                "measured_compute_s": statistics.median(x["compute_s"] for x in mine),
+                "measured_step_time_s": statistics.median(x["step_time_s"] for x in mine),
+                "measured_tokens_per_s": statistics.median(x["tokens_per_s"] or 0.0 for x in mine),
+                "measured_waiting_s": statistics.median(x["waiting_s"] for x in mine),
+            }
+        )
+    return out
 
 
 def measured_step_time(records: list[dict[str, Any]]) -> tuple[float | None, int]:
@@ -341,6 +425,7 @@ def write_summary(
         + (f", emulating {cfg.emulation.source}" if cfg.emulation is not None else ""),
         "emulated": cfg.emulation is not None,
         "emulation": _emulation_record(cfg, pacing),
+        "replicas": replica_summary(records, cfg.predicted),
         "dtype": cfg.dtype if backend == "gloo" else "bf16 autocast",
         "environment": environment(env),
         "finished_at": time.time(),

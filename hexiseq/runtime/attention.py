@@ -35,7 +35,7 @@ def _rows(t: Tensor, rows: tuple[tuple[int, int], ...]) -> Tensor:
 def _post_fetch(ctx: RankContext, rd: Round, k: Tensor, v: Tensor) -> P2PBatch:
     """Post round `rd`'s K/V messages: send my owned heads to the next groups, receive from the
     previous ones. One flat message per transfer: K rows then V rows (sizes from the plan)."""
-    batch, k0, tag = P2PBatch(), ctx.layout.kv_head_range[0], 2 * rd.index
+    batch, k0, tag = P2PBatch(ctx.rank_offset), ctx.layout.kv_head_range[0], 2 * rd.index
     for t in rd.send:
         batch.send(torch.cat([_rows(_heads(x, k0, t.kv_heads), t.rows).reshape(-1) for x in (k, v)]), t.dst, tag)
     for t in rd.recv:
@@ -120,7 +120,7 @@ def _post_grads(
 ) -> P2PBatch:
     """Send the dK/dV of the blocks I received in round `rd` back to their owners (in the accumulation
     dtype, so the owner sums k-1 contributions without bf16 rounding); receive those of the K/V I sent."""
-    batch, k0, tag = P2PBatch(), ctx.layout.kv_head_range[0], 2 * rd.index + 1
+    batch, k0, tag = P2PBatch(ctx.rank_offset), ctx.layout.kv_head_range[0], 2 * rd.index + 1
     for t in rd.recv:
         batch.send(
             torch.cat([_heads(dk, k0, t.kv_heads).reshape(-1), _heads(dv, k0, t.kv_heads).reshape(-1)]), t.src, tag

@@ -106,19 +106,23 @@ class P2PBatch:
     emulation with emulated links (runtime/emulation.py) messages over those links carry their post
     time and `wait()` holds until the emulated link would have delivered them."""
 
-    def __init__(self) -> None:
+    def __init__(self, rank_offset: int = 0) -> None:
+        # peers are named in the plan's numbering; `rank_offset` maps them to the world's (a replica's
+        # ranks start at its first global rank)
+        self.offset = rank_offset
         self.ops: list[dist.P2POp] = []
         self.recv_bufs: list[Tensor] = []
         self.works: list[Any] = []
         self.links = emulation.p2p_links()
 
     def send(self, t: Tensor, peer: int, tag: int) -> None:
-        t = t.contiguous()
+        t, peer = t.contiguous(), peer + self.offset
         if self.links is not None:
             t = self.links.send(t, peer)
         self.ops.append(dist.P2POp(dist.isend, t, peer, tag=tag))
 
     def recv(self, t: Tensor, peer: int, tag: int) -> Tensor:
+        peer += self.offset
         buf = self.links.recv(t, peer) if self.links is not None else t
         self.ops.append(dist.P2POp(dist.irecv, buf, peer, tag=tag))
         if buf is not t:

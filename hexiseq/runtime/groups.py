@@ -46,6 +46,7 @@ class RankContext:
     kv_index: tuple[int, ...]  # local KV head of each local query head
     gqa_aligned: bool  # query heads map onto whole KV heads (no expansion needed)
     hp_group: Any = field(default=None, repr=False)  # ProcessGroup of the HP group (None if size 1)
+    rank_offset: int = 0  # global rank of the plan's rank 0 (a data-parallel replica's first rank)
 
     @property
     def world_size(self) -> int:

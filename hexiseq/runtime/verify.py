@@ -106,6 +106,8 @@ def verify_plan(
     plan = setup.plan
     backend = local_backend(plan.world_size)
     dtype = "bf16" if backend == "nccl" else "fp32"
+    if plan.num_replicas > 1:
+        return _verify_joint(setup, seed, timeout_s, tolerance, time_limit_s, backend, dtype)
     job = StepJob(
         plan=plan.to_dict(), model=setup.model, steps=1, seed=seed, collect=True, train=TrainConfig(timeout_s=timeout_s)
     )
@@ -143,6 +145,61 @@ def verify_plan(
         "passed": all(v <= tol for v in errs.values()),
         "seconds_dist": round(seconds, 3),
     }
+
+
+def _verify_joint(
+    setup: CheckSetup,
+    seed: int,
+    timeout_s: float,
+    tolerance: float | None,
+    time_limit_s: float | None,
+    backend: str,
+    dtype: str,
+) -> dict[str, Any]:
+    """A joint plan: one step of its replicas over their shares of a synthetic global batch (padded
+    sequences, ignored labels) against one device over the whole batch: the loss and every gradient."""
+    from .launch import spawn_world
+    from .replicas import ReplicaLayout
+    from .sharding import JointJob, joint_reference, joint_worker
+    from .train import TrainConfig, unpack
+
+    plan = setup.plan
+    layout = ReplicaLayout.from_plan(plan, sum(r.sequences for r in plan.replicas))
+    job = JointJob(layout.to_dict(), setup.model, steps=1, seed=seed, collect=True,
+                   train=TrainConfig(timeout_s=timeout_s))  # fmt: skip
+    t0 = time.perf_counter()
+    ranks = unpack(
+        spawn_world(
+            joint_worker, plan.world_size, [job], timeout_s=time_limit_s, pg_timeout_s=timeout_s, backend=backend
+        )  # fmt: skip
+    )
+    seconds = time.perf_counter() - t0
+    ranks = [r[0] for r in ranks]
+    ref = joint_reference(job)
+    grad_errs = {n: max(rel_err(r["grads"][n], g) for r in ranks) for n, g in ref["grads"].items()}
+    worst = max(grad_errs, key=grad_errs.__getitem__)
+    loss_ref, loss_dist = ref["steps"][0]["loss"], ranks[0]["steps"][0]["loss"]
+    errs = {"rel_err_loss": abs(loss_dist - loss_ref) / abs(loss_ref), "max_rel_err_grad": grad_errs[worst]}
+    tol = tolerance if tolerance is not None else TOLERANCE[dtype]
+    shares = " + ".join(str(n) for n in layout.sequences)
+    return {
+        "plan": plan.name,
+        "model": setup.model_name,
+        "nproc": plan.world_size,
+        "seq_len": plan.seq_len,
+        "dtype": dtype,
+        "backend": backend,
+        "notes": [*setup.notes, f"replicas: {layout.num_replicas}, sequences per step {shares}, sharding "
+                  f"{layout.stage} ({layout.scope}); compared with one device over all {layout.global_batch}"],
+        "loss_ref": loss_ref,
+        "loss_dist": loss_dist,
+        **errs,
+        "max_rel_err_out": None,
+        "worst_grad": worst,
+        "tolerance": tol,
+        "passed": all(v <= tol for v in errs.values()),
+        "seconds_dist": round(seconds, 3),
+    }  # fmt: skip
 
 
 def check_nproc(plan: Plan, nproc: int | None) -> None:

@@ -1,0 +1,383 @@
+"""Sharding strategies of data-parallel replicas, on torch's own parts, and the joint training step.
+
+The update is the one of one process stepping over the whole global batch: every rank divides its
+loss sum by the labelled positions of the whole global batch (all replicas, padding and ignored
+labels excluded), so the gradients summed over all ranks are those of the global mean, however
+unevenly the sequences and tokens are shared; clipping then uses the global norm.
+
+Strategies (`ReplicaLayout.stage` over `ReplicaLayout.shard_sets()`):
+- replicated: full parameters and AdamW everywhere; gradients summed by a flat all-reduce over
+  the world (in buckets).
+- zero1: the same gradients, the optimizer states sharded inside each shard set
+  (`torch.distributed.optim.ZeroRedundancyOptimizer`, which broadcasts the updated parameters).
+- zero2 / zero3: FSDP2 `fully_shard` on each block and the root, `reshard_after_forward` False /
+  True; zero2 also keeps the parameters gathered through the step's micro-steps
+  (`set_reshard_after_backward(False)` until the last one), so it gathers once per step.
+  One shard set: FSDP over the world. Equal sets: HSDP on a 2-D DeviceMesh (replicate x shard) —
+  FSDP reduce-scatters inside a set and all-reduces across sets, shard position by shard position.
+  Unequal sets: FSDP inside each set (a 1-D mesh from the set's group), then a flat all-reduce
+  over the world, each rank placing its shard at its offset (shard positions do not line up).
+  FSDP's collectives run on every micro-step over the set, so every rank of a set runs as many
+  micro-steps as the set's busiest replica: a replica with fewer sequences runs empty ones (no
+  tokens, no attention traffic, zero gradient) — the waiting of an uneven share under ZeRO-2/3.
+
+On CPU/gloo (torch 2.13) every part used here works: `fully_shard` on 1-D and 2-D meshes,
+`DeviceMesh.from_group`, `set_reshard_after_backward`, `ZeroRedundancyOptimizer`. What gloo lacks is
+PREMUL_SUM (FSDP's divide factors), so the backward loss is scaled by the mesh size instead (FSDP
+averages, the update needs the sum) and the logged loss is the unscaled one.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from . import emulation
+from .model import IGNORE_INDEX, Llama, LlamaConfig, shift_labels
+from .parallel import ParallelOptions, PlanParallel, Shard, SingleDevice
+from .replicas import JointContext, ReplicaLayout, build_joint_context
+from .train import TrainConfig, _full, compute_device, make_optimizer, portable, train_step
+
+_BUCKET_ELEMS = 32 * 2**20  # flat reductions in buckets of this many elements (bounded extra memory)
+
+
+def flat_all_reduce(tensors: Sequence[Tensor], group: Any = None) -> None:
+    """Sum each tensor in place over `group` (default: the world), one flat all-reduce per bucket."""
+    buckets: list[list[Tensor]] = []
+    current: list[Tensor] = []
+    size = 0
+    for t in tensors:
+        if current and (t.dtype != current[0].dtype or size + t.numel() > _BUCKET_ELEMS):
+            buckets.append(current)
+            current, size = [], 0
+        current.append(t)
+        size += t.numel()
+    if current:
+        buckets.append(current)
+    ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
+    for bucket in buckets:
+        flat = torch.cat([t.reshape(-1) for t in bucket])
+        dist.all_reduce(flat, group=group)
+        emulation.after_collective("all_reduce", ranks, elems=flat.numel())  # off: nothing
+        offset = 0
+        for t in bucket:
+            t.copy_(flat[offset : offset + t.numel()].view_as(t))
+            offset += t.numel()
+
+
+def _shard_offset(rows: int, parts: int, index: int) -> int:
+    """First dim-0 row of shard `index` of `rows` split `parts` ways as FSDP2 splits (torch.chunk)."""
+    return min(index * math.ceil(rows / parts), rows) if rows else 0
+
+
+class Strategy:
+    """How the replicas' parameters, gradients and optimizer states are held and reduced (module doc)."""
+
+    def __init__(self, joint: JointContext, timeout_s: float = 300.0) -> None:
+        self.joint, self.layout = joint, joint.layout
+        self.stage = self.layout.stage
+        self.sets = self.layout.shard_sets()
+        self.fsdp = self.stage in ("zero2", "zero3")
+        self.mesh: Any = None
+        self.set_group: Any = None  # the process group of this rank's shard set (None: the world)
+        self.loss_scale = 1.0  # backward factor: FSDP averages over its mesh, the update needs the sum
+        self.flat_after_fsdp = False
+        timeout = timedelta(seconds=timeout_s)
+        mine = next(s for s in self.sets if joint.rank in s)
+        equal = len({len(s) for s in self.sets}) == 1
+        if self.fsdp and len(self.sets) > 1 and equal:
+            from torch.distributed.device_mesh import DeviceMesh
+
+            device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+            self.mesh = DeviceMesh(device, torch.tensor(self.sets), mesh_dim_names=("replicate", "shard"))
+            self.loss_scale = float(self.layout.world_size)
+            return
+        if len(self.sets) > 1:  # every rank creates every set's group, in the same order
+            for s in self.sets:
+                pg = dist.new_group(list(s), timeout=timeout)
+                if s is mine:
+                    self.set_group = pg
+        if self.fsdp:
+            from torch.distributed.device_mesh import DeviceMesh
+
+            device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+            self.mesh = DeviceMesh.from_group(self.set_group or dist.group.WORLD, device)
+            self.loss_scale = float(len(mine))
+            self.flat_after_fsdp = len(self.sets) > 1
+        self.set_index = mine.index(joint.rank)
+        self.set_size = len(mine)
+
+    @property
+    def writes_checkpoint(self) -> bool:
+        """Does this rank write its states into a checkpoint? Not in a later set of unequal shard sets:
+        the first set holds the same values, cut differently (DCP refuses overlapping chunks)."""
+        return not self.flat_after_fsdp or self.joint.rank in self.sets[0]
+
+    # ------------------------------------------------------------------ set-up
+    def wrap(self, model: torch.nn.Module) -> None:
+        """FSDP2 on each block, then the root (zero2/zero3); nothing otherwise."""
+        if not self.fsdp:
+            return
+        from torch.distributed.fsdp import fully_shard
+
+        reshard = self.stage == "zero3"
+        for layer in model.layers:
+            fully_shard(layer, mesh=self.mesh, reshard_after_forward=reshard)
+        fully_shard(model, mesh=self.mesh, reshard_after_forward=reshard)
+
+    def make_optimizer(self, model: torch.nn.Module, groups: list[dict[str, Any]], **hyper: Any) -> Any:
+        """AdamW over `groups`; under zero1 its states sharded inside the shard set."""
+        if self.stage != "zero1":
+            return torch.optim.AdamW(groups, **hyper)
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        return ZeroRedundancyOptimizer(groups, optimizer_class=torch.optim.AdamW, process_group=self.set_group, **hyper)
+
+    def micro_steps(self) -> int:
+        """Micro-steps this rank runs per step: its replica's sequences, or under FSDP the most of any
+        replica sharing its shard set (the others run empty ones)."""
+        if not self.fsdp:
+            return self.joint.sequences
+        mine = next(s for s in self.sets if self.joint.rank in s)
+        replicas = {self.layout.replica_of(r) for r in mine}
+        return max(self.layout.sequences[i] for i in replicas)
+
+    # ------------------------------------------------------------------ per step
+    def before_micro(self, model: torch.nn.Module, i: int, n: int) -> None:
+        """FSDP: reduce gradients on the last micro-step only; zero2 keeps parameters gathered until then."""
+        if self.fsdp:
+            last = i == n - 1
+            model.set_requires_gradient_sync(last)
+            if self.stage == "zero2":
+                model.set_reshard_after_backward(last)
+
+    @torch.no_grad()
+    def reduce(self, model: torch.nn.Module) -> None:
+        """After the last micro-step: every gradient the sum over all ranks."""
+        params = [p for p in model.parameters() if p.requires_grad]
+        for p in params:
+            if p.grad is None:  # e.g. a rank without tokens: it still contributes zeros
+                p.grad = torch.zeros_like(p)
+        if not self.fsdp:
+            flat_all_reduce([p.grad for p in params])
+        elif self.flat_after_fsdp:
+            self._sum_shards_across_sets(params)
+
+    def _sum_shards_across_sets(self, params: list[torch.nn.Parameter]) -> None:
+        """Unequal shard sets: each rank's shard, at its offset in a zero full-size buffer, summed over
+        the world; each set's shards tile the tensor once, so the sum is Σ over sets."""
+        fulls, locals_ = [], []
+        for p in params:
+            local = p.grad.to_local()
+            full = local.new_zeros(p.shape)
+            start = _shard_offset(p.shape[0], self.set_size, self.set_index)
+            full[start : start + local.shape[0]] = local
+            fulls.append(full)
+            locals_.append((local, start))
+        flat_all_reduce(fulls)
+        for (local, start), full in zip(locals_, fulls):
+            local.copy_(full[start : start + local.shape[0]])
+
+
+class JointParallel(PlanParallel):
+    """The model run as one replica of a joint plan on this rank (the world spans every replica).
+    Attention runs inside the replica; the loss count, logged sums and gradients span the world."""
+
+    def __init__(self, model: Llama, joint: JointContext, options: ParallelOptions, timeout_s: float = 300.0) -> None:
+        # the plan's sharding replaces the one-replica `fsdp` option (the strategy wraps the model below)
+        super().__init__(model, joint.ctx, replace(options, fsdp=False))
+        self.joint = joint
+        self.idle = False
+        self.strategy = Strategy(joint, timeout_s)
+        self._attend = self._plan_attention()
+        model.set_attention(self._attention)
+        self.strategy.wrap(model)
+
+    def _plan_attention(self) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+        from .attention import plan_attention
+
+        ctx = self.ctx
+        return lambda q, k, v: plan_attention(q, k, v, ctx)
+
+    def _attention(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        if self.idle:  # an empty micro-step: no tokens, no traffic
+            return q.new_zeros(q.shape[0], q.shape[1], v.shape[2])
+        return self._attend(q, k, v)
+
+    def empty_shard(self, device: torch.device) -> Shard:
+        """The input of an empty micro-step (FSDP's collectives still run)."""
+        none = torch.zeros(0, dtype=torch.long, device=device)
+        return Shard(none, none.clone(), none.clone())
+
+    def sync_gradients(self) -> None:
+        self.strategy.reduce(self.model)
+
+
+@dataclass
+class JointStepStats:
+    """One step of one rank: the global loss and norm, and this replica's own timing."""
+
+    step: int
+    loss: float
+    grad_norm: float
+    tokens: int  # tokens the whole world processed
+    replica_tokens: int  # tokens this rank's replica processed
+    seconds: float  # the whole step
+    compute_s: float  # up to the end of its last micro-step (the rest: waiting + the reduction)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else float("inf")
+
+
+def joint_train_step(
+    runner: JointParallel,
+    optimizer: Any,
+    batch: Sequence[Shard],
+    max_norm: float | None,
+    lr: float | None = None,
+    tokens: int = 0,
+    replica_tokens: int = 0,
+    step: int = 0,
+    grads_hook: Callable[[torch.nn.Module], None] | None = None,
+) -> JointStepStats:
+    """One optimizer step of this rank over its replica's shards (one per sequence of its share):
+    the update of one process over the whole global batch (module doc)."""
+    model, strategy = runner.model, runner.strategy
+    device = batch[0].tokens.device if batch else torch.device("cpu")
+    t0 = time.perf_counter()
+    if lr is not None:
+        for g in optimizer.param_groups:
+            g["lr"] = lr
+    optimizer.zero_grad(set_to_none=True)
+    count = runner.label_count(list(batch))
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    n = strategy.micro_steps()
+    for i in range(n):
+        strategy.before_micro(model, i, n)
+        runner.idle = i >= len(batch)
+        shard = batch[i] if i < len(batch) else runner.empty_shard(device)
+        loss = runner.shard_loss(shard, count)
+        (loss * strategy.loss_scale if strategy.loss_scale != 1.0 else loss).backward()
+        total += loss.detach().double()
+    runner.idle = False
+    compute_s = time.perf_counter() - t0
+    runner.sync_gradients()
+    value = float(runner.global_sum(total))
+    if grads_hook is not None:
+        grads_hook(model)
+    params = [p for p in model.parameters() if p.grad is not None]
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm is not None else float("inf"))
+    optimizer.step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+    return JointStepStats(step, value, norm, tokens, replica_tokens, time.perf_counter() - t0, compute_s)
+
+
+# ------------------------------------------------------------------------- spawned ranks
+
+
+@dataclass(frozen=True)
+class JointJob:
+    """Everything a rank needs to train the replicas on synthetic data (picklable)."""
+
+    layout: dict[str, Any]  # ReplicaLayout.to_dict()
+    model: LlamaConfig
+    steps: int = 1
+    seed: int = 0
+    train: TrainConfig = field(default_factory=TrainConfig)
+    options: ParallelOptions = field(default_factory=ParallelOptions)
+    collect: bool = False  # return first-step gradients and final weights (tests)
+    dtype: str = "float32"
+
+
+def synthetic_sequence(cfg: LlamaConfig, seq_len: int, index: int, seed: int) -> tuple[Tensor, Tensor]:
+    """Sequence `index` of a synthetic run: seeded tokens, a padded tail (pad id 0, labels ignored) of a
+    length that varies with the index, and a few ignored labels inside — uneven token counts."""
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + index)
+    tokens = torch.randint(1, cfg.vocab, (seq_len,), generator=gen)
+    pad = (index * 7) % max(1, seq_len // 3)
+    if pad:
+        tokens[seq_len - pad :] = 0
+    labels = shift_labels(tokens)
+    if pad:
+        labels[seq_len - pad - 1 :] = IGNORE_INDEX
+    labels[torch.randint(0, seq_len, (index % 3,), generator=gen)] = IGNORE_INDEX
+    return tokens, labels
+
+
+def joint_worker(rank: int, world_size: int, jobs: list[JointJob]) -> list[dict[str, Any]]:
+    """Body of one spawned rank: each job's replicas trained `steps` steps (several jobs per world)."""
+    return [_joint_job(rank, job) for job in jobs]
+
+
+def _joint_job(rank: int, job: JointJob) -> dict[str, Any]:
+    layout = ReplicaLayout.from_dict(job.layout)
+    joint = build_joint_context(layout, rank, timeout_s=job.train.timeout_s)
+    device = compute_device(rank)
+    model = Llama(job.model).init_weights(job.seed).to(device, getattr(torch, job.dtype))
+    runner = JointParallel(model, joint, job.options, job.train.timeout_s)
+    opt = runner.strategy.make_optimizer(model, param_groups(model, job.train), **train_hyper(job.train))
+    grads: dict[str, Tensor] = {}
+
+    def keep(m: torch.nn.Module) -> None:
+        if not grads:
+            grads.update({n: _full(p.grad) for n, p in m.named_parameters()})
+
+    first, seq_len = layout.first_sequence(joint.replica), layout.plans[0].seq_len
+    steps = []
+    for k in range(job.steps):
+        data = [synthetic_sequence(job.model, seq_len, k * layout.global_batch + first + j, job.seed)
+                for j in range(joint.sequences)]  # fmt: skip
+        batch = [runner.shard(t.to(device), y.to(device)) for t, y in data]
+        s = joint_train_step(runner, opt, batch, job.train.grad_clip, job.train.lr, seq_len * layout.global_batch,
+                             seq_len * joint.sequences, k, keep if job.collect else None)  # fmt: skip
+        steps.append(asdict(s))
+    out: dict[str, Any] = {"rank": rank, "replica": joint.replica, "steps": steps}
+    if job.collect:
+        out["grads"] = grads
+        out["params"] = {n: _full(p.detach()) for n, p in model.named_parameters()}
+    return portable(out)
+
+
+def joint_reference(job: JointJob) -> dict[str, Any]:
+    """The same steps on one process: every sequence of the global batch, whole, dense attention."""
+    layout = ReplicaLayout.from_dict(job.layout)
+    model = Llama(job.model).init_weights(job.seed).to("cpu", getattr(torch, job.dtype))
+    runner = SingleDevice(model, job.options.loss_chunk, job.options.activation_checkpointing)
+    opt = make_optimizer(model, job.train)
+    grads: dict[str, Tensor] = {}
+
+    def keep(m: torch.nn.Module) -> None:
+        if not grads:
+            grads.update({n: _full(p.grad) for n, p in m.named_parameters()})
+
+    steps, seq_len = [], layout.plans[0].seq_len
+    for k in range(job.steps):
+        data = [synthetic_sequence(job.model, seq_len, k * layout.global_batch + j, job.seed)
+                for j in range(layout.global_batch)]  # fmt: skip
+        batch = [runner.shard(t, y) for t, y in data]
+        s = train_step(runner, opt, batch, job.train, step=k, grads_hook=keep, lr=job.train.lr)
+        steps.append(asdict(s))
+    return {"steps": steps, "grads": grads, "params": {n: p.detach().clone() for n, p in model.named_parameters()}}
+
+
+def param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict[str, Any]]:
+    """AdamW groups as `train.make_optimizer` builds them (no weight decay on 1-D gains)."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
+    return [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def train_hyper(cfg: TrainConfig) -> dict[str, Any]:
+    """AdamW's hyper-parameters of a TrainConfig."""
+    return {"lr": cfg.lr, "betas": cfg.betas, "eps": cfg.eps}
