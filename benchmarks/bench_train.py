@@ -24,9 +24,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hexiseq.plan import Group, Plan, even_split, ring_plan, symmetric_plan, ulysses_plan  # noqa: E402
-from hexiseq.runtime.launch import spawn_world  # noqa: E402
-from hexiseq.runtime.model import LlamaConfig  # noqa: E402
+from hexiseq.runtime.llama import LlamaConfig  # noqa: E402
 from hexiseq.runtime.train import StepJob, reference_job, step_worker_many  # noqa: E402
+from hexiseq.runtime.world import spawn_world  # noqa: E402
 from hexiseq.specs import get_model  # noqa: E402
 
 

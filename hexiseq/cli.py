@@ -13,7 +13,7 @@ import sys
 
 from .errors import HexiSeqError
 from .runtime.failures import kill_stopped, torchrun_line
-from .runtime.launch import WorldError, torchrun_env
+from .runtime.world import WorldError, torchrun_env
 
 # Subcommands in the order `--help` lists them. A module that is absent is skipped so that a
 # partial install still runs the others.

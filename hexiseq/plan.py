@@ -85,11 +85,13 @@ class RankLayout:
         return sum(b - a for a, b in self.token_ranges)
 
     @property
-    def num_heads(self) -> int:
+    def heads(self) -> int:
+        """η_r: the query heads this rank holds during attention (`Plan.heads[rank]`; `Plan.num_heads` is H)."""
         return self.head_range[1] - self.head_range[0]
 
     @property
-    def num_kv_heads(self) -> int:
+    def kv_heads(self) -> int:
+        """The KV heads its query heads touch."""
         return self.kv_head_range[1] - self.kv_head_range[0]
 
     def token_indices(self) -> list[int]:

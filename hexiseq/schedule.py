@@ -106,7 +106,7 @@ def exchange_table(plan: Plan, layouts: list[RankLayout] | tuple[RankLayout, ...
     gq = plan.num_heads // plan.num_kv_heads
     grp = np.array([x.group for x in lay], dtype=np.int64)
     h0 = np.array([x.head_range[0] for x in lay], dtype=np.int64)
-    eta = np.array([x.num_heads for x in lay], dtype=np.int64)
+    eta = np.array([x.heads for x in lay], dtype=np.int64)
     kv0 = np.array([x.kv_head_range[0] for x in lay], dtype=np.int64)
     kv1 = np.array([x.kv_head_range[1] for x in lay], dtype=np.int64)
     L = np.array([g.chunk_len for g in plan.groups], dtype=np.int64)

@@ -66,7 +66,7 @@ def brute_exchange(plan: Plan) -> list[Xfer]:
     out = []
     for j in range(1, k):
         for me in lay:
-            if me.num_heads == 0:
+            if me.heads == 0:
                 continue  # ranks without heads take no part
             h = (me.group - j) % k
             need = sorted({q // gq for q in range(*me.head_range)})  # KV heads my query heads touch
@@ -201,7 +201,7 @@ def attention_row_seconds(plan: Plan, cluster: ClusterSpec, head_dim: int) -> np
         row_s = (
             g.attn_block_half_keys * 4 * head_dim / (g.peak_bf16_tflops * 1e12 * g.eff_attention * stack_attention(g))
         )
-        out[me.rank] = me.num_heads * rows * row_s
+        out[me.rank] = me.heads * rows * row_s
     return out
 
 

@@ -15,7 +15,7 @@ from _numerics import BF16, FP32
 from hexiseq.errors import PlanError
 from hexiseq.plan import Group, Plan, random_plan, ring_plan, symmetric_plan, ulysses_plan
 from hexiseq.runtime import PlanAttention, build_context, derive_context, plan_attention
-from hexiseq.runtime.launch import run_world, spawn_world
+from hexiseq.runtime.world import run_world, spawn_world
 
 pytestmark = pytest.mark.numerics
 

@@ -585,8 +585,8 @@ def checkpoint(
     def make(tmp) -> None:
         from dataclasses import replace
 
-        from hexiseq.runtime.checkpoint import save_hf_checkpoint
-        from hexiseq.runtime.model import Llama, LlamaConfig
+        from hexiseq.runtime.hf_checkpoint import save_hf_checkpoint
+        from hexiseq.runtime.llama import Llama, LlamaConfig
         from hexiseq.specs import get_model
 
         cfg = replace(LlamaConfig.from_spec(get_model("tiny")), kv_heads=kv_heads)

@@ -9,13 +9,13 @@ import torch
 from _numerics import FP32, rel_err
 
 from hexiseq.errors import SpecError
-from hexiseq.runtime.checkpoint import (
+from hexiseq.runtime.hf_checkpoint import (
     config_from_hf,
     load_hf_checkpoint,
     model_spec_from_checkpoint,
     save_hf_checkpoint,
 )
-from hexiseq.runtime.model import Llama, LlamaConfig
+from hexiseq.runtime.llama import Llama, LlamaConfig
 
 transformers = pytest.importorskip("transformers")  # declared in the `dev` extra
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from hexiseq.atomic import atomic_dir, remove_stale, stale_temporaries
-from hexiseq.runtime.checkpoint import load_hf_checkpoint, save_hf_checkpoint, weight_files
-from hexiseq.runtime.model import Llama, LlamaConfig
+from hexiseq.runtime.hf_checkpoint import load_hf_checkpoint, save_hf_checkpoint, weight_files
+from hexiseq.runtime.llama import Llama, LlamaConfig
 
 # ~2.6 M parameters (10 MB in fp32): a save takes long enough for kills to land inside it
 CFG = LlamaConfig(vocab=512, hidden=256, layers=3, heads=4, kv_heads=2, ffn=512)

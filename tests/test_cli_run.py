@@ -10,8 +10,8 @@ import torch
 from hexiseq.cli import main
 from hexiseq.plan import random_plan
 from hexiseq.runs import load
-from hexiseq.runtime.checkpoint import load_hf_checkpoint
-from hexiseq.runtime.model import Llama, LlamaConfig
+from hexiseq.runtime.hf_checkpoint import load_hf_checkpoint
+from hexiseq.runtime.llama import Llama, LlamaConfig
 from hexiseq.specs import get_model
 
 
@@ -85,7 +85,7 @@ def test_run_trains_saves_and_resumes(tmp_path, capfd):
 def test_run_from_a_checkpoint_scales_a_long_plan_like_any_run(tmp_path, capfd):
     """--init-from takes the model from the checkpoint; the plan is still scaled by --seq-len / the
     default (a 16K plan would otherwise run at full length on CPU)."""
-    from hexiseq.runtime.checkpoint import save_hf_checkpoint
+    from hexiseq.runtime.hf_checkpoint import save_hf_checkpoint
 
     ckpt = tmp_path / "ckpt"
     save_hf_checkpoint(Llama(LlamaConfig.from_spec(get_model("tiny"))).init_weights(0), ckpt)

@@ -9,7 +9,7 @@ import torch
 from hexiseq.plan import Group, Plan, random_plan, ulysses_plan
 from hexiseq.runtime.comm import gather_heads, ragged_all_to_all, scatter_qkv
 from hexiseq.runtime.groups import build_context
-from hexiseq.runtime.launch import spawn_world
+from hexiseq.runtime.world import spawn_world
 
 pytestmark = pytest.mark.numerics  # exact (values encode their origin): run under both thread settings too
 

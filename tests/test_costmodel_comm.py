@@ -51,7 +51,7 @@ def test_exchange_bytes_brute_force(testbed, seed, whole):
         for j in range(1, k):
             h = (g - j) % k
             need = int((pos[h][None, :] <= pos[g][:, None]).any(axis=0).sum())
-            want = rl.num_kv_heads * need * M8.head_dim * 2 * 2
+            want = rl.kv_heads * need * M8.head_dim * 2 * 2
             assert xc["recv_bytes"][rl.rank, j] == pytest.approx(want, rel=1e-15)
     # every transfer is charged once to its receiver and once to its sender
     assert np.all(xc["recv"][:, 0] == 0) and np.all(xc["send"][:, 0] == 0)
@@ -182,11 +182,11 @@ def test_alltoall_bytes_and_times_brute_force(testbed, seed):
             if q.group != r.group or q.rank == r.rank:
                 continue
             link = bw[r.device, q.device]
-            want["in_bytes_recv"] += q.num_tokens * (r.num_heads + 2 * r.num_kv_heads) * d * 2
-            want["in_recv"] += q.num_tokens * (r.num_heads + 2 * r.num_kv_heads) * d * 2 / link
-            want["in_send"] += r.num_tokens * (q.num_heads + 2 * q.num_kv_heads) * d * 2 / link
-            want["out_send"] += q.num_tokens * r.num_heads * d * 2 / link  # r's heads' output for q's tokens
-            want["out_recv"] += r.num_tokens * q.num_heads * d * 2 / link
+            want["in_bytes_recv"] += q.num_tokens * (r.heads + 2 * r.kv_heads) * d * 2
+            want["in_recv"] += q.num_tokens * (r.heads + 2 * r.kv_heads) * d * 2 / link
+            want["in_send"] += r.num_tokens * (q.heads + 2 * q.kv_heads) * d * 2 / link
+            want["out_send"] += q.num_tokens * r.heads * d * 2 / link  # r's heads' output for q's tokens
+            want["out_recv"] += r.num_tokens * q.heads * d * 2 / link
             want["lat"] = max(want["lat"], lat[r.device, q.device])  # every member takes part, even without bytes
         for key, v in want.items():
             assert t[key][r.rank] == pytest.approx(v, rel=1e-12, abs=0), key

@@ -97,7 +97,7 @@ def reference(plan, cluster, model: ModelSpec, workload: Workload, options: Cost
         hbm = g.hbm_bandwidth_gbps * 1e9 * g.eff_hbm
         pair_s = 4 * d / at
         row_s = g.attn_block_half_keys * pair_s
-        s, eta = me.num_tokens, me.num_heads
+        s, eta = me.num_tokens, me.heads
         rerun = 1.0 if policy == "selective" else 0.0
         out["lin_pre_f"][r] = s * (pre_fl / mm + pre_by / hbm)
         out["lin_post_f"][r] = s * (post_fl / mm + post_by / hbm)
@@ -113,10 +113,10 @@ def reference(plan, cluster, model: ModelSpec, workload: Workload, options: Cost
         for q in lay:
             if comm and q.group == me.group and q.rank != r:
                 link = bw[me.device, q.device]
-                a2a["in_send"] += s * (q.num_heads + 2 * q.num_kv_heads) * d * 2 / link
-                a2a["in_recv"] += q.num_tokens * (eta + 2 * me.num_kv_heads) * d * 2 / link
+                a2a["in_send"] += s * (q.heads + 2 * q.kv_heads) * d * 2 / link
+                a2a["in_recv"] += q.num_tokens * (eta + 2 * me.kv_heads) * d * 2 / link
                 a2a["out_send"] += q.num_tokens * eta * d * 2 / link
-                a2a["out_recv"] += s * q.num_heads * d * 2 / link
+                a2a["out_recv"] += s * q.heads * d * 2 / link
                 a2a["lat"] = max(a2a["lat"], lat[me.device, q.device])
         out["a2a_in"][r] = (a2a["lat"] + a2a["in_send"], a2a["lat"] + a2a["in_recv"])
         out["a2a_out"][r] = (a2a["lat"] + a2a["out_send"], a2a["lat"] + a2a["out_recv"])

@@ -162,7 +162,7 @@ def test_attention_rows_and_waste_count_the_block_pairs(plan, tile):
             assert (rows[j], waste[j]) == _rows_and_waste(pairs, tile)
     # ... and the same block pairs are the ones in every rank's executor view
     for r, me in enumerate(plan.layout()):
-        if me.num_heads:
+        if me.heads:
             L = plan.groups[me.group].chunk_len
             for rd in rank_rounds(plan, r):
                 assert _rows_and_waste(rd.pairs, tile) == (

@@ -50,7 +50,7 @@ def by_hand(plan, cluster, model, w, options=CostOptions()) -> dict[str, np.ndar
     recv, _ = executor_bytes(plan, d)
     out = {key: np.zeros(R) for key in MEMORY_KEYS}
     for r, me in enumerate(lay):
-        s, eta, kv = me.num_tokens, me.num_heads, me.num_kv_heads
+        s, eta, kv = me.num_tokens, me.heads, me.kv_heads
         n_g = plan.groups[me.group].tokens
         A_att = n_g * (2 * (2 * eta + 2 * kv) * d + 4 * eta)
         out["weights"][r] = 2 * P / div

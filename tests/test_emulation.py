@@ -11,7 +11,7 @@ from hexiseq.calibrate.emulated_clusters import check_emulated, cpu_factor, emul
 from hexiseq.errors import HexiSeqError, SpecError
 from hexiseq.plan import ring_plan, symmetric_plan
 from hexiseq.runtime import emulation as E
-from hexiseq.runtime.launch import spawn_world
+from hexiseq.runtime.world import spawn_world
 from hexiseq.specs import load_cluster
 
 

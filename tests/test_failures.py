@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from hexiseq.errors import SpecError
 from hexiseq.runtime.failures import INPUT, PEER, RankFailure, classify, summarize
-from hexiseq.runtime.launch import WorldError, spawn_world
+from hexiseq.runtime.world import WorldError, spawn_world
 
 
 def _fail(rank: int, world: int, mode: str) -> int:

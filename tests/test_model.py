@@ -11,14 +11,14 @@ import torch.nn.functional as F
 from _numerics import FP32, rel_err
 
 from hexiseq.errors import SpecError
-from hexiseq.runtime.checkpoint import (
+from hexiseq.runtime.hf_checkpoint import (
     config_from_hf,
     inspect_checkpoint,
     load_hf_checkpoint,
     model_spec_from_checkpoint,
     save_hf_checkpoint,
 )
-from hexiseq.runtime.model import (
+from hexiseq.runtime.llama import (
     IGNORE_INDEX,
     Llama,
     LlamaConfig,

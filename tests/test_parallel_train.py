@@ -20,7 +20,7 @@ from _numerics import FP32, FP64, rel_err
 
 from hexiseq.errors import PlanError
 from hexiseq.plan import Group, Plan, random_plan
-from hexiseq.runtime.model import IGNORE_INDEX, Llama, LlamaConfig
+from hexiseq.runtime.llama import IGNORE_INDEX, Llama, LlamaConfig
 from hexiseq.runtime.parallel import ParallelOptions, shard_sequence
 from hexiseq.runtime.train import StepJob, TrainConfig, _gpu_matches, check_world, reference_job, unpack
 
@@ -89,8 +89,8 @@ def check_job(job: StepJob, ranks: list[dict], seq_len: int, within) -> dict[str
 
 @pytest.fixture(scope="module")
 def world4():
-    from hexiseq.runtime.launch import spawn_world
     from hexiseq.runtime.train import step_worker_many
+    from hexiseq.runtime.world import spawn_world
 
     jobs = [
         # full checkpointing on the plan with two groups: the backward replays the all-to-all and the
@@ -166,8 +166,8 @@ def test_fsdp_sharded_parameters(world4, within):
 
 
 def test_three_ranks(within):
-    from hexiseq.runtime.launch import spawn_world
     from hexiseq.runtime.train import step_worker_many
+    from hexiseq.runtime.world import spawn_world
 
     plan = random_plan(3, 64, 8, 4, seed=3, block_size=4)  # groups of 2 + 1, chunks 24/8, shards 37/11/16, heads 1/7/8
     assert plan.group_sizes == (2, 1) and len(set(plan.shards)) == 3 and len(set(plan.heads)) == 3

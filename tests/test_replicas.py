@@ -20,7 +20,7 @@ from _numerics import FP64, rel_err
 
 from hexiseq.errors import PlanError
 from hexiseq.plan import random_plan
-from hexiseq.runtime.model import IGNORE_INDEX, LlamaConfig
+from hexiseq.runtime.llama import IGNORE_INDEX, LlamaConfig
 from hexiseq.runtime.replicas import ReplicaLayout, derive_joint_context
 from hexiseq.runtime.sharding import JointJob, _shard_offset, joint_reference, synthetic_sequence
 from hexiseq.runtime.train import TrainConfig, unpack
@@ -66,8 +66,8 @@ def check(job: JointJob, ranks: list[dict], within, what: str) -> None:
 
 @pytest.fixture(scope="module")
 def world5():
-    from hexiseq.runtime.launch import spawn_world
     from hexiseq.runtime.sharding import joint_worker
+    from hexiseq.runtime.world import spawn_world
 
     jobs = [_job(ReplicaLayout((CP_HP, HP), (3, 1), stage, scope), seed=i) for i, (stage, scope) in enumerate(UNEQUAL)]
     return jobs, unpack(spawn_world(joint_worker, 5, jobs, timeout_s=600))
@@ -75,8 +75,8 @@ def world5():
 
 @pytest.fixture(scope="module")
 def world4():
-    from hexiseq.runtime.launch import spawn_world
     from hexiseq.runtime.sharding import joint_worker
+    from hexiseq.runtime.world import spawn_world
 
     jobs = [
         _job(ReplicaLayout((HP, CP), shares, stage, scope, rank_nodes=(0, 0, 1, 1) if scope == "node" else ()), seed=i)

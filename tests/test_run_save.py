@@ -12,8 +12,8 @@ from safetensors.torch import load_file
 
 from hexiseq.cli import main
 from hexiseq.plan import random_plan
-from hexiseq.runtime.checkpoint import save_hf_checkpoint
-from hexiseq.runtime.model import Llama, LlamaConfig
+from hexiseq.runtime.hf_checkpoint import save_hf_checkpoint
+from hexiseq.runtime.llama import Llama, LlamaConfig
 from hexiseq.specs import get_model
 
 TINY = LlamaConfig.from_spec(get_model("tiny"))

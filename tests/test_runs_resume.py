@@ -136,7 +136,7 @@ def test_corrupt_or_partial_checkpoints_are_refused_and_named(work, reference, c
 @pytest.mark.numerics
 def test_export_is_a_model_transformers_loads(work, reference, within):
     transformers = pytest.importorskip("transformers")
-    from hexiseq.runtime.checkpoint import load_hf_checkpoint
+    from hexiseq.runtime.hf_checkpoint import load_hf_checkpoint
 
     assert main(["export", str(reference), "--to", str(work / "hf")]) == 0
     hf = transformers.LlamaForCausalLM.from_pretrained(work / "hf").eval()
@@ -149,7 +149,7 @@ def test_export_is_a_model_transformers_loads(work, reference, within):
             "exported run: transformers logits vs ours",
         )
     # the exported weights are the trained ones: not the initial weights
-    from hexiseq.runtime.model import Llama
+    from hexiseq.runtime.llama import Llama
 
     init = Llama(ours.cfg).init_weights(0)
     assert not torch.equal(ours.layers[0].mlp.up_proj.weight, init.layers[0].mlp.up_proj.weight)

@@ -39,7 +39,7 @@ def test_every_causal_pair_computed_exactly_once(plan):
     S = plan.seq_len
     for rank in range(plan.world_size):
         ctx = derive_context(plan, rank)
-        if not ctx.layout.num_heads:
+        if not ctx.layout.heads:
             assert all(not r.recv and not r.send for r in ctx.rounds)
             continue
         qpos = np.array(plan.group_positions(ctx.group))

@@ -48,9 +48,9 @@ def test_the_plans_reach_every_edge_case():
     GQA splits, ranks with heads but no tokens and with tokens but no heads."""
     lay = [(p, x) for p in PLANS for x in p.layout()]
     gq = {id(p): p.num_heads // p.num_kv_heads for p in PLANS}
-    assert any(x.num_heads == 0 for _, x in lay)
-    assert any(x.num_tokens == 0 and x.num_heads > 0 for _, x in lay)
-    assert any(x.num_heads and (x.head_range[0] % gq[id(p)] or x.head_range[1] % gq[id(p)]) for p, x in lay)
+    assert any(x.heads == 0 for _, x in lay)
+    assert any(x.num_tokens == 0 and x.heads > 0 for _, x in lay)
+    assert any(x.heads and (x.head_range[0] % gq[id(p)] or x.head_range[1] % gq[id(p)]) for p, x in lay)
     assert any(len({g.chunk_len for g in p.groups}) > 1 for p in PLANS)
     assert max(p.num_groups for p in PLANS) >= 5
 
@@ -101,7 +101,7 @@ def test_every_receiver_gets_each_kv_head_it_touches_once(plan):
     for j in range(1, k):
         for me in lay:
             rows = np.nonzero((t.round == j) & (t.dst == me.rank))[0]
-            if me.num_heads == 0:
+            if me.heads == 0:
                 assert len(rows) == 0
                 continue
             rows = rows[np.argsort(t.kv0[rows])]
@@ -111,7 +111,7 @@ def test_every_receiver_gets_each_kv_head_it_touches_once(plan):
             assert {lay[s].group for s in t.src[rows]} == {h}
             want = plan.groups[h].chunk_len * (1 if h < me.group else 2)
             assert set(t.tokens[rows]) == {want} == {needed_key_tokens(plan, me.group, h)}
-    assert not np.isin(t.src, [x.rank for x in lay if x.num_heads == 0]).any()  # no heads: serves nothing
+    assert not np.isin(t.src, [x.rank for x in lay if x.heads == 0]).any()  # no heads: serves nothing
 
 
 @pytest.mark.parametrize("plan", PLANS[::2], ids=lambda p: p.name)
@@ -141,7 +141,7 @@ def test_rank_rounds_agree_with_the_table(plan):
             assert all(x.rows == want_send and x.tokens == sum(b - a for a, b in x.rows) for x in rd.send)
             assert rd.key_tokens == needed_key_tokens(plan, me.group, rd.src_group)
             # block pairs: masks from real positions; none without heads
-            if not me.num_heads:
+            if not me.heads:
                 assert rd.pairs == () and rd.recv == () and rd.send == ()
                 continue
             qpos = np.array(plan.group_positions(me.group))

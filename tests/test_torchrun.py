@@ -126,7 +126,7 @@ def test_two_torchrun_agents_run_a_two_node_plan(tmp_path, within):
     from _numerics import FP32
 
     from hexiseq.runs import load, load_summary
-    from hexiseq.runtime.model import Llama, LlamaConfig
+    from hexiseq.runtime.llama import Llama, LlamaConfig
     from hexiseq.runtime.parallel import SingleDevice
     from hexiseq.runtime.train import make_tokens
     from hexiseq.specs import get_model
@@ -189,7 +189,7 @@ def test_two_torchrun_agents_run_a_two_replica_plan_one_replica_per_node(tmp_pat
 
     from hexiseq.plan import Group, Plan, Sharding
     from hexiseq.runs import load, load_summary
-    from hexiseq.runtime.model import Llama, LlamaConfig
+    from hexiseq.runtime.llama import Llama, LlamaConfig
     from hexiseq.runtime.parallel import SingleDevice
     from hexiseq.runtime.train import make_tokens
     from hexiseq.specs import get_model

@@ -41,7 +41,7 @@ from ..runs.rundir import RunDir, default_run_dir
 from ..runs.settings import ModelSettings, ParallelSettings, RecordSettings, RunSettings, TrainSettings
 from ..runs.start import start_run
 from ..runtime.emulation import Emulation
-from ..runtime.launch import spawn_world
+from ..runtime.world import spawn_world
 from ..specs import ClusterSpec, ModelSpec, Workload, get_model, write_text_atomic
 from .emulated_clusters import emulation_for
 from .plans import WORLD, CalPlan, calibration_plans

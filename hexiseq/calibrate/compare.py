@@ -27,7 +27,7 @@ from ..runs.config import WARMUP_EXCLUDED
 from ..runs.loop import RunJob, run_worker
 from ..runs.rundir import default_run_dir
 from ..runs.start import start_run
-from ..runtime.launch import spawn_world
+from ..runtime.world import spawn_world
 from ..specs import ClusterSpec, Workload, get_model, load_cluster, write_text_atomic
 from .calibrate import calibrate, calibration_run_settings, pacing_overrun, scaled_cluster
 from .emulated_clusters import check_emulated, emulation_for

@@ -42,7 +42,7 @@ from ..runtime.emulation import (
     active,
 )
 from ..runtime.kernels import local_attention, local_attention_backward
-from ..runtime.model import Llama, LlamaConfig, RMSNorm, apply_rope, chunked_loss_sum, rope_inv_freq
+from ..runtime.llama import Llama, LlamaConfig, RMSNorm, apply_rope, chunked_loss_sum, rope_inv_freq
 
 
 @dataclass(frozen=True)

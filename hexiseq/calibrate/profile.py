@@ -38,8 +38,8 @@ import yaml
 
 from ..errors import HexiSeqError
 from ..plan import symmetric_plan
-from ..runtime.launch import spawn_world
-from ..runtime.model import LlamaConfig
+from ..runtime.llama import LlamaConfig
+from ..runtime.world import spawn_world
 from ..specs import ClusterSpec, get_model, gpu_catalog, load_cluster, load_profile, read_yaml
 from ..specs.files import write_text_atomic
 from .emulated_clusters import check_emulated, emulation_for, local_cluster

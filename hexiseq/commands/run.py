@@ -34,10 +34,10 @@ from ..runs.rundir import RunDir
 from ..runs.session import begin_record, previous_end
 from ..runs.settings import OptionField, RunSettings, given_value, options
 from ..runs.start import start_run
-from ..runtime.checkpoint import check_save_target
-from ..runtime.launch import torchrun_env
+from ..runtime.hf_checkpoint import check_save_target
 from ..runtime.placement import placement_from_env
 from ..runtime.verify import check_nproc
+from ..runtime.world import torchrun_env
 from ..specs import load_cluster
 from .checks import (
     node_arg,

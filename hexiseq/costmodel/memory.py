@@ -16,7 +16,7 @@ the planner's model takes as pieces. Activations are bf16 (2 bytes), softmax sta
   token side  s·A_tok,  A_tok = 2·(4h + H·d + m·f), m = 3 (SwiGLU: gate, up, gate·up) or 2 (GELU)
               (layer input, norm 1 output, attention output, residual, norm 2 output, MLP);
   head side   A_att = n_g·(2·(2η + 2κ)·d + 4η)   (q, k, v, out in bf16; log-sum-exp in fp32).
-  By the recompute rule's `keep` (policy.py; runtime/model.py does the same):
+  By the recompute rule's `keep` (policy.py; runtime/llama.py does the same):
   "all"          Λ·(s·A_tok + A_att).
   "checkpoints"  Λ·(s·2·(h + H·d) + A_att): per layer the inputs of the two checkpointed parts (the
                  layer input and the attention output in token layout) and everything the attention

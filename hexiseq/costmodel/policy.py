@@ -1,6 +1,6 @@
 """Recompute policies: one home for what each policy repeats in backward and keeps in memory.
 
-The runtime (runtime/model.py) implements the same three policies; the time model, the memory
+The runtime (runtime/llama.py) implements the same three policies; the time model, the memory
 model and the planner's optimization model read this table.
 
     none       keeps every activation; nothing runs twice.

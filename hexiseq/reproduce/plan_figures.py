@@ -40,9 +40,9 @@ def rank_shares(plan: Plan, cluster: ClusterSpec) -> list[dict[str, Any]]:
                 "gpu": dev.gpu.name,
                 "group": r.group,
                 "tokens": r.num_tokens,
-                "heads": r.num_heads,
+                "heads": r.heads,
                 "token_share": r.num_tokens / S,
-                "attention_share": 2.0 * r.num_heads * L / (H * S),
+                "attention_share": 2.0 * r.heads * L / (H * S),
                 "layout": r,
             }
         )

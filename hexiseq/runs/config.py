@@ -18,9 +18,9 @@ from ..costmodel import simulate
 from ..errors import HexiSeqError, PlanError, SpecError
 from ..links import ring_allreduce_s
 from ..plan import Plan
-from ..runtime.checkpoint import inspect_checkpoint
 from ..runtime.emulation import Emulation
-from ..runtime.model import LlamaConfig
+from ..runtime.hf_checkpoint import inspect_checkpoint
+from ..runtime.llama import LlamaConfig
 from ..runtime.parallel import ParallelOptions
 from ..runtime.train import TrainConfig
 from ..runtime.verify import proxy_config, scale_for_check

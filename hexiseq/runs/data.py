@@ -36,7 +36,7 @@ import numpy as np
 from ..errors import HexiSeqError, PlanError, SpecError
 from ..plan import Plan
 
-IGNORE_INDEX = -100  # the label of a position with nothing to learn (as in runtime.model)
+IGNORE_INDEX = -100  # the label of a position with nothing to learn (as in runtime.llama)
 BYTE_VOCAB, BYTE_EOS = 257, 256
 TEXT_SUFFIXES = (".txt", ".md", ".text")
 TOKEN_DTYPES = ("uint16", "uint32", "int32", "int64")

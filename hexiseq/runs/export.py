@@ -8,9 +8,9 @@ from pathlib import Path
 import torch
 
 from ..errors import HexiSeqError
-from ..runtime.checkpoint import check_save_target, save_hf_checkpoint
 from ..runtime.failures import storage_error
-from ..runtime.model import Llama
+from ..runtime.hf_checkpoint import check_save_target, save_hf_checkpoint
+from ..runtime.llama import Llama
 from . import checkpoint as ckpt
 from .rundir import RunDir
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from ..errors import HexiSeqError, RunFailed
 from ..plan import Plan
-from ..runtime.launch import WorldError, arm_time_limit, init_from_env, local_backend, spawn_world
 from ..runtime.placement import check_placement
+from ..runtime.world import WorldError, arm_time_limit, init_from_env, local_backend, spawn_world
 from .config import RunConfig
 from .progress import Console, Progress, closing_lines
 from .rundir import RunDir, default_run_dir, load, load_summary

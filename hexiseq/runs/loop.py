@@ -26,9 +26,9 @@ import torch.distributed as dist
 from ..errors import PlanError
 from ..plan import Plan
 from ..runtime import emulation
-from ..runtime.checkpoint import load_hf_checkpoint
 from ..runtime.groups import build_context
-from ..runtime.model import Llama, shift_labels
+from ..runtime.hf_checkpoint import load_hf_checkpoint
+from ..runtime.llama import Llama, shift_labels
 from ..runtime.parallel import PlanParallel, Shard
 from ..runtime.replicas import ReplicaLayout, build_joint_context
 from ..runtime.sharding import JointParallel, joint_train_step, param_groups, train_hyper

@@ -7,7 +7,7 @@ from .attention import PlanAttention, plan_attention
 from .comm import P2PBatch, gather_heads, ragged_all_to_all, scatter_qkv
 from .groups import RankContext, build_context, derive_context, world_violations
 from .kernels import block_mask, local_attention, local_attention_backward, merge_, select_backend
-from .launch import WorldError, WorldResult, init_from_env, run_world, spawn_world
+from .world import WorldError, WorldResult, init_from_env, run_world, spawn_world
 
 __all__ = [
     "PlanAttention",

@@ -159,7 +159,7 @@ def _reducer(ctx: RankContext, device: torch.device):
     if ctx.gqa_aligned:
         return lambda g: g
     idx = torch.tensor(ctx.kv_index, dtype=torch.long, device=device)
-    hk = ctx.layout.num_kv_heads
+    hk = ctx.layout.kv_heads
     return lambda g: g.new_zeros(g.shape[0], hk, g.shape[2]).index_add_(1, idx, g)
 
 

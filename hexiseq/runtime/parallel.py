@@ -27,7 +27,7 @@ from torch import Tensor
 
 from ..specs import RecomputePolicy, recompute_policy
 from . import emulation
-from .model import IGNORE_INDEX, Llama, shift_labels
+from .llama import IGNORE_INDEX, Llama, shift_labels
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..plan import RankLayout

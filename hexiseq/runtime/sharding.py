@@ -41,7 +41,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from . import emulation
-from .model import IGNORE_INDEX, Llama, LlamaConfig, shift_labels
+from .llama import IGNORE_INDEX, Llama, LlamaConfig, shift_labels
 from .parallel import ParallelOptions, PlanParallel, Shard, SingleDevice
 from .replicas import JointContext, ReplicaLayout, build_joint_context
 from .train import TrainConfig, _full, compute_device, make_optimizer, portable, train_step

@@ -28,7 +28,7 @@ from torch import Tensor
 from ..errors import PlanError, SpecError
 from ..plan import Plan
 from ..specs import load_cluster
-from .model import Llama, LlamaConfig
+from .llama import Llama, LlamaConfig
 from .parallel import ParallelOptions, PlanParallel, Runner, Shard, SingleDevice
 
 
@@ -229,7 +229,7 @@ def make_tokens(cfg: LlamaConfig, seq_len: int, seed: int) -> Tensor:
 
 def build_model(job: StepJob, device: torch.device) -> Llama:
     if job.init_from:
-        from .checkpoint import load_hf_checkpoint
+        from .hf_checkpoint import load_hf_checkpoint
 
         return load_hf_checkpoint(job.init_from, device=device, dtype=getattr(torch, job.dtype))
     return Llama(job.model).init_weights(job.seed).to(device, getattr(torch, job.dtype))
@@ -269,7 +269,7 @@ def run_job(
         result["grads"] = grads
         result["params"] = {n: _full(p.detach()) for n, p in runner.model.named_parameters()}
     if job.save_to:
-        from .checkpoint import save_hf_checkpoint
+        from .hf_checkpoint import save_hf_checkpoint
 
         # FSDP: every rank takes part in gathering the full weights; replicated: rank 0 has them all.
         sd = {n: _full(t) for n, t in runner.model.state_dict().items()} if job.options.fsdp else None

@@ -20,7 +20,7 @@ from ..plan import Plan
 from ..specs import ModelSpec
 from ..specs.identity import model_named
 from .capacity import check_local_world
-from .model import LlamaConfig
+from .llama import LlamaConfig
 
 # Largest relative error accepted, by compute dtype: fp32 reorders sums only (~1e-7 seen), bf16
 # rounds every matmul input (~1e-2 typical between two bf16 runs).
@@ -100,8 +100,8 @@ def verify_plan(
 ) -> dict[str, Any]:
     """One step under the plan (spawned world) and on one device; the errors between them.
     `timeout_s` bounds each collective, `time_limit_s` (None: none) the whole distributed step."""
-    from .launch import local_backend, spawn_world
     from .train import StepJob, TrainConfig, reference_job, step_worker, unpack
+    from .world import local_backend, spawn_world
 
     plan = setup.plan
     backend = local_backend(plan.world_size)
@@ -158,10 +158,10 @@ def _verify_joint(
 ) -> dict[str, Any]:
     """A joint plan: one step of its replicas over their shares of a synthetic global batch (padded
     sequences, ignored labels) against one device over the whole batch: the loss and every gradient."""
-    from .launch import spawn_world
     from .replicas import ReplicaLayout
     from .sharding import JointJob, joint_reference, joint_worker
     from .train import TrainConfig, unpack
+    from .world import spawn_world
 
     plan = setup.plan
     layout = ReplicaLayout.from_plan(plan, sum(r.sequences for r in plan.replicas))

@@ -21,7 +21,7 @@ from torch import Tensor
 from ..atomic import atomic_dir, remove_stale, stale_temporaries
 from ..errors import SpecError
 from ..specs import HFConfig, ModelSpec, model_from_hf_config, parse_hf_config, read_hf_config
-from .model import Llama, LlamaConfig, rope_inv_freq
+from .llama import Llama, LlamaConfig, rope_inv_freq
 
 HF_PREFIX = "model."
 _IGNORED = ("rotary_emb.inv_freq",)  # buffers some older checkpoints carry
