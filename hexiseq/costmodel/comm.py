@@ -27,6 +27,12 @@ arrays and optimization-model expressions alike):
   parameters; the root unit = embedding, final norm, LM head; bf16): "zero3" (FSDP, one unit per
   layer + the root) all-gathers a layer's weights (AG) and reduce-scatters its gradients (RS);
   "replicated" (DDP) all-reduces a layer's gradients (AR, one bucket per layer) and the root's.
+- Joint plans (data-parallel replicas, `Plan.sharding`; costmodel/step.py): each strategy's
+  per-micro-step collectives among one shard group (`sharding_collectives`: zero2 reduce-scatters
+  in every backward, no gathers; zero1 reduce-scatters once, in the last backward, as DDP's buckets)
+  and the once-per-step terms (`step_collectives`): the hybrid scopes' all-reduce of the gradient
+  shard among the c copies (2·P/n bytes, n the smallest shard group, over the slowest link between
+  copies) and zero1/zero2's all-gather of the updated bf16 weights (2·P) inside each shard group.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..links import ring_allgather_s, ring_allreduce_s
+from ..plan import ShardingStage
 from ..specs import ModelSpec, Workload
 from .arrays import PlanArrays
 from .kernels import BF16
@@ -91,6 +98,71 @@ def param_collectives(bw: np.ndarray, lat: np.ndarray, model: ModelSpec, workloa
         ar_layer=ring_allreduce_s(layer, R, link_bw, link_lat),
         ar_root=ring_allreduce_s(root, R, link_bw, link_lat),
     )
+
+
+def sharding_collectives(stage: ShardingStage, bw: np.ndarray, lat: np.ndarray, model: ModelSpec) -> ParamComm:
+    """Per-call times of a strategy's per-micro-step collectives among one shard group ([n, n] `bw`,
+    `lat`), in the pass shape the replay runs them (`ParamComm.sharding`: "zero3" = per-layer calls in
+    every micro-step, "replicated" = buckets in the last backward). zero3 and replicated are exactly
+    `param_collectives`; zero2 is the zero3 shape without the gathers; zero1 the DDP shape with
+    reduce-scatters instead of all-reduces."""
+    n = len(bw)
+    link_bw, link_lat = collective_link(bw, lat)
+    layer = BF16 * model.params_per_layer
+    root = BF16 * (model.param_count - model.layers * model.params_per_layer)
+    rs, rs_root = ring_allgather_s(layer, n, link_bw, link_lat), ring_allgather_s(root, n, link_bw, link_lat)
+    if stage == ShardingStage.ZERO3:
+        return ParamComm("zero3", ag_layer=rs, rs_layer=rs, ag_root=rs_root, rs_root=rs_root)
+    if stage == ShardingStage.ZERO2:
+        return ParamComm("zero3", rs_layer=rs, rs_root=rs_root)
+    if stage == ShardingStage.ZERO1:
+        return ParamComm("replicated", ar_layer=rs, ar_root=rs_root)
+    return ParamComm(
+        "replicated",
+        ar_layer=ring_allreduce_s(layer, n, link_bw, link_lat),
+        ar_root=ring_allreduce_s(root, n, link_bw, link_lat),
+    )
+
+
+@dataclass(frozen=True)
+class StepCollectives:
+    """Seconds of the once-per-step collectives of a joint plan, exposed (every rank waits)."""
+
+    copies_allreduce_s: float = 0.0  # hybrid scopes: the gradient shard all-reduced among the copies
+    regather_s: float = 0.0  # zero1 / zero2: the updated bf16 weights all-gathered after the optimizer
+
+    @property
+    def total_s(self) -> float:
+        return self.copies_allreduce_s + self.regather_s
+
+
+def step_collectives(
+    stage: ShardingStage,
+    shard_groups: list[np.ndarray],
+    bw: np.ndarray,
+    lat: np.ndarray,
+    model: ModelSpec,
+) -> StepCollectives:
+    """The once-per-step terms (module doc) for shard groups given as index arrays into [N, N] `bw`, `lat`
+    (the plan's ranks); one group = no copies."""
+    if stage == ShardingStage.REPLICATED or not shard_groups:
+        return StepCollectives()
+    P = BF16 * model.param_count
+    copies = len(shard_groups)
+    allreduce = 0.0
+    if copies > 1:
+        n = min(len(g) for g in shard_groups)
+        label = np.empty(len(bw), dtype=np.int64)
+        for i, g in enumerate(shard_groups):
+            label[g] = i
+        across = label[:, None] != label[None, :]
+        allreduce = ring_allreduce_s(P / n, copies, float(bw[across].min()), float(lat[across].max()))
+    regather = 0.0
+    if stage in (ShardingStage.ZERO1, ShardingStage.ZERO2):
+        regather = max(
+            ring_allgather_s(P, len(g), *collective_link(bw[np.ix_(g, g)], lat[np.ix_(g, g)])) for g in shard_groups
+        )
+    return StepCollectives(allreduce, regather)
 
 
 def intra_group_pairs(a: PlanArrays) -> tuple[np.ndarray, np.ndarray]:

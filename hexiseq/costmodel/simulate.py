@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import PlanError
 from ..plan import Plan
 from ..specs import ClusterSpec, ModelSpec, Workload
 from .durations import Durations, durations
@@ -464,6 +465,15 @@ def path_length(d: Durations, items: list[PathItem]) -> float:
     return float(total)
 
 
+def one_replica(plan: Plan) -> None:
+    """Refuse a plan of several data-parallel replicas: its step is costmodel.step.estimate_step's."""
+    if plan.num_replicas > 1:
+        raise PlanError(
+            f"plan {plan.name!r} has {plan.num_replicas} data-parallel replicas: time its step with "
+            "costmodel.step.estimate_step (or one replica, plan.replica(i))"
+        )
+
+
 def simulate(
     plan: Plan,
     cluster: ClusterSpec,
@@ -473,4 +483,5 @@ def simulate(
     trace: bool = False,
 ) -> SimResult:
     """Replay one training iteration of `plan` (module doc); the judge of a plan."""
+    one_replica(plan)
     return simulate_durations(durations(plan, cluster, model, workload, options), trace)

@@ -1,0 +1,225 @@
+"""The step of a joint plan: data-parallel replicas under one parameter-sharding strategy.
+
+A plan's replicas (`Plan.replicas`) run side by side on disjoint devices, each its own ring over the
+whole sequence, replica i processing B_i sequences per step; the strategy is the plan's
+(`Plan.sharding`: the one source of truth for a joint plan's sharding; the workload gives the
+sequence, the recompute policy and the global batch). The step:
+
+    step = max_i T_i + copies all-reduce + re-gather + max_r optimizer_r
+
+- T_i: replica i's B_i micro-steps, the step replay (simulate.py) of `plan.replica(i)` with the
+  strategy's per-micro-step collectives among the shard group (comm.sharding_collectives; the same
+  prefetch/overlap rules as today's ZeRO-3 and DDP passes) and without its optimizer.
+- the strategy's shard groups: scope "all" = every device of the plan, "replica" = each replica's
+  devices, "node" = the plan's devices of each node; a replica's collectives take the seconds of the
+  slowest shard group it has ranks in.
+- copies all-reduce and re-gather: comm.step_collectives, exposed.
+- optimizer_r: the rank's optimizer step over its shard (params / its group's size under zero1-3).
+A one-replica plan under zero3 or replicated over all devices is exactly `simulate`'s iteration
+(the paper's setting): `estimate_step(plan).step_time_s == simulate(plan).iteration_time_s`.
+
+Memory per rank: memory.py's categories of its replica's layout, with the model states of the
+strategy over its shard group (memory.sharded_state_bytes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from ..plan import Plan, ShardingScope, ShardingStage
+from ..specs import GIB, ClusterSpec, ModelSpec, Workload
+from .arrays import link_matrices, plan_arrays
+from .bound import compute_bound
+from .comm import StepCollectives, sharding_collectives, step_collectives
+from .durations import coefficients, evaluate
+from .kernels import CostOptions
+from .memory import MEMORY_KEYS, memory_bytes, sharded_state_bytes
+from .policy import rule_of
+from .simulate import simulate_durations
+
+STATE_KEYS = ("weights", "grads", "optimizer", "param_buffers")
+
+
+@dataclass
+class ReplicaStep:
+    """One replica's share of the step."""
+
+    index: int
+    sequences: int
+    devices: tuple[int, ...]
+    gpus: dict[str, int]  # GPU type -> devices of this replica
+    micro_step_s: float  # one sequence (its passes, collectives included, no optimizer)
+    time_s: float  # its `sequences` micro-steps
+    optimizer_s: float  # its slowest rank's optimizer step
+    memory_gib: float  # its fullest rank
+    capacity_gib: float  # that rank's capacity
+    fits: bool
+
+
+@dataclass
+class StepEstimate:
+    """Time, throughput and memory of one step of a joint plan (module doc)."""
+
+    plan: str
+    sharding: str  # Sharding.describe()
+    step_time_s: float
+    tokens_per_s: float
+    bound_tokens_per_s: float
+    efficiency_vs_bound: float
+    mfu: float
+    fits: bool
+    replicas: list[ReplicaStep]
+    sync_s: dict[str, float]  # copies_allreduce, regather, optimizer: the terms after the slowest replica
+    devices_used: int
+    devices_left_out: int
+    oom: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        lines = [
+            f"plan {self.plan!r}: {len(self.replicas)} replica{'s' * (len(self.replicas) > 1)}, sharding "
+            f"{self.sharding}, {self.step_time_s:.4g} s/step, {self.tokens_per_s:,.0f} tokens/s, MFU {self.mfu:.1%}, "
+            f"{self.efficiency_vs_bound:.1%} of the compute bound ({self.bound_tokens_per_s:,.0f} tokens/s); "
+            f"{self.devices_used} devices used, {self.devices_left_out} left out"
+        ]
+        for r in self.replicas:
+            gpus = ", ".join(f"{n}x {g}" for g, n in r.gpus.items())
+            lines.append(
+                f"  replica {r.index}: {gpus}; {r.sequences} sequence{'s' * (r.sequences > 1)} x "
+                f"{r.micro_step_s:.4g} s = {r.time_s:.4g} s; memory {r.memory_gib:.1f} of {r.capacity_gib:.1f} GiB"
+                + ("" if r.fits else " (does not fit)")
+            )
+        lines.append(
+            "  synchronisation: " + ", ".join(f"{k.replace('_', ' ')} {v:.4g} s" for k, v in self.sync_s.items())
+        )
+        lines += self.oom or ["memory: every rank fits"]
+        return "\n".join(lines)
+
+
+def shard_groups(plan: Plan, cluster: ClusterSpec) -> list[np.ndarray]:
+    """The plan's shard groups as arrays of global ranks (module doc); [] when nothing is sharded."""
+    stage, scope = plan.sharding.stage, plan.sharding.scope
+    if stage == ShardingStage.REPLICATED or scope == ShardingScope.ALL:
+        return [np.arange(plan.world_size)]
+    if scope == ShardingScope.REPLICA:
+        return [np.array(plan.replica_ranks(i)) for i in range(plan.num_replicas)]
+    node = np.array([cluster.devices[d].node for d in plan.rank_devices])
+    return [np.flatnonzero(node == n) for n in dict.fromkeys(node.tolist())]
+
+
+def _pass_shape_workload(workload: Workload, stage: ShardingStage, sequences: int) -> Workload:
+    """The workload a replica's replay reads: its sequences, the zero3 or replicated pass shape."""
+    shape = "zero3" if stage in (ShardingStage.ZERO3, ShardingStage.ZERO2) else "replicated"
+    return replace(workload, global_batch=sequences, param_sharding=shape)
+
+
+def estimate_step(
+    plan: Plan, cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()
+) -> StepEstimate:
+    """One step of `plan` (module doc): each replica replayed under the plan's sharding, the slowest
+    replica's micro-steps, the synchronisation terms, the optimizer; memory per rank."""
+    rule_of(workload)  # refuses "auto" before any work
+    plan.check(cluster, model, workload if plan.replicas else None)
+    stage = plan.sharding.stage
+    seqs = plan.sequences_of(workload.global_batch)
+    bw_all, lat_all = link_matrices(cluster)
+    dev = np.array(plan.rank_devices, dtype=np.int64)
+    bw, lat = bw_all[np.ix_(dev, dev)], lat_all[np.ix_(dev, dev)]
+    groups = shard_groups(plan, cluster)
+    shards_of = np.zeros(plan.world_size, dtype=np.int64)
+    for g in groups:
+        shards_of[g] = len(g)
+    per_group = [sharding_collectives(stage, bw[np.ix_(g, g)], lat[np.ix_(g, g)], model) for g in groups]
+    today = plan.num_replicas == 1 and plan.sharding.scope == ShardingScope.ALL and stage in ("zero3", "replicated")
+    replicas: list[ReplicaStep] = []
+    oom: list[str] = []
+    times, opts = [], []
+    for i, B in enumerate(seqs):
+        sub = plan.replica(i)
+        ranks = plan.replica_ranks(i)
+        wl = _pass_shape_workload(workload, stage, B)
+        a = plan_arrays(sub, cluster, model, wl, options)
+        c = coefficients(a, model, wl, options)
+        n_r = shards_of[ranks.start : ranks.stop]
+        # a replica's collectives run in the shard groups it takes part in, paced by the slowest of them
+        mine = [p for g, p in zip(groups, per_group) if np.any((g >= ranks.start) & (g < ranks.stop))]
+        pc = max(mine, key=lambda p: (p.ag_layer + p.rs_layer + p.ar_layer, p.ag_root + p.rs_root + p.ar_root))
+        if not today:  # the paper's setting keeps coefficients' own terms (bit for bit)
+            per_param = a.work.optimizer
+            n_opt = n_r if stage != ShardingStage.REPLICATED else 1
+            c = replace(
+                c,
+                params=pc if c.comm else c.params,  # without communication: the zero collectives
+                optimizer=model.param_count / n_opt * per_param,
+            )
+        d = evaluate(c, a.s, a.L)
+        sim = simulate_durations(d)
+        opt = sim.passes["optimizer"][1]
+        times.append(sim.iteration_time_s)
+        opts.append(opt)
+        mem = memory_bytes(a, model, wl, d.recv_bytes, options)
+        if not today:
+            states = sharded_state_bytes(model, stage, n_r.astype(np.float64))
+            for key in STATE_KEYS:
+                mem[key] = np.zeros(a.R) + states[key]
+        total = sum(mem[k] for k in MEMORY_KEYS)
+        worst = int(np.argmax(total - a.capacity))
+        fits = bool((total <= a.capacity).all())
+        for r in np.flatnonzero(total > a.capacity):
+            oom.append(
+                f"replica {i}, rank {ranks.start + int(r)} (device {int(a.dev[r])}, "
+                f"{cluster.devices[int(a.dev[r])].gpu.name}) needs {total[r] / GIB:.2f} GiB but has "
+                f"{a.capacity[r] / GIB:.2f} GiB"
+            )
+        gpus: dict[str, int] = {}
+        for dv in sub.rank_devices:
+            name = cluster.devices[dv].gpu.name
+            gpus[name] = gpus.get(name, 0) + 1
+        replicas.append(
+            ReplicaStep(
+                index=i,
+                sequences=B,
+                devices=sub.rank_devices,
+                gpus=gpus,
+                micro_step_s=(sim.iteration_time_s - opt) / B,
+                time_s=sim.iteration_time_s - opt,
+                optimizer_s=opt,
+                memory_gib=float(total[worst] / GIB),
+                capacity_gib=float(a.capacity[worst] / GIB),
+                fits=fits,
+            )
+        )
+    sync = step_collectives(stage, groups, bw, lat, model) if not options.ignore_comm else StepCollectives()
+    if len(seqs) == 1:
+        step = times[0] + sync.total_s  # exactly the replay's iteration when nothing is added
+    else:
+        step = max(t - o for t, o in zip(times, opts)) + sync.total_s + max(opts)
+    tokens = workload.seq_len * sum(seqs)
+    # the bound of every strategy: its optimizer term is the least one, params / N (zero3 over all devices)
+    bound = compute_bound(cluster, model, replace(workload, global_batch=sum(seqs), param_sharding="zero3"), options)
+    tps = tokens / step
+    flops = model.training_flops(workload.seq_len) * sum(seqs)
+    return StepEstimate(
+        plan=plan.name,
+        sharding=plan.sharding.describe(),
+        step_time_s=step,
+        tokens_per_s=tps,
+        bound_tokens_per_s=bound,
+        efficiency_vs_bound=tps / bound,
+        mfu=flops / (step * cluster.peak_pflops * 1e15),
+        fits=not oom,
+        replicas=replicas,
+        sync_s={
+            "copies_allreduce": sync.copies_allreduce_s,
+            "regather": sync.regather_s,
+            "optimizer": max(opts),
+        },
+        devices_used=plan.world_size,
+        devices_left_out=cluster.size - plan.world_size,
+        oom=oom,
+    )
