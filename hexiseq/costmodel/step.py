@@ -29,11 +29,12 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import PlanError
 from ..plan import Plan, ShardingScope, ShardingStage
 from ..specs import GIB, ClusterSpec, ModelSpec, Workload
 from .arrays import link_matrices, plan_arrays
 from .bound import compute_bound
-from .comm import StepCollectives, sharding_collectives, step_collectives
+from .comm import ParamComm, StepCollectives, sharding_collectives, step_collectives
 from .durations import coefficients, evaluate
 from .kernels import CostOptions
 from .memory import MEMORY_KEYS, memory_bytes, sharded_state_bytes
@@ -118,15 +119,21 @@ def _pass_shape_workload(workload: Workload, stage: ShardingStage, sequences: in
     return replace(workload, global_batch=sequences, param_sharding=shape)
 
 
-def estimate_step(
-    plan: Plan, cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()
-) -> StepEstimate:
-    """One step of `plan` (module doc): each replica replayed under the plan's sharding, the slowest
-    replica's micro-steps, the synchronisation terms, the optimizer; memory per rank."""
-    rule_of(workload)  # refuses "auto" before any work
-    plan.check(cluster, model, workload if plan.replicas else None)
+@dataclass(frozen=True, eq=False)
+class _Strategy:
+    """The plan's sharding laid over its ranks."""
+
+    stage: ShardingStage
+    groups: list[np.ndarray]  # shard groups (global ranks)
+    per_group: list[ParamComm]  # each group's per-micro-step collectives
+    shards_of: np.ndarray  # [R] the size of each rank's shard group
+    today: bool  # one replica, zero3 or replicated over all devices: coefficients' own terms
+    bw: np.ndarray  # [R, R] the plan's links
+    lat: np.ndarray
+
+
+def _strategy(plan: Plan, cluster: ClusterSpec, model: ModelSpec) -> _Strategy:
     stage = plan.sharding.stage
-    seqs = plan.sequences_of(workload.global_batch)
     bw_all, lat_all = link_matrices(cluster)
     dev = np.array(plan.rank_devices, dtype=np.int64)
     bw, lat = bw_all[np.ix_(dev, dev)], lat_all[np.ix_(dev, dev)]
@@ -136,38 +143,186 @@ def estimate_step(
         shards_of[g] = len(g)
     per_group = [sharding_collectives(stage, bw[np.ix_(g, g)], lat[np.ix_(g, g)], model) for g in groups]
     today = plan.num_replicas == 1 and plan.sharding.scope == ShardingScope.ALL and stage in ("zero3", "replicated")
+    return _Strategy(stage, groups, per_group, shards_of, today, bw, lat)
+
+
+def _replica_coefficients(
+    plan: Plan,
+    i: int,
+    sequences: int,
+    cluster: ClusterSpec,
+    model: ModelSpec,
+    workload: Workload,
+    options: CostOptions,
+    st: _Strategy,
+    base: tuple | None = None,
+):
+    """(arrays, coefficients, workload) of replica i's `sequences` micro-steps under the strategy
+    (`base`: the replica's arrays and coefficients already built, under the same pass shape)."""
+    ranks = plan.replica_ranks(i)
+    wl = _pass_shape_workload(workload, st.stage, sequences)
+    if base is None:
+        a = plan_arrays(plan.replica(i), cluster, model, wl, options)
+        c = coefficients(a, model, wl, options)
+    else:
+        a, c = base
+    if not st.today:  # the paper's setting keeps coefficients' own terms (bit for bit)
+        n_r = st.shards_of[ranks.start : ranks.stop]
+        # a replica's collectives run in the shard groups it takes part in, paced by the slowest of them
+        mine = [p for g, p in zip(st.groups, st.per_group) if np.any((g >= ranks.start) & (g < ranks.stop))]
+        pc = max(mine, key=lambda p: (p.ag_layer + p.rs_layer + p.ar_layer, p.ag_root + p.rs_root + p.ar_root))
+        n_opt = n_r if st.stage != ShardingStage.REPLICATED else 1
+        c = replace(
+            c,
+            params=pc if c.comm else c.params,  # without communication: the zero collectives
+            optimizer=model.param_count / n_opt * a.work.optimizer,
+        )
+    return a, c, wl
+
+
+@dataclass(frozen=True)
+class ReplicaLine:
+    """A replica's time as a function of its sequences: B micro-steps take `fixed_s + B·per_sequence_s`
+    (without the optimizer, `optimizer_s`); its memory does not depend on B."""
+
+    fixed_s: float
+    per_sequence_s: float
+    optimizer_s: float
+    fits: bool
+    memory_gib: float  # its fullest rank (relative to capacity)
+
+    def time_s(self, sequences: int) -> float:
+        return self.fixed_s + sequences * self.per_sequence_s if sequences > 0 else 0.0
+
+
+def replica_lines(
+    plan: Plan,
+    cluster: ClusterSpec,
+    model: ModelSpec,
+    workload: Workload,
+    options: CostOptions = CostOptions(),
+    cache: dict | None = None,
+) -> list[ReplicaLine]:
+    """Every replica's `ReplicaLine` under the plan's sharding, whatever sequence counts the plan
+    holds (the replay is linear in B: replayed at B = 1 and 2). Identical replicas (same GPUs, node
+    pattern, layout and collectives) are replayed once; `cache` (a dict the caller keeps) shares the
+    replicas' arrays and coefficients across calls (other strategies, other partitions)."""
+    cache = {} if cache is None else cache
+    rule_of(workload)
+    plan.check(cluster, model)
+    st = _strategy(plan, cluster, model)
+    out: list[ReplicaLine] = []
+    seen: dict[tuple, ReplicaLine] = {}
+    for i in range(plan.num_replicas):
+        sub = plan.replica(i)
+        nodes = [cluster.devices[d].node for d in sub.rank_devices]
+        first = {n: j for j, n in reversed(list(enumerate(nodes)))}
+        ranks = plan.replica_ranks(i)
+        key = (
+            tuple(
+                (
+                    cluster.devices[d].gpu.name,
+                    cluster.devices[d].nic_gbps,
+                    cluster.devices[d].link_bandwidth_gbps,
+                    first[n],
+                )
+                for d, n in zip(sub.rank_devices, nodes)
+            ),
+            tuple((g.size, g.chunk_len, g.shards, g.heads) for g in sub.groups),
+            (_pass_shape_workload(workload, st.stage, 1).param_sharding, str(workload.recompute), workload.seq_len),
+            tuple(int(x) for x in st.shards_of[ranks.start : ranks.stop]),
+            None
+            if st.today
+            else tuple(
+                (p.ag_layer, p.rs_layer, p.ar_layer, p.ag_root, p.rs_root, p.ar_root)
+                for g, p in zip(st.groups, st.per_group)
+                if np.any((g >= ranks.start) & (g < ranks.stop))
+            ),
+        )
+        if key not in seen:
+            own = sub.replicas[0].sequences if sub.replicas else workload.global_batch  # what its check expects
+            shape = key[:3]  # the replica without its strategy
+            if shape not in cache:
+                cache[shape] = _replica_coefficients(
+                    plan, i, own, cluster, model, workload, options, replace(st, today=True)
+                )[:2]
+            a, c, _ = _replica_coefficients(plan, i, own, cluster, model, workload, options, st, cache[shape])
+            d = evaluate(c, a.s, a.L)
+            t = []
+            for B in (1, 2):
+                sim = simulate_durations(replace(d, c=replace(c, batch=B)))
+                opt = sim.passes["optimizer"][1]
+                t.append(sim.iteration_time_s - opt)
+            total = _replica_memory(a, d, model, workload, options, st, ranks)
+            worst = int(np.argmax(total - a.capacity))
+            seen[key] = ReplicaLine(
+                2 * t[0] - t[1], t[1] - t[0], opt, bool((total <= a.capacity).all()), float(total[worst] / GIB)
+            )
+        out.append(seen[key])
+    return out
+
+
+def compose_step(
+    replica_s: list[float], optimizer_s: list[float], sync_s: float, whole: list[float] | None = None
+) -> float:
+    """The step (module doc): the slowest replica's micro-steps, the synchronisation, the slowest
+    optimizer. One replica: its replayed iteration `whole[0]` (with its optimizer) plus the
+    synchronisation, so the paper's setting is the replay's number bit for bit."""
+    if len(replica_s) == 1 and whole is not None:
+        return whole[0] + sync_s
+    return max(replica_s) + sync_s + max(optimizer_s)
+
+
+def step_time(
+    plan: Plan,
+    cluster: ClusterSpec,
+    model: ModelSpec,
+    lines: list[ReplicaLine],
+    options: CostOptions = CostOptions(),
+) -> float:
+    """`estimate_step`'s step time from the replicas' lines at the plan's sequence counts (no
+    replay: the planner scores batch shares with it)."""
+    st = _strategy(plan, cluster, model)
+    seqs = [r.sequences for r in plan.replicas] if plan.replicas else None
+    if seqs is None:
+        raise PlanError("step_time needs a plan with replicas (their sequence counts)")
+    sync = step_collectives(st.stage, st.groups, st.bw, st.lat, model) if not options.ignore_comm else StepCollectives()
+    return compose_step([ln.time_s(b) for ln, b in zip(lines, seqs)], [ln.optimizer_s for ln in lines], sync.total_s)
+
+
+def _replica_memory(a, d, model: ModelSpec, workload: Workload, options: CostOptions, st: _Strategy, ranks: range):
+    """[R] bytes per rank of a replica: memory.py's categories, the strategy's model states."""
+    mem = memory_bytes(a, model, _pass_shape_workload(workload, st.stage, 1), d.recv_bytes, options)
+    if not st.today:
+        states = sharded_state_bytes(model, st.stage, st.shards_of[ranks.start : ranks.stop].astype(np.float64))
+        for key in STATE_KEYS:
+            mem[key] = np.zeros(a.R) + states[key]
+    return sum(mem[k] for k in MEMORY_KEYS)
+
+
+def estimate_step(
+    plan: Plan, cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()
+) -> StepEstimate:
+    """One step of `plan` (module doc): each replica replayed under the plan's sharding, the slowest
+    replica's micro-steps, the synchronisation terms, the optimizer; memory per rank."""
+    rule_of(workload)  # refuses "auto" before any work
+    plan.check(cluster, model, workload if plan.replicas else None)
+    seqs = plan.sequences_of(workload.global_batch)
+    st = _strategy(plan, cluster, model)
+    stage, groups, bw, lat = st.stage, st.groups, st.bw, st.lat
     replicas: list[ReplicaStep] = []
     oom: list[str] = []
     times, opts = [], []
     for i, B in enumerate(seqs):
         sub = plan.replica(i)
         ranks = plan.replica_ranks(i)
-        wl = _pass_shape_workload(workload, stage, B)
-        a = plan_arrays(sub, cluster, model, wl, options)
-        c = coefficients(a, model, wl, options)
-        n_r = shards_of[ranks.start : ranks.stop]
-        # a replica's collectives run in the shard groups it takes part in, paced by the slowest of them
-        mine = [p for g, p in zip(groups, per_group) if np.any((g >= ranks.start) & (g < ranks.stop))]
-        pc = max(mine, key=lambda p: (p.ag_layer + p.rs_layer + p.ar_layer, p.ag_root + p.rs_root + p.ar_root))
-        if not today:  # the paper's setting keeps coefficients' own terms (bit for bit)
-            per_param = a.work.optimizer
-            n_opt = n_r if stage != ShardingStage.REPLICATED else 1
-            c = replace(
-                c,
-                params=pc if c.comm else c.params,  # without communication: the zero collectives
-                optimizer=model.param_count / n_opt * per_param,
-            )
+        a, c, wl = _replica_coefficients(plan, i, B, cluster, model, workload, options, st)
         d = evaluate(c, a.s, a.L)
         sim = simulate_durations(d)
         opt = sim.passes["optimizer"][1]
         times.append(sim.iteration_time_s)
         opts.append(opt)
-        mem = memory_bytes(a, model, wl, d.recv_bytes, options)
-        if not today:
-            states = sharded_state_bytes(model, stage, n_r.astype(np.float64))
-            for key in STATE_KEYS:
-                mem[key] = np.zeros(a.R) + states[key]
-        total = sum(mem[k] for k in MEMORY_KEYS)
+        total = _replica_memory(a, d, model, wl, options, st, ranks)
         worst = int(np.argmax(total - a.capacity))
         fits = bool((total <= a.capacity).all())
         for r in np.flatnonzero(total > a.capacity):
@@ -195,10 +350,7 @@ def estimate_step(
             )
         )
     sync = step_collectives(stage, groups, bw, lat, model) if not options.ignore_comm else StepCollectives()
-    if len(seqs) == 1:
-        step = times[0] + sync.total_s  # exactly the replay's iteration when nothing is added
-    else:
-        step = max(t - o for t, o in zip(times, opts)) + sync.total_s + max(opts)
+    step = compose_step([t - o for t, o in zip(times, opts)], opts, sync.total_s, whole=times)
     tokens = workload.seq_len * sum(seqs)
     # the bound of every strategy: its optimizer term is the least one, params / N (zero3 over all devices)
     bound = compute_bound(cluster, model, replace(workload, global_batch=sum(seqs), param_sharding="zero3"), options)
