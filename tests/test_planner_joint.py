@@ -82,3 +82,30 @@ def test_global_batch_one_is_todays_problem():
     res = plan_joint(c, m, w)
     assert res.plan.num_replicas == 1 and res.partitions == 0
     assert res.step_time_s <= res.dp1.iteration_time_s * (1 + 1e-9)
+
+
+def test_cli_plan_global_batch_and_estimate_joint_plan(capsys, tmp_path):
+    import json
+
+    from hexiseq.cli import main
+
+    out = tmp_path / "joint.json"
+    args = ["plan", "--cluster", "testbed-8", "--model", "gpt-7b", "--seq-len", "16K", "--recompute", "none"]
+    assert main(args + ["--global-batch", "8", "--no-progress", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    for needle in ("joint plan", "global batch 8", "replica 0:", "sharding", "synchronisation", "bound: no plan"):
+        assert needle in text
+    plan = Plan.load(out)
+    assert plan.num_replicas >= 2 and sum(r.sequences for r in plan.replicas) == 8
+    assert main(["estimate", "--plan", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "replica 1:" in text and "synchronisation: copies allreduce" in text
+    assert main(["estimate", "--plan", str(out), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert len(d["replicas"]) == plan.num_replicas and d["sync_s"]["optimizer"] > 0
+    assert main(args + ["--global-batch", "4", "--dp", "2", "--no-progress", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert len(d["replicas"]) == 2 and sum(r["sequences"] for r in d["replicas"]) == 4
+    with pytest.raises(SystemExit) as exit_:
+        main(args + ["--global-batch", "4", "--dp", "0"])
+    assert exit_.value.code == 2 and "--dp must be auto or a positive number" in capsys.readouterr().err

@@ -2,6 +2,7 @@
 with proven bounds, the homogeneous baselines and infeasibility explanations.
 
 - `plan_cluster(cluster, model, workload, progress=True) -> PlanResult`
+- `plan_joint(cluster, model, workload, dp="auto") -> JointResult` (the whole step: replicas x sharding)
 - `baselines(cluster, model, workload) -> dict[str, BaselineResult]`
 - `candidate_layouts(cluster, model) -> list[Candidate]` (stage I)
 - `LayoutModel(cluster, model, workload, layout)` the optimization model of one layout
@@ -11,6 +12,7 @@ with proven bounds, the homogeneous baselines and infeasibility explanations.
 from .baselines import FAMILIES, BaselineResult, baselines, best_baseline, plan_lower_bound, proportional_plan
 from .candidates import Candidate, device_subsets, layouts
 from .explain import MemoryReport, explain_infeasible, may_fit, memory_report
+from .joint import STRATEGIES, JointResult, batch_shares, plan_joint
 from .layout import Layout
 from .model import LayoutModel
 from .refine import refine
@@ -19,6 +21,10 @@ from .scheduler import SEARCH_SPACE, candidate_layouts, plan_cluster
 
 __all__ = [
     "FAMILIES",
+    "STRATEGIES",
+    "JointResult",
+    "batch_shares",
+    "plan_joint",
     "SEARCH_SPACE",
     "BaselineResult",
     "Candidate",
