@@ -30,9 +30,10 @@ arrays and optimization-model expressions alike):
 - Joint plans (data-parallel replicas, `Plan.sharding`; costmodel/step.py): each strategy's
   per-micro-step collectives among one shard group (`sharding_collectives`: zero2 reduce-scatters
   in every backward, no gathers; zero1 reduce-scatters once, in the last backward, as DDP's buckets)
-  and the once-per-step terms (`step_collectives`): the hybrid scopes' all-reduce of the gradient
-  shard among the c copies (2·P/n bytes, n the smallest shard group, over the slowest link between
-  copies) and zero1/zero2's all-gather of the updated bf16 weights (2·P) inside each shard group.
+  and the once-per-step terms (`step_collectives`): the hybrid scopes' all-reduce of each layer's
+  gradient shard among the c copies (2·P_layer/n bytes, n the smallest shard group, over the slowest
+  link between copies; in the last micro-step's backward, simulate.pass_schedule) and zero1/zero2's
+  all-gather of the updated bf16 weights (2·P) inside each shard group (exposed).
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ class ParamComm:
     rs_root: float = 0.0
     ar_layer: float = 0.0  # replicated: all-reduce of one layer's bf16 gradients (one DDP bucket)
     ar_root: float = 0.0  # replicated: the root unit's gradients
+    xr_layer: float = 0.0  # hybrid (joint plans): all-reduce of one layer's gradient shard across the copies
+    xr_root: float = 0.0  # ... of the root unit's shard
 
 
 def param_collectives(bw: np.ndarray, lat: np.ndarray, model: ModelSpec, workload: Workload) -> ParamComm:
@@ -126,14 +129,16 @@ def sharding_collectives(stage: ShardingStage, bw: np.ndarray, lat: np.ndarray, 
 
 @dataclass(frozen=True)
 class StepCollectives:
-    """Seconds of the once-per-step collectives of a joint plan, exposed (every rank waits)."""
+    """Seconds of the once-per-step collectives of a joint plan."""
 
-    copies_allreduce_s: float = 0.0  # hybrid scopes: the gradient shard all-reduced among the copies
-    regather_s: float = 0.0  # zero1 / zero2: the updated bf16 weights all-gathered after the optimizer
+    copies_layer_s: float = 0.0  # hybrid: one layer's gradient shard all-reduced across the copies (ParamComm.xr_layer)
+    copies_root_s: float = 0.0  # ... the root unit's (ParamComm.xr_root)
+    regather_s: float = 0.0  # zero1 / zero2: the updated bf16 weights all-gathered after the optimizer (exposed)
 
     @property
     def total_s(self) -> float:
-        return self.copies_allreduce_s + self.regather_s
+        """The exposed part added after the replicas (the copies' all-reduce runs inside their passes)."""
+        return self.regather_s
 
 
 def step_collectives(
@@ -147,22 +152,26 @@ def step_collectives(
     (the plan's ranks); one group = no copies."""
     if stage == ShardingStage.REPLICATED or not shard_groups:
         return StepCollectives()
-    P = BF16 * model.param_count
     copies = len(shard_groups)
-    allreduce = 0.0
+    xr_layer = xr_root = 0.0
     if copies > 1:
         n = min(len(g) for g in shard_groups)
         label = np.empty(len(bw), dtype=np.int64)
         for i, g in enumerate(shard_groups):
             label[g] = i
         across = label[:, None] != label[None, :]
-        allreduce = ring_allreduce_s(P / n, copies, float(bw[across].min()), float(lat[across].max()))
+        link = float(bw[across].min()), float(lat[across].max())
+        layer = BF16 * model.params_per_layer
+        root = BF16 * (model.param_count - model.layers * model.params_per_layer)
+        xr_layer = ring_allreduce_s(layer / n, copies, *link)
+        xr_root = ring_allreduce_s(root / n, copies, *link)
     regather = 0.0
     if stage in (ShardingStage.ZERO1, ShardingStage.ZERO2):
         regather = max(
-            ring_allgather_s(P, len(g), *collective_link(bw[np.ix_(g, g)], lat[np.ix_(g, g)])) for g in shard_groups
+            ring_allgather_s(BF16 * model.param_count, len(g), *collective_link(bw[np.ix_(g, g)], lat[np.ix_(g, g)]))
+            for g in shard_groups
         )
-    return StepCollectives(allreduce, regather)
+    return StepCollectives(xr_layer, xr_root, regather)
 
 
 def intra_group_pairs(a: PlanArrays) -> tuple[np.ndarray, np.ndarray]:

@@ -5,7 +5,7 @@ whole sequence, replica i processing B_i sequences per step; the strategy is the
 (`Plan.sharding`: the one source of truth for a joint plan's sharding; the workload gives the
 sequence, the recompute policy and the global batch). The step:
 
-    step = max_i T_i + copies all-reduce + re-gather + max_r optimizer_r
+    step = max_i T_i + re-gather + max_r optimizer_r
 
 - T_i: replica i's B_i micro-steps, the step replay (simulate.py) of `plan.replica(i)` with the
   strategy's per-micro-step collectives among the shard group (comm.sharding_collectives; the same
@@ -13,7 +13,9 @@ sequence, the recompute policy and the global batch). The step:
 - the strategy's shard groups: scope "all" = every device of the plan, "replica" = each replica's
   devices, "node" = the plan's devices of each node; a replica's collectives take the seconds of the
   slowest shard group it has ranks in.
-- copies all-reduce and re-gather: comm.step_collectives, exposed.
+- hybrid scopes: each layer's gradient shard all-reduced across the copies in the last micro-step's
+  backward (comm.step_collectives, simulate.pass_schedule: the last layer's and the root's exposed);
+  zero1/zero2's re-gather of the updated weights after the optimizer: exposed.
 - optimizer_r: the rank's optimizer step over its shard (params / its group's size under zero1-3).
 A one-replica plan under zero3 or replicated over all devices is exactly `simulate`'s iteration
 (the paper's setting): `estimate_step(plan).step_time_s == simulate(plan).iteration_time_s`.
@@ -130,9 +132,10 @@ class _Strategy:
     today: bool  # one replica, zero3 or replicated over all devices: coefficients' own terms
     bw: np.ndarray  # [R, R] the plan's links
     lat: np.ndarray
+    sync: StepCollectives
 
 
-def _strategy(plan: Plan, cluster: ClusterSpec, model: ModelSpec) -> _Strategy:
+def _strategy(plan: Plan, cluster: ClusterSpec, model: ModelSpec, options: CostOptions) -> _Strategy:
     stage = plan.sharding.stage
     bw_all, lat_all = link_matrices(cluster)
     dev = np.array(plan.rank_devices, dtype=np.int64)
@@ -141,9 +144,17 @@ def _strategy(plan: Plan, cluster: ClusterSpec, model: ModelSpec) -> _Strategy:
     shards_of = np.zeros(plan.world_size, dtype=np.int64)
     for g in groups:
         shards_of[g] = len(g)
-    per_group = [sharding_collectives(stage, bw[np.ix_(g, g)], lat[np.ix_(g, g)], model) for g in groups]
+    sync = step_collectives(stage, groups, bw, lat, model) if not options.ignore_comm else StepCollectives()
+    per_group = [
+        replace(
+            sharding_collectives(stage, bw[np.ix_(g, g)], lat[np.ix_(g, g)], model),
+            xr_layer=sync.copies_layer_s,
+            xr_root=sync.copies_root_s,
+        )
+        for g in groups
+    ]
     today = plan.num_replicas == 1 and plan.sharding.scope == ShardingScope.ALL and stage in ("zero3", "replicated")
-    return _Strategy(stage, groups, per_group, shards_of, today, bw, lat)
+    return _Strategy(stage, groups, per_group, shards_of, today, bw, lat, sync)
 
 
 def _replica_coefficients(
@@ -210,7 +221,7 @@ def replica_lines(
     cache = {} if cache is None else cache
     rule_of(workload)
     plan.check(cluster, model)
-    st = _strategy(plan, cluster, model)
+    st = _strategy(plan, cluster, model, options)
     out: list[ReplicaLine] = []
     seen: dict[tuple, ReplicaLine] = {}
     for i in range(plan.num_replicas):
@@ -234,7 +245,7 @@ def replica_lines(
             None
             if st.today
             else tuple(
-                (p.ag_layer, p.rs_layer, p.ar_layer, p.ag_root, p.rs_root, p.ar_root)
+                (p.ag_layer, p.rs_layer, p.ar_layer, p.ag_root, p.rs_root, p.ar_root, p.xr_layer, p.xr_root)
                 for g, p in zip(st.groups, st.per_group)
                 if np.any((g >= ranks.start) & (g < ranks.stop))
             ),
@@ -282,11 +293,11 @@ def step_time(
 ) -> float:
     """`estimate_step`'s step time from the replicas' lines at the plan's sequence counts (no
     replay: the planner scores batch shares with it)."""
-    st = _strategy(plan, cluster, model)
+    st = _strategy(plan, cluster, model, options)
     seqs = [r.sequences for r in plan.replicas] if plan.replicas else None
     if seqs is None:
         raise PlanError("step_time needs a plan with replicas (their sequence counts)")
-    sync = step_collectives(st.stage, st.groups, st.bw, st.lat, model) if not options.ignore_comm else StepCollectives()
+    sync = st.sync
     return compose_step([ln.time_s(b) for ln, b in zip(lines, seqs)], [ln.optimizer_s for ln in lines], sync.total_s)
 
 
@@ -308,8 +319,7 @@ def estimate_step(
     rule_of(workload)  # refuses "auto" before any work
     plan.check(cluster, model, workload if plan.replicas else None)
     seqs = plan.sequences_of(workload.global_batch)
-    st = _strategy(plan, cluster, model)
-    stage, groups, bw, lat = st.stage, st.groups, st.bw, st.lat
+    st = _strategy(plan, cluster, model, options)
     replicas: list[ReplicaStep] = []
     oom: list[str] = []
     times, opts = [], []
@@ -349,7 +359,7 @@ def estimate_step(
                 fits=fits,
             )
         )
-    sync = step_collectives(stage, groups, bw, lat, model) if not options.ignore_comm else StepCollectives()
+    sync = st.sync
     step = compose_step([t - o for t, o in zip(times, opts)], opts, sync.total_s, whole=times)
     tokens = workload.seq_len * sum(seqs)
     # the bound of every strategy: its optimizer term is the least one, params / N (zero3 over all devices)
@@ -367,7 +377,7 @@ def estimate_step(
         fits=not oom,
         replicas=replicas,
         sync_s={
-            "copies_allreduce": sync.copies_allreduce_s,
+            "copies_allreduce": model.layers * sync.copies_layer_s + sync.copies_root_s,  # in the last backward
             "regather": sync.regather_s,
             "optimizer": max(opts),
         },

@@ -11,18 +11,22 @@ with proven bounds, the homogeneous baselines and infeasibility explanations.
 
 from .baselines import FAMILIES, BaselineResult, baselines, best_baseline, plan_lower_bound, proportional_plan
 from .candidates import Candidate, device_subsets, layouts
+from .dp_baselines import DPBaseline, dp_baselines
 from .explain import MemoryReport, explain_infeasible, may_fit, memory_report
-from .joint import STRATEGIES, JointResult, batch_shares, plan_joint
+from .joint import JointResult, plan_joint
 from .layout import Layout
 from .model import LayoutModel
 from .refine import refine
 from .result import PlanResult
 from .scheduler import SEARCH_SPACE, candidate_layouts, plan_cluster
+from .shares import STRATEGIES, batch_shares
 
 __all__ = [
     "FAMILIES",
     "STRATEGIES",
+    "DPBaseline",
     "JointResult",
+    "dp_baselines",
     "batch_shares",
     "plan_joint",
     "SEARCH_SPACE",

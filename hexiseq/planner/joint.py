@@ -22,7 +22,6 @@ step of `global_batch` sequences.
 
 from __future__ import annotations
 
-import heapq
 import math
 import time
 from collections.abc import Sequence
@@ -31,44 +30,19 @@ from typing import Any
 
 from ..costmodel.bound import compute_bound
 from ..costmodel.kernels import CostOptions
-from ..costmodel.step import ReplicaLine, StepEstimate, estimate_step, replica_lines, shard_groups, step_time
-from ..errors import HexiSeqError, InfeasibleError, PlanError
-from ..plan import Group, Plan, Sharding, ShardingScope, ShardingStage
+from ..costmodel.step import StepEstimate, estimate_step
+from ..errors import HexiSeqError, InfeasibleError
+from ..plan import Group, Plan, Sharding, ShardingScope
 from ..specs import ClusterSpec, ModelSpec, Workload
+from .dp_baselines import DPBaseline, dp_baselines
 from .replicas import Partition, Replica, partitions, replica_devices, shape_key, sub_cluster
 from .result import PlanResult
 from .scheduler import plan_cluster
 from .search import DEFAULT_GAP
+from .shares import STRATEGIES, best_over_strategies, lower_shares_bound
 
-STRATEGIES: tuple[Sharding, ...] = (
-    Sharding(ShardingStage.ZERO3, ShardingScope.ALL),
-    Sharding(ShardingStage.ZERO3, ShardingScope.REPLICA),
-    Sharding(ShardingStage.ZERO3, ShardingScope.NODE),
-    Sharding(ShardingStage.ZERO2, ShardingScope.ALL),
-    Sharding(ShardingStage.ZERO2, ShardingScope.REPLICA),
-    Sharding(ShardingStage.ZERO2, ShardingScope.NODE),
-    Sharding(ShardingStage.ZERO1, ShardingScope.ALL),
-    Sharding(ShardingStage.ZERO1, ShardingScope.REPLICA),
-    Sharding(ShardingStage.ZERO1, ShardingScope.NODE),
-    Sharding(ShardingStage.REPLICATED),
-)
 SHAPE_WORK, SHAPE_GAP = 300, 0.005  # the DP = 1 search of each replica shape (one plan of many: less work)
 MAX_PARTITIONS_VISITED = 24  # partitions planned in full at most (the bound covers the rest)
-
-
-def batch_shares(lines: Sequence[ReplicaLine], global_batch: int) -> list[int]:
-    """Integer sequences per replica minimising the slowest replica's time (module doc); replicas
-    that do not fit get none."""
-    shares = [0] * len(lines)
-    heap = [(ln.time_s(1), i) for i, ln in enumerate(lines) if ln.fits]
-    if not heap:
-        return shares
-    heapq.heapify(heap)
-    for _ in range(global_batch):
-        _, i = heapq.heappop(heap)
-        shares[i] += 1
-        heapq.heappush(heap, (lines[i].time_s(shares[i] + 1), i))
-    return shares
 
 
 @dataclass
@@ -93,8 +67,20 @@ class JointResult:
     shapes_planned: int
     recompute: str
     stage_times_s: dict[str, float] = field(default_factory=dict)
+    baselines: dict[str, DPBaseline] = field(default_factory=dict)  # DP x family, each at its best
     left_out: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def best_baseline(self) -> DPBaseline | None:
+        pool = [b for b in self.baselines.values() if b.feasible]
+        return min(pool, key=lambda b: (b.step_time_s, b.name)) if pool else None
+
+    @property
+    def speedup_vs_best_baseline(self) -> float | None:
+        """Throughput over the best DP x symmetric baseline."""
+        b = self.best_baseline
+        return b.step_time_s / self.step_time_s if b else None
 
     @property
     def gap(self) -> float:
@@ -121,6 +107,12 @@ class JointResult:
             out.append(
                 f"  one replica of the DP = 1 planner: {self.dp1_step_s:.4g} s per step "
                 f"({self.dp1_step_s / self.step_time_s:.2f}x this plan's time)"
+            )
+        b = self.best_baseline
+        if b is not None:
+            out.append(
+                f"  best DP x symmetric baseline: {b.name}, {b.config}: {b.step_time_s:.4g} s "
+                f"(this plan {self.speedup_vs_best_baseline:.3f}x faster)"
             )
         out += [f"  {line}" for line in self.left_out]
         out.append(f"  bound: {self.bound_covers}")
@@ -187,56 +179,6 @@ class _Shapes:
         return _moved(got[0], replica_devices(self.cluster, rep)), got[1]
 
 
-def _lower_shares_bound(bounds: list[float], global_batch: int) -> float:
-    """min over integer shares of max_i B_i·b_i (the exact greedy on bound lines)."""
-    lines = [ReplicaLine(0.0, b, 0.0, True, 0.0) for b in bounds]
-    shares = batch_shares(lines, global_batch)
-    return max(ln.time_s(s) for ln, s in zip(lines, shares))
-
-
-def _best_over_strategies(
-    replicas: list[Plan],
-    cluster: ClusterSpec,
-    model: ModelSpec,
-    workload: Workload,
-    strategies: Sequence[Sharding],
-    options: CostOptions,
-    name: str,
-    cache: dict | None = None,
-) -> tuple[float, Plan | None]:
-    """The fastest fitting (step seconds, joint plan) of these replica layouts over the strategies,
-    with exact shares."""
-    G = workload.global_batch
-    cache = {} if cache is None else cache
-    best: tuple[float, Plan | None] = (math.inf, None)
-    tried: set = set()
-    for sharding in strategies:
-        trial = Plan.joint(replicas, [1] * len(replicas), sharding, name=name)
-        same = (sharding.stage, tuple(tuple(g.tolist()) for g in shard_groups(trial, cluster)))
-        if same in tried:
-            continue  # the same shard groups as a scope already tried
-        tried.add(same)
-        try:
-            lines = replica_lines(trial, cluster, model, replace(workload, global_batch=len(replicas)), options, cache)
-        except PlanError:
-            continue
-        shares = batch_shares(lines, G)
-        used = [i for i, b in enumerate(shares) if b > 0]
-        if not used:
-            continue
-        plan = Plan.joint([replicas[i] for i in used], [shares[i] for i in used], sharding, name=name)
-        if len(used) < len(replicas):  # the shard groups changed: score the plan that runs
-            lines = replica_lines(plan, cluster, model, workload, options, cache)
-            if not all(ln.fits for ln in lines):
-                continue
-        else:
-            lines = [lines[i] for i in used]
-        t = step_time(plan, cluster, model, lines, options)
-        if t < best[0]:
-            best = (t, plan)
-    return best
-
-
 def plan_joint(
     cluster: ClusterSpec,
     model: ModelSpec,
@@ -246,6 +188,7 @@ def plan_joint(
     options: CostOptions = CostOptions(),
     gap: float = DEFAULT_GAP,
     progress: bool = False,
+    with_baselines: bool = True,
 ) -> JointResult:
     """The fastest joint plan (module doc). `dp`: "auto" (one replica or any partition), 1 (one
     replica, every strategy) or N (partitions of exactly N replicas given sequences)."""
@@ -263,7 +206,7 @@ def plan_joint(
         dp1 = plan_cluster(cluster, model, workload, progress=progress, options=options)
         wl1 = workload.with_recompute(dp1.recompute)
         one = [s for s in strategies if s.scope != ShardingScope.REPLICA]
-        dp1_s, plan1 = _best_over_strategies(
+        dp1_s, plan1, _ = best_over_strategies(
             [replace(dp1.plan, replicas=())], cluster, model, wl1, one, options, "hexiseq"
         )
         dp1_s = min(dp1_s, dp1.iteration_time_s)
@@ -271,6 +214,13 @@ def plan_joint(
             plan1 = Plan.joint([replace(dp1.plan, replicas=())], [G], Sharding(), name="hexiseq")
         best_s, best_plan, best_label, best_policy = dp1_s, plan1, "one replica (DP = 1 planner)", dp1.recompute
     t_dp1 = time.perf_counter() - t_dp1
+    t_base = time.perf_counter()
+    cache: dict = {}
+    base = dp_baselines(cluster, model, workload, strategies, options, cache) if with_baselines else {}
+    for b in base.values():  # never worse than a baseline: the best one is the incumbent
+        if b.feasible and b.step_time_s < best_s * (1 - 1e-12) and (dp == "auto" or b.plan.num_replicas == dp):
+            best_s, best_plan, best_label, best_policy = b.step_time_s, b.plan, f"baseline {b.name}", b.recompute
+    t_base = time.perf_counter() - t_base
     shapes = _Shapes(cluster, model, workload, options)
     parts: list[tuple[float, int, Partition]] = []
     if dp != 1 and G >= 2 and not cluster.overrides:
@@ -278,13 +228,12 @@ def plan_joint(
             if len(part.replicas) < 2 or (isinstance(dp, int) and len(part.replicas) < dp):
                 continue
             bounds = [shapes.per_sequence_bound(r) for r in part.replicas]
-            parts.append((_lower_shares_bound(bounds, G), i, part))
+            parts.append((lower_shares_bound(bounds, G), i, part))
     elif cluster.overrides:
         notes.append("the cluster has link overrides: replica partitions are not searched (one replica only)")
     parts.sort(key=lambda x: (x[0], x[1]))
     visited = 0
     searched_lb = math.inf
-    cache: dict = {}
     for lb, _, part in parts:
         if lb >= best_s * (1 - gap):
             searched_lb = min(searched_lb, lb)
@@ -301,7 +250,7 @@ def plan_joint(
         for pol in sorted(policies):
             wl = workload.with_recompute(pol)
             reps = [p for p, _ in planned]
-            t, plan = _best_over_strategies(reps, cluster, model, wl, strategies, options, "hexiseq", cache)
+            t, plan, _ = best_over_strategies(reps, cluster, model, wl, strategies, options, "hexiseq", cache)
             if plan is not None and isinstance(dp, int) and plan.num_replicas != dp:
                 continue
             if plan is not None and t < best_s * (1 - 1e-12):
@@ -366,11 +315,13 @@ def plan_joint(
         recompute=best_policy,
         stage_times_s={
             "DP = 1 planner": t_dp1,
+            "DP baselines": t_base,
             "replica shapes": shapes.seconds,
-            "partitions and strategies": time.perf_counter() - t0 - t_dp1 - shapes.seconds,
+            "partitions and strategies": time.perf_counter() - t0 - t_dp1 - t_base - shapes.seconds,
         },
         left_out=left_out,
         notes=notes,
+        baselines=base,
     )
 
 
@@ -398,5 +349,8 @@ def to_dict(res: JointResult) -> dict[str, Any]:
         "sync_s": dict(res.step.sync_s),
         "left_out": list(res.left_out),
         "notes": list(res.notes),
+        "baselines": {n: b.to_dict() for n, b in res.baselines.items()},
+        "best_baseline": res.best_baseline.name if res.best_baseline else None,
+        "speedup_vs_best_baseline": res.speedup_vs_best_baseline,
         "plan": res.plan.to_dict(),
     }
