@@ -46,3 +46,13 @@ def test_joint_cell_rows_and_figure():
     assert {"replicas", "sharding"} <= set(BASE_COLUMNS) and df["replicas"].notna().all()
     fig = fig_global_batch(df)
     assert fig.axes and "global batch" in fig.axes[0].get_xlabel()
+
+
+def test_explorer_view_of_a_global_batch_draws_the_replicas():
+    from hexiseq.widgets import Settings, plan_view
+
+    v = plan_view(Settings("testbed-8", "gpt-7b", 16384, "auto", "zero3", 8))
+    assert v.ok and "batch 8" in v.headline and "replicas" in v.headline
+    assert any(line.strip().startswith("replica 0:") for line in v.details)
+    name, fig = v.figures[0]
+    assert name == "allocation" and "devices by replica" in fig.axes[0].get_title()

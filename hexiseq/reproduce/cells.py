@@ -239,6 +239,23 @@ def run_joint_cell(cell: Any, record: dict[str, Any], cluster: Any, model: Any, 
     return _clean(record)
 
 
+def joint_setting(
+    cluster_name: str,
+    model_name: str,
+    seq_len: int,
+    global_batch: int,
+    recompute: str = "auto",
+    sharding: str = "zero3",
+) -> tuple[ClusterSpec, ModelSpec, Workload, Any]:
+    """One setting with a global batch planned as a whole step (planner.plan_joint):
+    (cluster, model, workload, JointResult)."""
+    cluster, model = load_cluster(cluster_name), get_model(model_name)
+    wl = Workload(
+        seq_len=seq_len, global_batch=global_batch, activation_checkpointing=recompute, param_sharding=sharding
+    )
+    return cluster, model, wl, planner.plan_joint(cluster, model, wl)
+
+
 def run_cell(cell: Any) -> dict[str, Any]:
     """Plan one cell (HexiSeq and every baseline) and return its record (module doc)."""
     cluster, model, wl = cell.cluster.build(), get_model(cell.model), cell.workload_spec()
