@@ -7,7 +7,7 @@ on — the node specs in order and the inter-node latency — so replicas of one
 and their plan is moved onto each one's devices. The partitions (`partitions`) combine, per family:
 nothing (left out), replicas of m whole nodes (m dividing the family's nodes) or replicas of c GPUs
 inside a node (c dividing the node's GPUs: pure data parallelism at c = 1); and fast+slow pairings:
-two families with as many nodes each, one node of each per replica.
+one node of a family with k nodes of another that has k times as many, per replica.
 """
 
 from __future__ import annotations
@@ -129,13 +129,18 @@ def partitions(cluster: ClusterSpec, max_replicas: int | None = None) -> Iterato
 
     for choice in itertools.product(*opts):
         yield from emit([c[0] for c in choice], [r for c in choice for r in c[1]])
-    # fast+slow pairings: two families of as many nodes, one node of each per replica
-    for a, b in itertools.combinations(range(len(fams)), 2):
+    # fast+slow pairings: one node of a family with k nodes of another that has k times as many
+    for a, b in itertools.permutations(range(len(fams)), 2):
         fa, fb = fams[a], fams[b]
-        if len(fa.nodes) != len(fb.nodes):
+        if len(fb.nodes) % len(fa.nodes) or (len(fb.nodes) == len(fa.nodes) and a > b):
             continue
-        pairs = [(Piece(x, 0, fa.spec.count), Piece(y, 0, fb.spec.count)) for x, y in zip(fa.nodes, fb.nodes)]
-        label = f"{len(pairs)} x ({fa.spec.gpu.name} node + {fb.spec.gpu.name} node)"
+        k = len(fb.nodes) // len(fa.nodes)
+        pairs = [
+            (Piece(x, 0, fa.spec.count),) + tuple(Piece(y, 0, fb.spec.count) for y in fb.nodes[i * k : (i + 1) * k])
+            for i, x in enumerate(fa.nodes)
+        ]
+        more = f"{k} {fb.spec.gpu.name} nodes" if k > 1 else f"{fb.spec.gpu.name} node"
+        label = f"{len(pairs)} x ({fa.spec.gpu.name} node + {more})"
         rest = [o for i, o in enumerate(opts) if i not in (a, b)]
         for choice in itertools.product(*rest):
             yield from emit([label] + [c[0] for c in choice], list(pairs) + [r for c in choice for r in c[1]])
