@@ -8,8 +8,8 @@ import pytest
 from hexiseq import Plan, Workload, get_model, load_cluster
 from hexiseq.costmodel.step import ReplicaLine, estimate_step, replica_lines
 from hexiseq.planner.joint import plan_joint
-from hexiseq.planner.shares import batch_shares
 from hexiseq.planner.replicas import families, partitions, replica_devices, shape_key, sub_cluster
+from hexiseq.planner.shares import batch_shares
 
 
 def _brute(lines, G):
