@@ -249,7 +249,10 @@ def replica_lines(
                 for g, p in zip(st.groups, st.per_group)
                 if np.any((g >= ranks.start) & (g < ranks.stop))
             ),
+            (str(st.stage), st.today),
         )
+        if key not in seen and ("line", key) in cache:
+            seen[key] = cache[("line", key)]
         if key not in seen:
             own = sub.replicas[0].sequences if sub.replicas else workload.global_batch  # what its check expects
             shape = key[:3]  # the replica without its strategy
@@ -266,7 +269,7 @@ def replica_lines(
                 t.append(sim.iteration_time_s - opt)
             total = _replica_memory(a, d, model, workload, options, st, ranks)
             worst = int(np.argmax(total - a.capacity))
-            seen[key] = ReplicaLine(
+            seen[key] = cache[("line", key)] = ReplicaLine(
                 2 * t[0] - t[1], t[1] - t[0], opt, bool((total <= a.capacity).all()), float(total[worst] / GIB)
             )
         out.append(seen[key])
