@@ -1,7 +1,9 @@
 """The joint planner: data-parallel replicas x parameter sharding x asymmetric CP x HP for a whole
 step of `global_batch` sequences.
 
-- Candidates: today's plan of one replica (`plan_cluster`, DP = 1) and the replica partitions of
+- Candidates: the DP x family baselines (planner/dp_baselines.py, the first incumbent), today's
+  plan of one replica (`plan_cluster`, DP = 1: skipped when a proven bound of its search space is
+  above the best plan found) and the replica partitions of
   the cluster's structure (planner/replicas.py). Each replica shape is planned once (`plan_cluster`
   on the shape as a cluster of its own, one sequence, ZeRO-3 inside it) and its plan moved onto
   every replica of that shape.
@@ -28,12 +30,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..costmodel.bound import compute_bound
+from ..costmodel.bound import compute_bound, subset_time_bound
 from ..costmodel.kernels import CostOptions
 from ..costmodel.step import StepEstimate, estimate_step
 from ..errors import HexiSeqError, InfeasibleError
 from ..plan import Group, Plan, Sharding, ShardingScope
 from ..specs import ClusterSpec, ModelSpec, Workload
+from .baselines import policies_of
+from .candidates import EXHAUSTIVE_DEVICES, device_subsets
 from .dp_baselines import DPBaseline, dp_baselines
 from .replicas import Partition, Replica, partitions, replica_devices, shape_key, sub_cluster
 from .result import PlanResult
@@ -179,6 +183,19 @@ class _Shapes:
         return _moved(got[0], replica_devices(self.cluster, rep)), got[1]
 
 
+def _dp1_bound(cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions) -> float:
+    """A proven lower bound of the DP = 1 planner's result: the least bound of its candidate device
+    subsets (costmodel.bound.subset_time_bound) over the policies it may choose; 0 on the small
+    clusters where it searches every subset."""
+    if cluster.size <= EXHAUSTIVE_DEVICES:
+        return 0.0
+    return min(
+        subset_time_bound(cluster, sorted(devs), model, workload.with_recompute(p), options)
+        for _, devs in device_subsets(cluster)
+        for p in policies_of(workload)
+    )
+
+
 def plan_joint(
     cluster: ClusterSpec,
     model: ModelSpec,
@@ -201,19 +218,6 @@ def plan_joint(
     notes: list[str] = []
     best_s, best_plan, best_label, best_policy = math.inf, None, "", str(workload.recompute)
     dp1, dp1_s = None, math.inf
-    t_dp1 = time.perf_counter()
-    if dp in ("auto", 1):
-        dp1 = plan_cluster(cluster, model, workload, progress=progress, options=options)
-        wl1 = workload.with_recompute(dp1.recompute)
-        one = [s for s in strategies if s.scope != ShardingScope.REPLICA]
-        dp1_s, plan1, _ = best_over_strategies(
-            [replace(dp1.plan, replicas=())], cluster, model, wl1, one, options, "hexiseq"
-        )
-        dp1_s = min(dp1_s, dp1.iteration_time_s)
-        if plan1 is None or dp1.iteration_time_s <= dp1_s:
-            plan1 = Plan.joint([replace(dp1.plan, replicas=())], [G], Sharding(), name="hexiseq")
-        best_s, best_plan, best_label, best_policy = dp1_s, plan1, "one replica (DP = 1 planner)", dp1.recompute
-    t_dp1 = time.perf_counter() - t_dp1
     t_base = time.perf_counter()
     cache: dict = {}
     base = dp_baselines(cluster, model, workload, strategies, options, cache) if with_baselines else {}
@@ -255,6 +259,28 @@ def plan_joint(
                 continue
             if plan is not None and t < best_s * (1 - 1e-12):
                 best_s, best_plan, best_label, best_policy = t, plan, part.label, pol
+    # the DP = 1 planner (today's problem at this batch), unless a proven bound of its whole search
+    # space is above the best plan found: it can then be neither faster nor the answer
+    t_dp1 = time.perf_counter()
+    dp1_bound = _dp1_bound(cluster, model, workload, options) if dp == "auto" and G > 1 else 0.0
+    if dp in ("auto", 1) and dp1_bound < best_s:
+        dp1 = plan_cluster(cluster, model, workload, progress=progress, options=options)
+        wl1 = workload.with_recompute(dp1.recompute)
+        one = [s for s in strategies if s.scope != ShardingScope.REPLICA]
+        dp1_s, plan1, _ = best_over_strategies(
+            [replace(dp1.plan, replicas=())], cluster, model, wl1, one, options, "hexiseq"
+        )
+        dp1_s = min(dp1_s, dp1.iteration_time_s)
+        if plan1 is None or dp1.iteration_time_s <= dp1_s:
+            plan1 = Plan.joint([replace(dp1.plan, replicas=())], [G], Sharding(), name="hexiseq")
+        if dp1_s < best_s * (1 - 1e-12):
+            best_s, best_plan, best_label, best_policy = dp1_s, plan1, "one replica (DP = 1 planner)", dp1.recompute
+    elif dp in ("auto", 1):
+        notes.append(
+            f"the DP = 1 planner was not run: no one-replica plan of its search space beats {dp1_bound:.4g} s "
+            f"(the bound of its device subsets), above this plan's {best_s:.4g} s"
+        )
+    t_dp1 = time.perf_counter() - t_dp1
     if best_plan is None:
         raise InfeasibleError(f"no joint plan of {G} sequences fits on {cluster.name} (dp={dp})")
     wl = workload.with_recompute(best_policy)

@@ -196,8 +196,13 @@ def run_joint_cell(cell: Any, record: dict[str, Any], cluster: Any, model: Any, 
             lower_bound_s=res.lower_bound_s,
         )
     ]
-    if res.dp1 is not None:
-        d1 = res.dp1
+    d1 = res.dp1
+    if d1 is None:  # the joint planner proved it slower without running it: planned here for the row
+        try:
+            d1 = planner.plan_cluster(cluster, model, wl, progress=False)
+        except HexiSeqError:
+            d1 = None
+    if d1 is not None:
         systems.append(
             _system(
                 DP1,
