@@ -184,13 +184,18 @@ class _Shapes:
 
 
 def _dp1_bound(cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions) -> float:
-    """A proven lower bound of the DP = 1 planner's result: the least bound of its candidate device
-    subsets (costmodel.bound.subset_time_bound) over the policies it may choose; 0 on the small
-    clusters where it searches every subset."""
+    """A proven lower bound of every one-replica plan the DP = 1 planner's layouts give under any
+    strategy: the least bound of its candidate device subsets (costmodel.bound.subset_time_bound)
+    without communication (the strategies differ in their collectives; ZeRO-3's optimizer step,
+    the bound's, is the least) over the policies it may choose; 0 on the small clusters where it
+    searches every subset."""
     if cluster.size <= EXHAUSTIVE_DEVICES:
         return 0.0
+    free = replace(options, ignore_comm=True)
     return min(
-        subset_time_bound(cluster, sorted(devs), model, workload.with_recompute(p), options)
+        subset_time_bound(
+            cluster, sorted(devs), model, replace(workload.with_recompute(p), param_sharding="zero3"), free
+        )
         for _, devs in device_subsets(cluster)
         for p in policies_of(workload)
     )
