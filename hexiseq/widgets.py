@@ -22,8 +22,8 @@ from typing import Any
 
 from .costmodel import estimate
 from .errors import HexiSeqError, InfeasibleError
-from .reproduce.cells import plan_setting, systems_of
-from .reproduce.plan_figures import plot_allocation, plot_cell_systems, plot_rank_phases
+from .reproduce.cells import joint_setting, plan_setting, systems_of
+from .reproduce.plan_figures import plot_allocation, plot_cell_systems, plot_rank_phases, plot_replicas
 from .reproduce.style import si_label, style, tokens_label
 from .specs import (
     RecomputePolicy,
@@ -53,10 +53,12 @@ class Settings:
     seq_len: int
     recompute: str = "auto"
     sharding: str = "zero3"
+    global_batch: int = 1  # above 1: the whole step planned (replicas x sharding, planner.plan_joint)
 
     @property
     def label(self) -> str:
-        return f"{self.cluster} · {self.model} · {tokens_label(self.seq_len)} tokens"
+        batch = f" · batch {self.global_batch}" if self.global_batch > 1 else ""
+        return f"{self.cluster} · {self.model} · {tokens_label(self.seq_len)} tokens{batch}"
 
 
 @dataclass
@@ -83,8 +85,29 @@ def _left_out_text(result: Any, cluster: Any) -> str | None:
     return f"{n} of {cluster.size} devices left out. " + "; ".join(result.left_out) + "."
 
 
+def joint_view(s: Settings) -> PlanView:
+    """A setting with a global batch above 1: the joint plan, its replicas and their shares, the
+    best DP x symmetric baseline, and the replicas drawn."""
+    t0 = time.perf_counter()
+    try:
+        cluster, model, wl, res = joint_setting(s.cluster, s.model, s.seq_len, s.global_batch, s.recompute, s.sharding)
+    except HexiSeqError as e:
+        what = "nothing fits" if isinstance(e, InfeasibleError) else "cannot plan these settings"
+        return PlanView(s, False, f"{s.label}: {what}", explanation=str(e), seconds=time.perf_counter() - t0)
+    head = f"{s.label}: HexiSeq {res.tokens_per_s:,.0f} tokens/s with {res.plan.num_replicas} replicas"
+    if res.speedup_vs_best_baseline is not None:
+        head += f", {res.speedup_vs_best_baseline:.2f}x the best DP x symmetric baseline ({res.best_baseline.name})"
+    if res.dp1 is not None:
+        head += f", {res.dp1.iteration_time_s / res.step_time_s:.2f}x HexiSeq at DP = 1"
+    details = res.explanation() + [f"planned in {res.plan_time_s:.1f} s"] + list(res.notes)
+    figures = [("allocation", plot_replicas(res.plan, cluster, res.step, title=f"{s.label}: replicas"))]
+    return PlanView(s, True, head, details, figures=figures, result=res, seconds=time.perf_counter() - t0)
+
+
 def plan_view(s: Settings) -> PlanView:
     """Plan one setting and build what the explorer shows (module doc)."""
+    if s.global_batch > 1:
+        return joint_view(s)
     t0 = time.perf_counter()
     try:
         cluster, model, wl, result = plan_setting(s.cluster, s.model, s.seq_len, s.recompute, s.sharding)
@@ -130,13 +153,21 @@ def plan_view(s: Settings) -> PlanView:
 
 
 def show_plan(
-    cluster_name: str, model_name: str, seq_len: int, recompute: str = "auto", sharding: str = "zero3"
+    cluster_name: str,
+    model_name: str,
+    seq_len: int,
+    recompute: str = "auto",
+    sharding: str = "zero3",
+    global_batch: int = 1,
 ) -> Any:
     """Plan one case, print its headline and details (or why nothing fits) and display its
-    figures; returns the PlanResult, or None when nothing fits."""
+    figures; returns the PlanResult (a JointResult with a global batch above 1), or None when
+    nothing fits."""
     from IPython.display import display
 
-    view = plan_view(Settings(cluster_name, model_name, parse_tokens(seq_len), _policy(recompute), sharding))
+    view = plan_view(
+        Settings(cluster_name, model_name, parse_tokens(seq_len), _policy(recompute), sharding, int(global_batch))
+    )
     print(view.headline)
     for line in view.details:
         print("  " + line)
@@ -170,6 +201,7 @@ class PlanExplorer:
         recompute: str = "auto",
         sharding: str = "zero3",
         background: bool = True,
+        global_batch: int = 1,
     ) -> None:
         import ipywidgets as W
 
@@ -184,6 +216,7 @@ class PlanExplorer:
         self.w_seq = W.SelectionSlider(options=seq_options, value=seq_len, description="tokens")
         self.w_rec = W.Dropdown(options=[str(p) for p in RecomputePolicy], value=recompute, description="recompute")
         self.w_shard = W.ToggleButtons(options=["zero3", "replicated"], value=sharding, description="states")
+        self.w_batch = W.BoundedIntText(value=global_batch, min=1, max=1024, description="batch")
         self.button = W.Button(description="Plan", button_style="primary", icon="play", tooltip="plan these settings")
         self.status = W.HTML()
         self.result = W.HTML()
@@ -195,12 +228,12 @@ class PlanExplorer:
             (self.figures, "hexiseq-figures"),
         ):
             w.add_class(cls)
-        self.controls = [self.w_cluster, self.w_model, self.w_seq, self.w_rec, self.w_shard]
+        self.controls = [self.w_cluster, self.w_model, self.w_seq, self.w_rec, self.w_shard, self.w_batch]
         self.panel = W.VBox(
             [
                 W.HBox([self.w_cluster, self.w_model]),
                 W.HBox([self.w_seq, self.w_rec]),
-                W.HBox([self.w_shard, self.button]),
+                W.HBox([self.w_shard, self.w_batch, self.button]),
                 self.status,
                 self.result,
                 self.figures,
@@ -218,7 +251,12 @@ class PlanExplorer:
 
     def settings(self) -> Settings:
         return Settings(
-            self.w_cluster.value, self.w_model.value, int(self.w_seq.value), self.w_rec.value, self.w_shard.value
+            self.w_cluster.value,
+            self.w_model.value,
+            int(self.w_seq.value),
+            self.w_rec.value,
+            self.w_shard.value,
+            int(self.w_batch.value),
         )
 
     @property
@@ -320,13 +358,17 @@ class PlanExplorer:
 
 
 def plan_explorer(
-    cluster: str = "testbed-8", model: str = "llama2-7b", seq_len: int = 131072, plan_now: bool = True
+    cluster: str = "testbed-8",
+    model: str = "llama2-7b",
+    seq_len: int = 131072,
+    plan_now: bool = True,
+    global_batch: int = 1,
 ) -> PlanExplorer:
     """Display the explorer panel; with `plan_now` the initial settings are planned right away
     (in the cell, so an executed notebook holds the result)."""
     from IPython.display import display
 
-    ex = PlanExplorer(cluster, model, seq_len)
+    ex = PlanExplorer(cluster, model, seq_len, global_batch=global_batch)
     display(ex.panel)
     if plan_now:
         ex.background = False

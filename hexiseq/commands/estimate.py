@@ -8,6 +8,10 @@ exposed exchange, parameter traffic and waiting, summing to the iteration time) 
 capacity, then the iteration time, tokens/s, MFU, efficiency against the compute bound, the
 critical path, and every rank that does not fit.
 
+A joint plan (a version-2 plan file: data-parallel replicas and a sharding strategy, `hexiseq plan
+--global-batch G`) is timed as a whole step (costmodel/step.py): each replica's time, sequences and
+memory, and the synchronisation terms; the global batch is the sum of its replicas' sequences.
+
 The cost model needs a concrete recompute policy (--recompute none|selective|full). By default it
 is the one the plan file records (meta["recompute"], written by `hexiseq plan`), else none.
 """
@@ -16,8 +20,10 @@ from __future__ import annotations
 
 import argparse
 import re
+from dataclasses import replace
 
 from ..costmodel import PHASES, estimate
+from ..costmodel.step import estimate_step
 from ..errors import PlanError, SpecError
 from ..plan import Plan, symmetric_plan
 from ..runs.config import plan_recompute
@@ -141,7 +147,17 @@ def _inputs(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     plan, cluster, model, wl = _inputs(args)
-    e = estimate(plan, cluster, model, wl, stack_options(args))
+    options = stack_options(args)
+    if plan.replicas or not plan.sharding.is_default:
+        if plan.replicas:
+            wl = replace(wl, global_batch=sum(r.sequences for r in plan.replicas))
+        step = estimate_step(plan, cluster, model, wl, options)
+        if args.json:
+            dump_json(step.to_dict())
+        else:
+            print(step.summary())
+        return 0
+    e = estimate(plan, cluster, model, wl, options)
     if args.json:
         dump_json(e.to_dict())
         return 0

@@ -9,6 +9,13 @@ Recompute: `--recompute auto` (the default) lets the planner try none, selective
 activation checkpointing and keep the fastest plan that fits (it says which, and the plan file
 records it in meta["recompute"], which `hexiseq estimate` and `hexiseq run` then use by default);
 `--recompute none|selective|full` plans exactly that policy (bare `--recompute`: selective).
+
+Global batch: with `--global-batch G` above 1 the planner plans the whole step (planner/joint.py):
+data-parallel replicas (`--dp auto` any partition of the cluster's structure or one replica, `--dp 1`
+one replica, `--dp N` exactly N replicas), each replica's layout, its sequences per step and the
+parameter-sharding strategy (ZeRO-1/2/3 over all devices, each replica or each node, or replicated);
+the plan file is then version 2 (replicas and sharding). `--global-batch 1` is the one-sequence
+problem of the paper (ZeRO-3 over all devices).
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ import sys
 
 from ..errors import HexiSeqError
 from ..planner import Layout, LayoutModel, plan_cluster
+from ..planner.joint import JointResult, plan_joint
+from ..planner.joint import to_dict as joint_to_dict
 from ..specs import GIB, check_output_path
 from .common import (
     add_cluster_args,
@@ -56,6 +65,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="write the optimization model of the chosen layout (with its cutting planes) for reading or another "
         "solver",
     )
+    p.add_argument(
+        "--dp",
+        type=_dp_arg,
+        default="auto",
+        help="data-parallel replicas when --global-batch > 1: auto (default), 1 (one replica) or N",
+    )
     p.add_argument("--out", help="write the plan JSON to this file")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -78,7 +93,21 @@ def run(args: argparse.Namespace) -> int:
             )
     kw = {k: v for k, v in (("work", args.work), ("gap", args.gap)) if v is not None}
     progress = not args.no_progress and not args.json and sys.stderr.isatty()
-    result = plan_cluster(cluster, model, workload, progress=progress, options=stack_options(args), **kw)
+    options = stack_options(args)
+    if workload.global_batch > 1:
+        if args.write_model:
+            raise HexiSeqError("--write-model writes one layout's model: use it with --global-batch 1")
+        joint = plan_joint(cluster, model, workload, dp=args.dp, options=options, progress=progress)
+        if args.out:
+            joint.plan.save(args.out)
+        if args.json:
+            dump_json(joint_to_dict(joint))
+            return 0
+        print_joint(joint, cluster)
+        if args.out:
+            print(f"plan written to {args.out}")
+        return 0
+    result = plan_cluster(cluster, model, workload, progress=progress, options=options, **kw)
     if args.write_model:
         write_model(result, cluster, model, workload, args.write_model)
     if args.out:
@@ -90,6 +119,43 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         print(f"plan written to {args.out}")
     return 0
+
+
+def _dp_arg(text: str) -> str | int:
+    if text == "auto":
+        return text
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--dp must be auto or a positive number of replicas, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"--dp must be auto or a positive number of replicas, got {n}")
+    return n
+
+
+def print_joint(res: JointResult, cluster) -> None:
+    """The human report of a joint plan: replicas, shares, strategy, synchronisation, the bound."""
+    plan = res.plan
+    G = sum(r.sequences for r in res.step.replicas)
+    print(
+        f"HexiSeq joint plan for {plan.model} on {cluster.name} ({cluster.size} GPUs), S = {plan.seq_len:,} tokens, "
+        f"global batch {G}: {plan.num_replicas} replica{'s' * (plan.num_replicas > 1)}, {plan.world_size} ranks"
+        + (f" ({cluster.size - plan.world_size} devices left out)" if plan.world_size < cluster.size else "")
+    )
+    for line in res.explanation():
+        print(f"  {line}")
+    print()
+    print(
+        f"  step time {res.step_time_s:.4f} s, {_tok(res.tokens_per_s)} tokens/s; efficiency vs the compute-bound "
+        f"limit ({_tok(res.bound_tokens_per_s)} tokens/s): {res.efficiency_vs_bound:.3f}"
+    )
+    stages = ", ".join(f"{k} {v:.2f} s" for k, v in res.stage_times_s.items())
+    print(
+        f"  planning took {res.plan_time_s:.2f} s ({stages}); {res.partitions} replica partitions, "
+        f"{res.visited} planned in full, {res.shapes_planned} replica shapes planned"
+    )
+    for n in res.notes:
+        print(f"  note: {n}")
 
 
 def write_model(result, cluster, model, workload, path: str) -> None:

@@ -27,6 +27,13 @@ arrays and optimization-model expressions alike):
   parameters; the root unit = embedding, final norm, LM head; bf16): "zero3" (FSDP, one unit per
   layer + the root) all-gathers a layer's weights (AG) and reduce-scatters its gradients (RS);
   "replicated" (DDP) all-reduces a layer's gradients (AR, one bucket per layer) and the root's.
+- Joint plans (data-parallel replicas, `Plan.sharding`; costmodel/step.py): each strategy's
+  per-micro-step collectives among one shard group (`sharding_collectives`: zero2 reduce-scatters
+  in every backward, no gathers; zero1 reduce-scatters once, in the last backward, as DDP's buckets)
+  and the once-per-step terms (`step_collectives`): the hybrid scopes' all-reduce of each layer's
+  gradient shard among the c copies (2·P_layer/n bytes, n the smallest shard group, over the slowest
+  link between copies; in the last micro-step's backward, simulate.pass_schedule) and zero1/zero2's
+  all-gather of the updated bf16 weights (2·P) inside each shard group (exposed).
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..links import ring_allgather_s, ring_allreduce_s
+from ..plan import ShardingStage
 from ..specs import ModelSpec, Workload
 from .arrays import PlanArrays
 from .kernels import BF16
@@ -75,6 +83,8 @@ class ParamComm:
     rs_root: float = 0.0
     ar_layer: float = 0.0  # replicated: all-reduce of one layer's bf16 gradients (one DDP bucket)
     ar_root: float = 0.0  # replicated: the root unit's gradients
+    xr_layer: float = 0.0  # hybrid (joint plans): all-reduce of one layer's gradient shard across the copies
+    xr_root: float = 0.0  # ... of the root unit's shard
 
 
 def param_collectives(bw: np.ndarray, lat: np.ndarray, model: ModelSpec, workload: Workload) -> ParamComm:
@@ -91,6 +101,77 @@ def param_collectives(bw: np.ndarray, lat: np.ndarray, model: ModelSpec, workloa
         ar_layer=ring_allreduce_s(layer, R, link_bw, link_lat),
         ar_root=ring_allreduce_s(root, R, link_bw, link_lat),
     )
+
+
+def sharding_collectives(stage: ShardingStage, bw: np.ndarray, lat: np.ndarray, model: ModelSpec) -> ParamComm:
+    """Per-call times of a strategy's per-micro-step collectives among one shard group ([n, n] `bw`,
+    `lat`), in the pass shape the replay runs them (`ParamComm.sharding`: "zero3" = per-layer calls in
+    every micro-step, "replicated" = buckets in the last backward). zero3 and replicated are exactly
+    `param_collectives`; zero2 is the zero3 shape without the gathers; zero1 the DDP shape with
+    reduce-scatters instead of all-reduces."""
+    n = len(bw)
+    link_bw, link_lat = collective_link(bw, lat)
+    layer = BF16 * model.params_per_layer
+    root = BF16 * (model.param_count - model.layers * model.params_per_layer)
+    rs, rs_root = ring_allgather_s(layer, n, link_bw, link_lat), ring_allgather_s(root, n, link_bw, link_lat)
+    if stage == ShardingStage.ZERO3:
+        return ParamComm("zero3", ag_layer=rs, rs_layer=rs, ag_root=rs_root, rs_root=rs_root)
+    if stage == ShardingStage.ZERO2:
+        return ParamComm("zero3", rs_layer=rs, rs_root=rs_root)
+    if stage == ShardingStage.ZERO1:
+        return ParamComm("replicated", ar_layer=rs, ar_root=rs_root)
+    return ParamComm(
+        "replicated",
+        ar_layer=ring_allreduce_s(layer, n, link_bw, link_lat),
+        ar_root=ring_allreduce_s(root, n, link_bw, link_lat),
+    )
+
+
+@dataclass(frozen=True)
+class StepCollectives:
+    """Seconds of the once-per-step collectives of a joint plan."""
+
+    copies_layer_s: float = 0.0  # hybrid: one layer's gradient shard all-reduced across the copies (ParamComm.xr_layer)
+    copies_root_s: float = 0.0  # ... the root unit's (ParamComm.xr_root)
+    regather_s: float = 0.0  # zero1 / zero2: the updated bf16 weights all-gathered after the optimizer (exposed)
+
+    @property
+    def total_s(self) -> float:
+        """The exposed part added after the replicas (the copies' all-reduce runs inside their passes)."""
+        return self.regather_s
+
+
+def step_collectives(
+    stage: ShardingStage,
+    shard_groups: list[np.ndarray],
+    bw: np.ndarray,
+    lat: np.ndarray,
+    model: ModelSpec,
+) -> StepCollectives:
+    """The once-per-step terms (module doc) for shard groups given as index arrays into [N, N] `bw`, `lat`
+    (the plan's ranks); one group = no copies."""
+    if stage == ShardingStage.REPLICATED or not shard_groups:
+        return StepCollectives()
+    copies = len(shard_groups)
+    xr_layer = xr_root = 0.0
+    if copies > 1:
+        n = min(len(g) for g in shard_groups)
+        label = np.empty(len(bw), dtype=np.int64)
+        for i, g in enumerate(shard_groups):
+            label[g] = i
+        across = label[:, None] != label[None, :]
+        link = float(bw[across].min()), float(lat[across].max())
+        layer = BF16 * model.params_per_layer
+        root = BF16 * (model.param_count - model.layers * model.params_per_layer)
+        xr_layer = ring_allreduce_s(layer / n, copies, *link)
+        xr_root = ring_allreduce_s(root / n, copies, *link)
+    regather = 0.0
+    if stage in (ShardingStage.ZERO1, ShardingStage.ZERO2):
+        regather = max(
+            ring_allgather_s(BF16 * model.param_count, len(g), *collective_link(bw[np.ix_(g, g)], lat[np.ix_(g, g)]))
+            for g in shard_groups
+        )
+    return StepCollectives(xr_layer, xr_root, regather)
 
 
 def intra_group_pairs(a: PlanArrays) -> tuple[np.ndarray, np.ndarray]:

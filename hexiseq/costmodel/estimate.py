@@ -21,7 +21,7 @@ from .bound import compute_bound
 from .durations import durations
 from .kernels import CostOptions
 from .memory import MEMORY_KEYS, memory_bytes
-from .simulate import PHASES, simulate_durations
+from .simulate import PHASES, one_replica, simulate_durations
 
 
 @dataclass
@@ -107,6 +107,7 @@ def estimate(
     plan: Plan, cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()
 ) -> Estimate:
     """Time, memory and throughput of one training iteration of `plan` (module doc)."""
+    one_replica(plan)
     d = durations(plan, cluster, model, workload, options)
     a = d.a
     sim = simulate_durations(d)

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..plan import ShardingStage
 from ..specs import ModelSpec, Workload
 from .arrays import PlanArrays
 from .kernels import BF16, FP32, CostOptions
@@ -86,18 +87,38 @@ def checkpoint_token_bytes(model: ModelSpec) -> float:
 
 
 def state_bytes(model: ModelSpec, workload: Workload, ranks: int) -> dict[str, float]:
-    """Model-state bytes per rank (weights, grads, optimizer, param_buffers)."""
+    """Model-state bytes per rank (weights, grads, optimizer, param_buffers) under the workload's
+    sharding ("zero3": sharded over the plan's `ranks`; "replicated")."""
+    stage = ShardingStage.ZERO3 if workload.param_sharding == "zero3" else ShardingStage.REPLICATED
+    return sharded_state_bytes(model, stage, ranks)
+
+
+def sharded_state_bytes(model: ModelSpec, stage: ShardingStage, shards) -> dict[str, float]:
+    """Model-state bytes per device under a sharding stage, the sharded states split over `shards`
+    devices (a number, or an [R] array: each rank's shard group). The one home of the strategies' memory:
+
+    replicated  weights 2P, grads 2P, optimizer 12P on every device
+    zero1       optimizer states / n (weights and accumulated gradients whole)
+    zero2       gradients / n too, plus one layer's and the larger root unit's bf16 gradients before
+                their reduce-scatter: 2·(P_layer + max(P_emb, P_head)); the weights stay gathered (2P)
+    zero3       everything / n, plus the gathered working set 2·(3·P_layer + 2·max(P_emb, P_head))
+    """
     sb = model.state_bytes()
-    div = ranks if workload.param_sharding == "zero3" else 1
-    out = {
-        "weights": sb["weights_bf16"] / div,
-        "grads": sb["grads_bf16"] / div,
-        "optimizer": (sb["master_fp32"] + sb["adam_fp32"]) / div,
-        "param_buffers": 0.0,
-    }
-    if workload.param_sharding == "zero3":
-        big = max(model.embedding_params, model.lm_head_params)
-        out["param_buffers"] = BF16 * (3 * model.params_per_layer + 2 * big)
+    opt = sb["master_fp32"] + sb["adam_fp32"]
+    big = max(model.embedding_params, model.lm_head_params)
+    if stage == ShardingStage.ZERO3:
+        return {
+            "weights": sb["weights_bf16"] / shards,
+            "grads": sb["grads_bf16"] / shards,
+            "optimizer": opt / shards,
+            "param_buffers": BF16 * (3 * model.params_per_layer + 2 * big),
+        }
+    out = {"weights": sb["weights_bf16"], "grads": sb["grads_bf16"], "optimizer": opt, "param_buffers": 0.0}
+    if stage == ShardingStage.ZERO2:
+        out["grads"] = sb["grads_bf16"] / shards
+        out["param_buffers"] = BF16 * (model.params_per_layer + big)
+    if stage in (ShardingStage.ZERO1, ShardingStage.ZERO2):
+        out["optimizer"] = opt / shards
     return out
 
 

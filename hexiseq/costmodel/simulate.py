@@ -36,6 +36,9 @@ keep the links busy themselves) and slows the compute it overlaps. Per micro-ste
   replicated  Λ forward passes, the head, Λ backward passes; in the last micro-step's backward each
               layer's all-reduce overlaps the next layer's backward (Λ-1 passes with AR, one
               without) and the last bucket and the root's all-reduce are exposed.
+  hybrid      (joint plans, costmodel/step.py: sharded inside a replica or node, copies across) the
+              all-reduce of each layer's gradient shard across the copies (XR) joins the last
+              micro-step's Λ-1 backward passes; the last layer's and the root's are exposed.
 Then every rank's optimizer step; iteration_time_s = the last rank's finish.
 
 Every rank's time is split into phases (PHASES) that sum to the iteration time on every rank:
@@ -50,6 +53,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import PlanError
 from ..plan import Plan
 from ..specs import ClusterSpec, ModelSpec, Workload
 from .durations import Durations, durations
@@ -351,26 +355,34 @@ def pass_schedule(d: IterationShape) -> list[Step]:
     """The passes of one iteration (module doc): layer passes with their prefetched collective and
     the exposed collectives between them. The planner's model and the bounds read the same list."""
     p, n, B = d.params, d.layers - 1, d.batch
+    copies = d.comm and p.xr_layer > 0  # hybrid sharding: shards all-reduced across copies in the last backward
     if d.comm and p.sharding == "zero3":
-        return [
+        out = [
             Barrier("gather root + first layer", B, p.ag_root + p.ag_layer),
             Pass("forward, prefetching", "f", B * n, p.ag_layer),
             Pass("forward", "f", B, 0.0),
             Pass("LM head, prefetching", "h", B, p.ag_layer),
-            Pass("backward, prefetching + reduce-scatter", "b", B * n, p.ag_layer + p.rs_layer),
+            Pass("backward, prefetching + reduce-scatter", "b", B * n - (n if copies else 0), p.ag_layer + p.rs_layer),
+        ]
+        if copies:
+            out.append(Pass("backward, + all-reduce across copies", "b", n, p.ag_layer + p.rs_layer + p.xr_layer))
+        out += [
             Pass("backward", "b", B, 0.0),
             Barrier("reduce-scatter last layer + root", B, p.rs_layer + p.rs_root),
         ]
+        if copies:
+            out.append(Barrier("all-reduce last layer + root across copies", 1, p.xr_layer + p.xr_root))
+        return out
     ddp = d.comm and p.sharding == "replicated" and p.ar_layer > 0
-    out: list[Step] = [
+    out = [
         Pass("forward", "f", B * d.layers, 0.0),
         Pass("LM head", "h", B, 0.0),
         Pass("backward", "b", B * d.layers - (n if ddp else 0), 0.0),
     ]
     if ddp:
         out += [
-            Pass("backward, all-reduce", "b", n, p.ar_layer),
-            Barrier("all-reduce last bucket + root", 1, p.ar_layer + p.ar_root),
+            Pass("backward, all-reduce", "b", n, p.ar_layer + p.xr_layer),
+            Barrier("all-reduce last bucket + root", 1, p.ar_layer + p.ar_root + p.xr_layer + p.xr_root),
         ]
     return out
 
@@ -464,6 +476,15 @@ def path_length(d: Durations, items: list[PathItem]) -> float:
     return float(total)
 
 
+def one_replica(plan: Plan) -> None:
+    """Refuse a plan of several data-parallel replicas: its step is costmodel.step.estimate_step's."""
+    if plan.num_replicas > 1:
+        raise PlanError(
+            f"plan {plan.name!r} has {plan.num_replicas} data-parallel replicas: time its step with "
+            "costmodel.step.estimate_step (or one replica, plan.replica(i))"
+        )
+
+
 def simulate(
     plan: Plan,
     cluster: ClusterSpec,
@@ -473,4 +494,5 @@ def simulate(
     trace: bool = False,
 ) -> SimResult:
     """Replay one training iteration of `plan` (module doc); the judge of a plan."""
+    one_replica(plan)
     return simulate_durations(durations(plan, cluster, model, workload, options), trace)

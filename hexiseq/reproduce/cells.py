@@ -5,6 +5,12 @@ The systems are whatever `PlanResult.baselines` holds, in its order, after HexiS
 baseline to the planner adds a system here with no change. A cell where nothing fits (the planner
 raises) is a record with status "infeasible" and the planner's explanation; a cell where HexiSeq
 fits but a baseline does not has that baseline's row with `feasible: False`.
+
+Every row says its replicas and sharding: the paper's cells are one replica under the workload's
+sharding (ZeRO-3 over all devices: the paper's setting). A joint cell (`Cell.joint`, the
+global-batch scenario) plans the whole step (planner.plan_joint): its systems are HexiSeq's joint
+plan, the DP = 1 planner's plan at the same global batch ("hexiseq dp=1"), and the DP x family
+baselines, each with its replicas and strategy.
 """
 
 from __future__ import annotations
@@ -18,10 +24,13 @@ from typing import Any
 
 from .. import planner  # planner.plan_cluster looked up at call time: tests replace it
 from ..costmodel import estimate
+from ..costmodel.step import estimate_step
 from ..errors import HexiSeqError
+from ..planner.joint import to_dict as joint_to_dict
 from ..specs import ClusterSpec, ModelSpec, Workload, get_model, load_cluster
 
 HEXISEQ = "hexiseq"
+DP1 = "hexiseq dp=1"  # a joint cell's DP = 1 planner at the same global batch
 
 
 def machine_info() -> dict[str, Any]:
@@ -55,6 +64,11 @@ def _clean(x: Any) -> Any:
     return x
 
 
+def _paper_sharding(workload: Any) -> str:
+    """One replica under the workload's sharding, in the words of Sharding.describe."""
+    return "zero3 over all devices" if workload.param_sharding == "zero3" else "replicated"
+
+
 def _system(
     name: str, plan: Any, cluster: Any, model: Any, workload: Any, est: Any = None, **fields: Any
 ) -> dict[str, Any]:
@@ -66,6 +80,8 @@ def _system(
         "system": name,
         "feasible": True,
         "devices_used": plan.world_size,
+        "replicas": 1,
+        "sharding": _paper_sharding(workload),
         "memory_headroom_gib": headroom,
         "memory_peak_frac": max(r.memory_gib / r.capacity_gib for r in est.ranks),
         "critical_phase": est.critical_phase,
@@ -133,6 +149,118 @@ def plan_setting(
     return cluster, model, wl, planner.plan_cluster(cluster, model, wl, progress=False)
 
 
+def _joint_system(name: str, plan: Any, cluster: Any, model: Any, workload: Any, **fields: Any) -> dict[str, Any]:
+    """The row facts of one joint plan: its step, replicas, strategy and fullest rank."""
+    st = estimate_step(plan, cluster, model, workload)
+    return {
+        "system": name,
+        "feasible": True,
+        "devices_used": plan.world_size,
+        "replicas": plan.num_replicas,
+        "sharding": plan.sharding.describe(),
+        "memory_headroom_gib": min(r.capacity_gib - r.memory_gib for r in st.replicas),
+        "memory_peak_frac": max(r.memory_gib / r.capacity_gib for r in st.replicas),
+        "tokens_per_s": st.tokens_per_s,
+        "step_time_s": st.step_time_s,
+        "estimate_time_s": st.step_time_s,
+        "efficiency_vs_bound": st.efficiency_vs_bound,
+        **fields,
+    }
+
+
+def run_joint_cell(cell: Any, record: dict[str, Any], cluster: Any, model: Any, wl: Any) -> dict[str, Any]:
+    """A global-batch cell (module doc): the joint plan, the DP = 1 plan, the DP x family baselines."""
+    t0 = time.perf_counter()
+    try:
+        res = planner.plan_joint(cluster, model, wl)
+    except HexiSeqError as e:
+        record.update(
+            status="infeasible",
+            reason=str(e),
+            wall_s=time.perf_counter() - t0,
+            systems=[{"system": HEXISEQ, "feasible": False, "plan_time_s": time.perf_counter() - t0, "reason": str(e)}],
+        )
+        return _clean(record)
+    wall = time.perf_counter() - t0
+    systems = [
+        _joint_system(
+            HEXISEQ,
+            res.plan,
+            cluster,
+            model,
+            wl.with_recompute(res.recompute),
+            recompute=res.recompute,
+            config=res.partition,
+            plan_time_s=res.plan_time_s,
+            gap=res.gap,
+            lower_bound_s=res.lower_bound_s,
+        )
+    ]
+    d1 = res.dp1
+    if d1 is None:  # the joint planner proved it slower without running it: planned here for the row
+        try:
+            d1 = planner.plan_cluster(cluster, model, wl, progress=False)
+        except HexiSeqError:
+            d1 = None
+    if d1 is not None:
+        systems.append(
+            _system(
+                DP1,
+                d1.plan,
+                cluster,
+                model,
+                wl.with_recompute(d1.recompute),
+                d1.estimate,
+                tokens_per_s=d1.tokens_per_s,
+                step_time_s=d1.iteration_time_s,
+                recompute=d1.recompute,
+                config=d1.grouping_label,
+                plan_time_s=d1.plan_time_s,
+                efficiency_vs_bound=d1.efficiency_vs_bound,
+            )
+        )
+    for name, b in res.baselines.items():
+        if b.feasible:
+            systems.append(
+                _joint_system(
+                    name, b.plan, cluster, model, wl.with_recompute(b.recompute), recompute=b.recompute, config=b.config
+                )
+            )
+        else:
+            systems.append({"system": name, "feasible": False, "config": b.config, "reason": "nothing fits in memory"})
+    bb = res.best_baseline
+    record.update(
+        status="ok",
+        wall_s=wall,
+        systems=systems,
+        best_symmetric=bb.name if bb else None,
+        speedup=res.speedup_vs_best_baseline,
+        best_baseline=bb.name if bb else None,
+        speedup_vs_all=res.speedup_vs_best_baseline,
+        bound_tokens_per_s=res.bound_tokens_per_s,
+        planner={k: v for k, v in joint_to_dict(res).items() if k != "plan"},
+        plan=res.plan.to_dict(),
+    )
+    return _clean(record)
+
+
+def joint_setting(
+    cluster_name: str,
+    model_name: str,
+    seq_len: int,
+    global_batch: int,
+    recompute: str = "auto",
+    sharding: str = "zero3",
+) -> tuple[ClusterSpec, ModelSpec, Workload, Any]:
+    """One setting with a global batch planned as a whole step (planner.plan_joint):
+    (cluster, model, workload, JointResult)."""
+    cluster, model = load_cluster(cluster_name), get_model(model_name)
+    wl = Workload(
+        seq_len=seq_len, global_batch=global_batch, activation_checkpointing=recompute, param_sharding=sharding
+    )
+    return cluster, model, wl, planner.plan_joint(cluster, model, wl)
+
+
 def run_cell(cell: Any) -> dict[str, Any]:
     """Plan one cell (HexiSeq and every baseline) and return its record (module doc)."""
     cluster, model, wl = cell.cluster.build(), get_model(cell.model), cell.workload_spec()
@@ -153,6 +281,8 @@ def run_cell(cell: Any) -> dict[str, Any]:
         "machine": machine_info(),
         "computed_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
+    if getattr(cell, "joint", False):
+        return run_joint_cell(cell, record, cluster, model, wl)
     t0 = time.perf_counter()
     try:
         result = planner.plan_cluster(cluster, model, wl, progress=False)

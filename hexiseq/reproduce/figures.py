@@ -15,7 +15,7 @@ import pandas as pd
 from ..costmodel import PHASES
 from . import paper
 from .ceilings import compute_ceiling_time
-from .cells import HEXISEQ
+from .cells import DP1, HEXISEQ
 from .palette import BEST_BASELINE_COLOR, HEXISEQ_COLOR, PAPER_COLOR, phase_colors, series_colors
 from .sensitivity import SWEEPS
 from .style import empty, legend_outside, new_figure, note, si_label, styled, throughput_axis, token_axis, tokens_label
@@ -533,12 +533,68 @@ def fig_measured_comparison(
     return fig
 
 
+@styled
+def fig_global_batch(df: pd.DataFrame) -> Figure:
+    """Tokens/s against the global batch G (the global-batch scenario: whole steps planned), one
+    panel per cluster and model: HexiSeq's joint plan (replicas x sharding x CP x HP), the best
+    DP x symmetric baseline, HexiSeq at DP = 1 (one replica, ZeRO-3 over all devices: the paper's
+    setting) and the compute bound."""
+    rows = df[df["sweep"] == "global_batch"]
+    panels = list(dict.fromkeys(zip(rows["cluster"], rows["model"], rows["seq_len"])))
+    fig, axes = new_figure(5.2 * max(len(panels), 1), 4.4, 1, max(len(panels), 1))
+    axes = np.atleast_1d(axes)
+    if not panels:
+        empty(axes[0], "no global-batch cells in the results")
+        axes[0].set_title("tokens/s vs global batch")
+        return fig
+    for ax, (cluster, model, seq) in zip(axes, panels):
+        r = rows[(rows["cluster"] == cluster) & (rows["model"] == model) & (rows["seq_len"] == seq)]
+        ok = r[r["feasible"].astype(bool)]
+        h = ok[ok["system"] == HEXISEQ].sort_values("sweep_value")
+        dp1 = ok[ok["system"] == DP1].sort_values("sweep_value")
+        base = ok[ok["system"].str.startswith("dp x ")]
+        best = (
+            base.loc[base.groupby("sweep_value")["tokens_per_s"].idxmax()].sort_values("sweep_value")
+            if len(base)
+            else base
+        )
+        bound = h.assign(b=h["tokens_per_s"] / h["efficiency_vs_bound"])
+        ax.plot(h["sweep_value"], h["tokens_per_s"], marker="o", color=HEXISEQ_COLOR, lw=1.8, label="HexiSeq joint")
+        ax.plot(
+            best["sweep_value"],
+            best["tokens_per_s"],
+            marker="s",
+            color=BEST_BASELINE_COLOR,
+            lw=1.4,
+            label="best DP x symmetric",
+        )
+        ax.plot(
+            dp1["sweep_value"], dp1["tokens_per_s"], marker="^", color="0.45", lw=1.2, ls="--", label="HexiSeq DP = 1"
+        )
+        ax.plot(bound["sweep_value"], bound["b"], color="0.2", lw=1.0, ls=":", label="compute bound")
+        ax.set_xscale("log", base=2)
+        from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
+
+        ax.xaxis.set_major_locator(FixedLocator(sorted(r["sweep_value"].unique())))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        throughput_axis(ax.yaxis)
+        ax.set_xlabel("global batch G (sequences per step)")
+        ax.set_title(f"{cluster} · {model} · {tokens_label(seq)}")
+        _nofit_note(ax, r[r["system"] == HEXISEQ])
+    axes[0].set_ylabel("tokens/s")
+    legend_outside(fig, loc="below", ncol=4)
+    fig.suptitle("Throughput vs global batch: whole steps planned", fontweight="bold")
+    return fig
+
+
 def sensitivity_sweeps(df: pd.DataFrame) -> list[str]:
     return [s for s in SWEEPS if (df["sweep"] == s).any()]
 
 
 __all__ = [
     "fig_calibration",
+    "fig_global_batch",
     "fig_measured_comparison",
     "fig_pairs",
     "fig_phases",

@@ -120,6 +120,8 @@ class Results:
         }
         for name in FIXED_FIGURES:
             yield name, fixed[name]()
+        if (df["sweep"] == "global_batch").any():
+            yield "global_batch", F.fig_global_batch(df)
         for sweep in F.sensitivity_sweeps(df):
             yield f"sensitivity_{sweep}", F.fig_sensitivity(df, sweep)
         for sc in self.scenarios():

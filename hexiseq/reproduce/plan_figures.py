@@ -194,6 +194,51 @@ def plot_allocation(plan: Plan, cluster: ClusterSpec, title: str | None = None) 
 
 
 @styled
+@styled
+def plot_replicas(plan: Plan, cluster: ClusterSpec, step: Any, title: str | None = None) -> Figure:
+    """The allocation of a joint plan (data-parallel replicas): left, every device of the cluster
+    in its node's row, coloured by the replica that holds it (grey: left out); right, each
+    replica's time for its sequences against the step (costmodel.step.StepEstimate)."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = new_figure(12.0, 0.5 * max(len(cluster.nodes), plan.num_replicas) + 2.0, 1, 2)
+    cmap = plt.get_cmap("tab20")
+    owner = {d: i for i in range(plan.num_replicas) for d in plan.replica(i).rank_devices}
+    per_node = cluster.node_devices
+    width = max(len(n) for n in per_node)
+    for row, devs in enumerate(per_node):
+        for col, d in enumerate(devs):
+            i = owner.get(d)
+            ax.add_patch(
+                plt.Rectangle(
+                    (col, row), 0.92, 0.85, color=cmap(i % 20) if i is not None else IDLE_COLOR, lw=0, alpha=0.95
+                )
+            )
+            if i is not None:
+                ax.text(col + 0.46, row + 0.42, str(i), ha="center", va="center", fontsize=7, color="white")
+    ax.set_xlim(0, width)
+    ax.set_ylim(len(per_node), 0)
+    ax.set_yticks([r + 0.42 for r in range(len(per_node))])
+    ax.set_yticklabels([f"node {n}: {cluster.nodes[n].gpu.name}" for n in range(len(per_node))], fontsize=7)
+    ax.set_xticks([])
+    ax.set_title("devices by replica (number = replica; grey = left out)")
+    reps = step.replicas
+    for r in reps:
+        bx.barh(r.index, r.time_s, color=cmap(r.index % 20), height=0.7)
+        gpus = ", ".join(f"{n}x {g}" for g, n in r.gpus.items())
+        bx.text(r.time_s, r.index, f"  {r.sequences} seq · {gpus}", va="center", fontsize=7)
+    bx.axvline(step.step_time_s, color="0.2", ls=":", lw=1.0, label=f"step {step.step_time_s:.3g} s")
+    bx.set_ylim(len(reps) - 0.5, -0.5)
+    bx.set_yticks(range(len(reps)))
+    bx.set_yticklabels([f"replica {r.index}" for r in reps], fontsize=7)
+    bx.set_xlabel("seconds per step (its sequences' micro-steps)")
+    exposed = sum(v for k, v in step.sync_s.items() if k != "copies_allreduce")  # the rest runs in the backward
+    bx.set_title(f"{step.sharding}; {exposed:.3g} s after the replicas (re-gather, optimizer)")
+    bx.legend(loc="lower right", fontsize=7)
+    fig.suptitle(title or f"{plan.name}: {plan.num_replicas} replicas on {cluster.name}", fontweight="bold")
+    return fig
+
+
 def plot_rank_phases(estimate: Any, title: str | None = None) -> Figure:
     """Time by cost-model phase and memory against capacity: per rank up to 64 ranks, else per
     GPU type (the mean rank of the type, and its slowest rank's busy time as a tick)."""

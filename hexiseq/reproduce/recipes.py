@@ -133,6 +133,7 @@ class Cell:
     role: str = ""
     sweep: str = ""
     sweep_value: float | None = None
+    joint: bool = False  # the whole step planned (replicas x sharding: planner/joint.py), not one sequence
 
     @property
     def label(self) -> str:
@@ -149,6 +150,7 @@ class Cell:
             "model": self.model,
             "seq_len": self.seq_len,
             "workload": dict(self.workload),
+            **({"joint": True} if self.joint else {}),  # (absent for the paper's cells: their cache keys stay)
         }
 
 

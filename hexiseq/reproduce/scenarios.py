@@ -10,6 +10,9 @@ for HexiSeq and every baseline. Keys of a scenario file:
 - `pairs`: `[{mixed: A, homogeneous: B}]`, FLOP-comparable pairs: both clusters of each pair
   become cells (roles `mixed` and `homogeneous`) for every model and length
 - `sweeps`: sensitivity studies (see `sensitivity.py`): `{sweep name: parameters}`
+- `global_batches`: `[1, 2, 4, ...]`: the clusters x models x lengths planned as whole steps of each
+  global batch G (planner/joint.py: replicas x sharding x CP x HP), cells with `sweep`
+  "global_batch" and `sweep_value` G (the paper's cells are one sequence, DP = 1, ZeRO-3)
 - `quick`: the same keys again, for `--quick`: they replace the full ones (a sweep's parameters
   are merged into the full sweep's)
 
@@ -29,7 +32,18 @@ from .recipes import Cell, checked_models, cluster_recipe
 from .sensitivity import sweep_cells
 
 SCENARIO_DIR = DATA_DIR / "scenarios"
-SCENARIO_KEYS = {"name", "description", "clusters", "models", "seq_lens", "workload", "pairs", "sweeps", "quick"}
+SCENARIO_KEYS = {
+    "name",
+    "description",
+    "clusters",
+    "models",
+    "seq_lens",
+    "workload",
+    "pairs",
+    "sweeps",
+    "quick",
+    "global_batches",
+}
 
 
 @dataclass(frozen=True)
@@ -57,6 +71,16 @@ def _lens(raw: Any, where: str) -> tuple[int, ...]:
         return tuple(parse_tokens(s) for s in (raw or ()))
     except SpecError as e:
         raise SpecError(f"{where}: {e}") from None
+
+
+def _batches(raw: Any, where: str) -> tuple[int, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, (list, tuple)) or not all(
+        isinstance(g, int) and not isinstance(g, bool) and g >= 1 for g in raw
+    ):
+        raise SpecError(f"{where}: a list of global batch sizes (positive integers), got {raw!r}")
+    return tuple(raw)
 
 
 def scenario_path(name_or_path: str | Path) -> Path:
@@ -97,9 +121,27 @@ def load_scenario(name_or_path: str | Path, quick: bool = False) -> Scenario:
     models = checked_models(raw.get("models"), f"{where}: models")
     lens = _lens(raw.get("seq_lens"), f"{where}: seq_lens")
     cells: list[Cell] = []
+    batches = _batches(raw.get("global_batches"), f"{where}: global_batches")
     for i, entry in enumerate(raw.get("clusters") or ()):
         recipe = cluster_recipe(entry, f"{where}: clusters[{i}]")
-        cells += [Cell(name, recipe, m, s, wl) for m in models for s in lens]
+        if batches:
+            cells += [
+                Cell(
+                    name,
+                    recipe,
+                    m,
+                    s,
+                    tuple(sorted({**dict(wl), "global_batch": g}.items())),
+                    sweep="global_batch",
+                    sweep_value=float(g),
+                    joint=True,
+                )
+                for m in models
+                for s in lens
+                for g in batches
+            ]
+        else:
+            cells += [Cell(name, recipe, m, s, wl) for m in models for s in lens]
     for i, pair in enumerate(raw.get("pairs") or ()):
         if not isinstance(pair, Mapping) or set(pair) != {"mixed", "homogeneous"}:
             raise SpecError(f"{where}: pairs[{i}] must be {{mixed: CLUSTER, homogeneous: CLUSTER}}, got {pair!r}")

@@ -6,6 +6,9 @@ Cell-level columns (`speedup`, `best_symmetric`, ...) repeat on every row of the
 (the paper's measure, `PlanResult.speedup_vs_best_symmetric`), `speedup_vs_all` over every baseline
 including the proportional heuristic; `hexiseq_over_system` is HexiSeq's tokens/s over this row's.
 Phase columns (`time_<phase>_s`, the critical rank's time by phase) follow the cost model's phase list.
+`replicas` and `sharding` say each row's data parallelism and strategy: the paper's cells are one
+replica under ZeRO-3 over all devices (its setting); the global-batch scenario's rows (`sweep`
+"global_batch", `sweep_value` = G) plan whole steps, their `speedup` is over the best DP x symmetric baseline.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ BASE_COLUMNS = (
     "memory_headroom_gib",
     "memory_peak_frac",
     "devices_used",
+    "replicas",
+    "sharding",
     "recompute",
     "config",
     "plan_time_s",
@@ -142,6 +147,7 @@ NUMERIC_COLUMNS = (
     "memory_headroom_gib",
     "memory_peak_frac",
     "devices_used",
+    "replicas",
     "plan_time_s",
     "gap",
     "lower_bound_s",

@@ -1,0 +1,390 @@
+"""The step of a joint plan: data-parallel replicas under one parameter-sharding strategy.
+
+A plan's replicas (`Plan.replicas`) run side by side on disjoint devices, each its own ring over the
+whole sequence, replica i processing B_i sequences per step; the strategy is the plan's
+(`Plan.sharding`: the one source of truth for a joint plan's sharding; the workload gives the
+sequence, the recompute policy and the global batch). The step:
+
+    step = max_i T_i + re-gather + max_r optimizer_r
+
+- T_i: replica i's B_i micro-steps, the step replay (simulate.py) of `plan.replica(i)` with the
+  strategy's per-micro-step collectives among the shard group (comm.sharding_collectives; the same
+  prefetch/overlap rules as today's ZeRO-3 and DDP passes) and without its optimizer.
+- the strategy's shard groups: scope "all" = every device of the plan, "replica" = each replica's
+  devices, "node" = the plan's devices of each node; a replica's collectives take the seconds of the
+  slowest shard group it has ranks in.
+- hybrid scopes: each layer's gradient shard all-reduced across the copies in the last micro-step's
+  backward (comm.step_collectives, simulate.pass_schedule: the last layer's and the root's exposed);
+  zero1/zero2's re-gather of the updated weights after the optimizer: exposed.
+- optimizer_r: the rank's optimizer step over its shard (params / its group's size under zero1-3).
+A one-replica plan under zero3 or replicated over all devices is exactly `simulate`'s iteration
+(the paper's setting): `estimate_step(plan).step_time_s == simulate(plan).iteration_time_s`.
+
+Memory per rank: memory.py's categories of its replica's layout, with the model states of the
+strategy over its shard group (memory.sharded_state_bytes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from ..errors import PlanError
+from ..plan import Plan, ShardingScope, ShardingStage
+from ..specs import GIB, ClusterSpec, ModelSpec, Workload
+from .arrays import link_matrices, plan_arrays
+from .bound import compute_bound
+from .comm import ParamComm, StepCollectives, sharding_collectives, step_collectives
+from .durations import coefficients, evaluate
+from .kernels import CostOptions
+from .memory import MEMORY_KEYS, memory_bytes, sharded_state_bytes
+from .policy import rule_of
+from .simulate import simulate_durations
+
+STATE_KEYS = ("weights", "grads", "optimizer", "param_buffers")
+
+
+@dataclass
+class ReplicaStep:
+    """One replica's share of the step."""
+
+    index: int
+    sequences: int
+    devices: tuple[int, ...]
+    gpus: dict[str, int]  # GPU type -> devices of this replica
+    micro_step_s: float  # one sequence (its passes, collectives included, no optimizer)
+    time_s: float  # its `sequences` micro-steps
+    optimizer_s: float  # its slowest rank's optimizer step
+    memory_gib: float  # its fullest rank
+    capacity_gib: float  # that rank's capacity
+    fits: bool
+
+
+@dataclass
+class StepEstimate:
+    """Time, throughput and memory of one step of a joint plan (module doc)."""
+
+    plan: str
+    sharding: str  # Sharding.describe()
+    step_time_s: float
+    tokens_per_s: float
+    bound_tokens_per_s: float
+    efficiency_vs_bound: float
+    mfu: float
+    fits: bool
+    replicas: list[ReplicaStep]
+    sync_s: dict[str, float]  # copies_allreduce, regather, optimizer: the terms after the slowest replica
+    devices_used: int
+    devices_left_out: int
+    oom: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        lines = [
+            f"plan {self.plan!r}: {len(self.replicas)} replica{'s' * (len(self.replicas) > 1)}, sharding "
+            f"{self.sharding}, {self.step_time_s:.4g} s/step, {self.tokens_per_s:,.0f} tokens/s, MFU {self.mfu:.1%}, "
+            f"{self.efficiency_vs_bound:.1%} of the compute bound ({self.bound_tokens_per_s:,.0f} tokens/s); "
+            f"{self.devices_used} devices used, {self.devices_left_out} left out"
+        ]
+        for r in self.replicas:
+            gpus = ", ".join(f"{n}x {g}" for g, n in r.gpus.items())
+            lines.append(
+                f"  replica {r.index}: {gpus}; {r.sequences} sequence{'s' * (r.sequences > 1)} x "
+                f"{r.micro_step_s:.4g} s = {r.time_s:.4g} s; memory {r.memory_gib:.1f} of {r.capacity_gib:.1f} GiB"
+                + ("" if r.fits else " (does not fit)")
+            )
+        lines.append(
+            "  synchronisation: " + ", ".join(f"{k.replace('_', ' ')} {v:.4g} s" for k, v in self.sync_s.items())
+        )
+        lines += self.oom or ["memory: every rank fits"]
+        return "\n".join(lines)
+
+
+def shard_groups(plan: Plan, cluster: ClusterSpec) -> list[np.ndarray]:
+    """The plan's shard groups as arrays of global ranks (module doc); [] when nothing is sharded."""
+    stage, scope = plan.sharding.stage, plan.sharding.scope
+    if stage == ShardingStage.REPLICATED or scope == ShardingScope.ALL:
+        return [np.arange(plan.world_size)]
+    if scope == ShardingScope.REPLICA:
+        return [np.array(plan.replica_ranks(i)) for i in range(plan.num_replicas)]
+    node = np.array([cluster.devices[d].node for d in plan.rank_devices])
+    return [np.flatnonzero(node == n) for n in dict.fromkeys(node.tolist())]
+
+
+def _pass_shape_workload(workload: Workload, stage: ShardingStage, sequences: int) -> Workload:
+    """The workload a replica's replay reads: its sequences, the zero3 or replicated pass shape."""
+    shape = "zero3" if stage in (ShardingStage.ZERO3, ShardingStage.ZERO2) else "replicated"
+    return replace(workload, global_batch=sequences, param_sharding=shape)
+
+
+@dataclass(frozen=True, eq=False)
+class _Strategy:
+    """The plan's sharding laid over its ranks."""
+
+    stage: ShardingStage
+    groups: list[np.ndarray]  # shard groups (global ranks)
+    per_group: list[ParamComm]  # each group's per-micro-step collectives
+    shards_of: np.ndarray  # [R] the size of each rank's shard group
+    today: bool  # one replica, zero3 or replicated over all devices: coefficients' own terms
+    bw: np.ndarray  # [R, R] the plan's links
+    lat: np.ndarray
+    sync: StepCollectives
+
+
+def _strategy(plan: Plan, cluster: ClusterSpec, model: ModelSpec, options: CostOptions) -> _Strategy:
+    stage = plan.sharding.stage
+    bw_all, lat_all = link_matrices(cluster)
+    dev = np.array(plan.rank_devices, dtype=np.int64)
+    bw, lat = bw_all[np.ix_(dev, dev)], lat_all[np.ix_(dev, dev)]
+    groups = shard_groups(plan, cluster)
+    shards_of = np.zeros(plan.world_size, dtype=np.int64)
+    for g in groups:
+        shards_of[g] = len(g)
+    sync = step_collectives(stage, groups, bw, lat, model) if not options.ignore_comm else StepCollectives()
+    per_group = [
+        replace(
+            sharding_collectives(stage, bw[np.ix_(g, g)], lat[np.ix_(g, g)], model),
+            xr_layer=sync.copies_layer_s,
+            xr_root=sync.copies_root_s,
+        )
+        for g in groups
+    ]
+    today = plan.num_replicas == 1 and plan.sharding.scope == ShardingScope.ALL and stage in ("zero3", "replicated")
+    return _Strategy(stage, groups, per_group, shards_of, today, bw, lat, sync)
+
+
+def _replica_coefficients(
+    plan: Plan,
+    i: int,
+    sequences: int,
+    cluster: ClusterSpec,
+    model: ModelSpec,
+    workload: Workload,
+    options: CostOptions,
+    st: _Strategy,
+    base: tuple | None = None,
+):
+    """(arrays, coefficients, workload) of replica i's `sequences` micro-steps under the strategy
+    (`base`: the replica's arrays and coefficients already built, under the same pass shape)."""
+    ranks = plan.replica_ranks(i)
+    wl = _pass_shape_workload(workload, st.stage, sequences)
+    if base is None:
+        a = plan_arrays(plan.replica(i), cluster, model, wl, options)
+        c = coefficients(a, model, wl, options)
+    else:
+        a, c = base
+    if not st.today:  # the paper's setting keeps coefficients' own terms (bit for bit)
+        n_r = st.shards_of[ranks.start : ranks.stop]
+        # a replica's collectives run in the shard groups it takes part in, paced by the slowest of them
+        mine = [p for g, p in zip(st.groups, st.per_group) if np.any((g >= ranks.start) & (g < ranks.stop))]
+        pc = max(mine, key=lambda p: (p.ag_layer + p.rs_layer + p.ar_layer, p.ag_root + p.rs_root + p.ar_root))
+        n_opt = n_r if st.stage != ShardingStage.REPLICATED else 1
+        c = replace(
+            c,
+            params=pc if c.comm else c.params,  # without communication: the zero collectives
+            optimizer=model.param_count / n_opt * a.work.optimizer,
+        )
+    return a, c, wl
+
+
+@dataclass(frozen=True)
+class ReplicaLine:
+    """A replica's time as a function of its sequences: B micro-steps take `fixed_s + B·per_sequence_s`
+    (without the optimizer, `optimizer_s`); its memory does not depend on B."""
+
+    fixed_s: float
+    per_sequence_s: float
+    optimizer_s: float
+    fits: bool
+    memory_gib: float  # its fullest rank (relative to capacity)
+
+    def time_s(self, sequences: int) -> float:
+        return self.fixed_s + sequences * self.per_sequence_s if sequences > 0 else 0.0
+
+
+def replica_lines(
+    plan: Plan,
+    cluster: ClusterSpec,
+    model: ModelSpec,
+    workload: Workload,
+    options: CostOptions = CostOptions(),
+    cache: dict | None = None,
+) -> list[ReplicaLine]:
+    """Every replica's `ReplicaLine` under the plan's sharding, whatever sequence counts the plan
+    holds (the replay is linear in B: replayed at B = 1 and 2). Identical replicas (same GPUs, node
+    pattern, layout and collectives) are replayed once; `cache` (a dict the caller keeps) shares the
+    replicas' arrays and coefficients across calls (other strategies, other partitions)."""
+    cache = {} if cache is None else cache
+    rule_of(workload)
+    plan.check(cluster, model)
+    st = _strategy(plan, cluster, model, options)
+    out: list[ReplicaLine] = []
+    seen: dict[tuple, ReplicaLine] = {}
+    for i in range(plan.num_replicas):
+        sub = plan.replica(i)
+        nodes = [cluster.devices[d].node for d in sub.rank_devices]
+        first = {n: j for j, n in reversed(list(enumerate(nodes)))}
+        ranks = plan.replica_ranks(i)
+        key = (
+            tuple(
+                (
+                    cluster.devices[d].gpu.name,
+                    cluster.devices[d].nic_gbps,
+                    cluster.devices[d].link_bandwidth_gbps,
+                    first[n],
+                )
+                for d, n in zip(sub.rank_devices, nodes)
+            ),
+            tuple((g.size, g.chunk_len, g.shards, g.heads) for g in sub.groups),
+            (_pass_shape_workload(workload, st.stage, 1).param_sharding, str(workload.recompute), workload.seq_len),
+            tuple(int(x) for x in st.shards_of[ranks.start : ranks.stop]),
+            None
+            if st.today
+            else tuple(
+                (p.ag_layer, p.rs_layer, p.ar_layer, p.ag_root, p.rs_root, p.ar_root, p.xr_layer, p.xr_root)
+                for g, p in zip(st.groups, st.per_group)
+                if np.any((g >= ranks.start) & (g < ranks.stop))
+            ),
+            (str(st.stage), st.today),
+        )
+        if key not in seen and ("line", key) in cache:
+            seen[key] = cache[("line", key)]
+        if key not in seen:
+            own = sub.replicas[0].sequences if sub.replicas else workload.global_batch  # what its check expects
+            shape = key[:3]  # the replica without its strategy
+            if shape not in cache:
+                cache[shape] = _replica_coefficients(
+                    plan, i, own, cluster, model, workload, options, replace(st, today=True)
+                )[:2]
+            a, c, _ = _replica_coefficients(plan, i, own, cluster, model, workload, options, st, cache[shape])
+            d = evaluate(c, a.s, a.L)
+            t = []
+            for B in (1, 2):
+                sim = simulate_durations(replace(d, c=replace(c, batch=B)))
+                opt = sim.passes["optimizer"][1]
+                t.append(sim.iteration_time_s - opt)
+            total = _replica_memory(a, d, model, workload, options, st, ranks)
+            worst = int(np.argmax(total - a.capacity))
+            seen[key] = cache[("line", key)] = ReplicaLine(
+                2 * t[0] - t[1], t[1] - t[0], opt, bool((total <= a.capacity).all()), float(total[worst] / GIB)
+            )
+        out.append(seen[key])
+    return out
+
+
+def compose_step(
+    replica_s: list[float], optimizer_s: list[float], sync_s: float, whole: list[float] | None = None
+) -> float:
+    """The step (module doc): the slowest replica's micro-steps, the synchronisation, the slowest
+    optimizer. One replica: its replayed iteration `whole[0]` (with its optimizer) plus the
+    synchronisation, so the paper's setting is the replay's number bit for bit."""
+    if len(replica_s) == 1 and whole is not None:
+        return whole[0] + sync_s
+    return max(replica_s) + sync_s + max(optimizer_s)
+
+
+def step_time(
+    plan: Plan,
+    cluster: ClusterSpec,
+    model: ModelSpec,
+    lines: list[ReplicaLine],
+    options: CostOptions = CostOptions(),
+) -> float:
+    """`estimate_step`'s step time from the replicas' lines at the plan's sequence counts (no
+    replay: the planner scores batch shares with it)."""
+    st = _strategy(plan, cluster, model, options)
+    seqs = [r.sequences for r in plan.replicas] if plan.replicas else None
+    if seqs is None:
+        raise PlanError("step_time needs a plan with replicas (their sequence counts)")
+    sync = st.sync
+    return compose_step([ln.time_s(b) for ln, b in zip(lines, seqs)], [ln.optimizer_s for ln in lines], sync.total_s)
+
+
+def _replica_memory(a, d, model: ModelSpec, workload: Workload, options: CostOptions, st: _Strategy, ranks: range):
+    """[R] bytes per rank of a replica: memory.py's categories, the strategy's model states."""
+    mem = memory_bytes(a, model, _pass_shape_workload(workload, st.stage, 1), d.recv_bytes, options)
+    if not st.today:
+        states = sharded_state_bytes(model, st.stage, st.shards_of[ranks.start : ranks.stop].astype(np.float64))
+        for key in STATE_KEYS:
+            mem[key] = np.zeros(a.R) + states[key]
+    return sum(mem[k] for k in MEMORY_KEYS)
+
+
+def estimate_step(
+    plan: Plan, cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()
+) -> StepEstimate:
+    """One step of `plan` (module doc): each replica replayed under the plan's sharding, the slowest
+    replica's micro-steps, the synchronisation terms, the optimizer; memory per rank."""
+    rule_of(workload)  # refuses "auto" before any work
+    plan.check(cluster, model, workload if plan.replicas else None)
+    seqs = plan.sequences_of(workload.global_batch)
+    st = _strategy(plan, cluster, model, options)
+    replicas: list[ReplicaStep] = []
+    oom: list[str] = []
+    times, opts = [], []
+    for i, B in enumerate(seqs):
+        sub = plan.replica(i)
+        ranks = plan.replica_ranks(i)
+        a, c, wl = _replica_coefficients(plan, i, B, cluster, model, workload, options, st)
+        d = evaluate(c, a.s, a.L)
+        sim = simulate_durations(d)
+        opt = sim.passes["optimizer"][1]
+        times.append(sim.iteration_time_s)
+        opts.append(opt)
+        total = _replica_memory(a, d, model, wl, options, st, ranks)
+        worst = int(np.argmax(total - a.capacity))
+        fits = bool((total <= a.capacity).all())
+        for r in np.flatnonzero(total > a.capacity):
+            oom.append(
+                f"replica {i}, rank {ranks.start + int(r)} (device {int(a.dev[r])}, "
+                f"{cluster.devices[int(a.dev[r])].gpu.name}) needs {total[r] / GIB:.2f} GiB but has "
+                f"{a.capacity[r] / GIB:.2f} GiB"
+            )
+        gpus: dict[str, int] = {}
+        for dv in sub.rank_devices:
+            name = cluster.devices[dv].gpu.name
+            gpus[name] = gpus.get(name, 0) + 1
+        replicas.append(
+            ReplicaStep(
+                index=i,
+                sequences=B,
+                devices=sub.rank_devices,
+                gpus=gpus,
+                micro_step_s=(sim.iteration_time_s - opt) / B,
+                time_s=sim.iteration_time_s - opt,
+                optimizer_s=opt,
+                memory_gib=float(total[worst] / GIB),
+                capacity_gib=float(a.capacity[worst] / GIB),
+                fits=fits,
+            )
+        )
+    sync = st.sync
+    step = compose_step([t - o for t, o in zip(times, opts)], opts, sync.total_s, whole=times)
+    tokens = workload.seq_len * sum(seqs)
+    # the bound of every strategy: its optimizer term is the least one, params / N (zero3 over all devices)
+    bound = compute_bound(cluster, model, replace(workload, global_batch=sum(seqs), param_sharding="zero3"), options)
+    tps = tokens / step
+    flops = model.training_flops(workload.seq_len) * sum(seqs)
+    return StepEstimate(
+        plan=plan.name,
+        sharding=plan.sharding.describe(),
+        step_time_s=step,
+        tokens_per_s=tps,
+        bound_tokens_per_s=bound,
+        efficiency_vs_bound=tps / bound,
+        mfu=flops / (step * cluster.peak_pflops * 1e15),
+        fits=not oom,
+        replicas=replicas,
+        sync_s={
+            "copies_allreduce": model.layers * sync.copies_layer_s + sync.copies_root_s,  # in the last backward
+            "regather": sync.regather_s,
+            "optimizer": max(opts),
+        },
+        devices_used=plan.world_size,
+        devices_left_out=cluster.size - plan.world_size,
+        oom=oom,
+    )

@@ -1,0 +1,123 @@
+"""The data-parallel baselines of a joint plan: DP x {ring, Ulysses, USP}, each tuned to its best.
+
+On every candidate device subset (candidates.device_subsets), every DP that divides its devices
+(DP <= the global batch): DP replicas of consecutive devices, each the same symmetric layout of its
+block (the family's every legal CP x HP configuration, both placements of USP: planner/baselines.py's
+FAMILIES), under every recompute policy and every sharding strategy, with the exact batch shares
+(planner/shares.py) — scored by the step model (costmodel/step.py). A block of one device is pure
+data parallelism (a sequence on one GPU). DP = 1 is today's symmetric baselines. Nothing is cut by an
+estimate: a (subset, DP) grid is skipped only when a proven bound of every plan on its blocks (each
+block's balanced compute per sequence, costmodel.bound, with the exact shares) is above the
+family's best, and a layout is not tried under more recompute once it fits under every strategy
+(more recompute is then only slower), so each family's best is exact.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..costmodel.bound import kernel_rates, min_compute_time
+from ..costmodel.kernels import CostOptions
+from ..plan import Plan, Sharding
+from ..specs import RECOMPUTE_POLICIES, ClusterSpec, ModelSpec, Workload
+from .baselines import FAMILIES, divisors, policies_of
+from .candidates import device_subsets
+from .shares import STRATEGIES, best_over_strategies, lower_shares_bound
+
+
+@dataclass
+class DPBaseline:
+    """The best configuration of one DP x family baseline."""
+
+    name: str  # "dp x ring", "dp x ulysses", "dp x usp"
+    plan: Plan | None
+    step_time_s: float  # inf when nothing fits
+    config: str
+    recompute: str | None
+    tried: int
+    skipped: int = 0  # (subset, DP) grids whose bound was above the family's best
+
+    @property
+    def feasible(self) -> bool:
+        return self.plan is not None
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "feasible": self.feasible,
+            "config": self.config,
+            "step_time_s": self.step_time_s if self.feasible else None,
+            "recompute": self.recompute,
+            "tried": self.tried,
+            "skipped": self.skipped,
+            "replicas": self.plan.num_replicas if self.plan else None,
+            "sharding": self.plan.sharding.describe() if self.plan else None,
+        }
+
+
+def dp_baselines(
+    cluster: ClusterSpec,
+    model: ModelSpec,
+    workload: Workload,
+    strategies: Sequence[Sharding] | None = None,
+    options: CostOptions = CostOptions(),
+    cache: dict | None = None,
+) -> dict[str, DPBaseline]:
+    """The best DP x family plan of every family (module doc), by step time."""
+    strategies = STRATEGIES if strategies is None else strategies
+    cache = {} if cache is None else cache
+    G, S = workload.global_batch, workload.seq_len
+    out = {f"dp x {name}": DPBaseline(f"dp x {name}", None, math.inf, "nothing fits", None, 0) for name in FAMILIES}
+    tok_rate, att_rate = kernel_rates(cluster, model, options)
+    pairs = float(model.layers * model.heads * model.causal_pairs(S))
+    # (subset, DP) in the order of a proven bound of every plan of DP replicas of those blocks
+    grids = []
+    for label, devs in device_subsets(cluster):
+        for dp in divisors(len(devs)):
+            if dp > G:
+                continue
+            n = len(devs) // dp
+            blocks = [list(devs[i * n : (i + 1) * n]) for i in range(dp)]
+            per_seq = [min_compute_time(tok_rate[b], att_rate[b], float(S), pairs) for b in blocks]
+            grids.append((lower_shares_bound(per_seq, G), label, blocks))
+    grids.sort(key=lambda x: x[0])
+    seen: set = set()
+    # less recompute is faster for the same layout and strategy: once every strategy fits, stop
+    policies = [p for p in RECOMPUTE_POLICIES if str(p) in policies_of(workload)]
+    for lb, label, blocks in grids:
+        n = len(blocks[0])
+        for name, family in FAMILIES.items():
+            best = out[f"dp x {name}"]
+            if lb >= best.step_time_s:
+                best.skipped += 1
+                continue  # no configuration of these blocks can beat the family's best
+            if n == 1 and name != "ring":
+                continue  # one device: every family is the same plan (pure data parallelism)
+            per_block = [family(b, S, model, workload.block_size) for b in blocks]
+            for j, (config, _) in enumerate(per_block[0]):
+                key = (name, tuple(tuple(pb[j][1].rank_devices) for pb in per_block))
+                if key in seen:
+                    continue
+                seen.add(key)
+                reps = [pb[j][1] for pb in per_block]
+                for policy in policies:
+                    wl = workload.with_recompute(policy)
+                    best = out[f"dp x {name}"]
+                    best.tried += 1
+                    t, plan, all_fit = best_over_strategies(reps, cluster, model, wl, strategies, options, name, cache)
+                    if plan is not None and t < best.step_time_s:
+                        out[f"dp x {name}"] = DPBaseline(
+                            best.name,
+                            plan,
+                            t,
+                            f"dp={plan.num_replicas} x {config} on {label}, {plan.sharding.describe()}, "
+                            f"recompute {policy}",
+                            str(policy),
+                            best.tried,
+                            best.skipped,
+                        )
+                    if all_fit:
+                        break
+    return out

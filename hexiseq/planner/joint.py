@@ -1,0 +1,387 @@
+"""The joint planner: data-parallel replicas x parameter sharding x asymmetric CP x HP for a whole
+step of `global_batch` sequences.
+
+- Candidates: the DP x family baselines (planner/dp_baselines.py, the first incumbent), today's
+  plan of one replica (`plan_cluster`, DP = 1: skipped when a proven bound of its search space is
+  above the best plan found) and the replica partitions of
+  the cluster's structure (planner/replicas.py). Each replica shape is planned once (`plan_cluster`
+  on the shape as a cluster of its own, one sequence, ZeRO-3 inside it) and its plan moved onto
+  every replica of that shape.
+- Strategies: every parameter-sharding stage over every scope (`STRATEGIES`), scored by the step
+  model (costmodel/step.py); the fastest that fits wins.
+- Batch shares: given the replicas' lines T_i(B) = c_i + B·m_i (costmodel.step.replica_lines),
+  the integer shares minimising max_i T_i(B_i) with Σ B_i = G are exact by the greedy that gives
+  each sequence to the replica finishing it first (each T_i is increasing: the chosen values are
+  the G smallest of the merged sequences T_i(1) < T_i(2) < ...). A replica given no sequence is
+  left out.
+- Search: partitions in the order of a proven lower bound of their step (each shape's balanced
+  compute per sequence, costmodel.bound, with the same exact shares); it stops when the next bound
+  is within `gap` of the best step found.
+- Lower bound of every plan (any partition, any strategy, any layout): the cluster's balanced
+  compute for G sequences (costmodel.bound.compute_bound); a plan's replicas together do the same
+  token and attention work, so no step is shorter.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..costmodel.bound import compute_bound, subset_time_bound
+from ..costmodel.kernels import CostOptions
+from ..costmodel.step import StepEstimate, estimate_step
+from ..errors import HexiSeqError, InfeasibleError
+from ..plan import Group, Plan, Sharding, ShardingScope
+from ..specs import ClusterSpec, ModelSpec, Workload
+from .baselines import policies_of
+from .candidates import EXHAUSTIVE_DEVICES, device_subsets
+from .dp_baselines import DPBaseline, dp_baselines
+from .replicas import Partition, Replica, partitions, replica_devices, shape_key, sub_cluster
+from .result import PlanResult
+from .scheduler import plan_cluster
+from .search import DEFAULT_GAP
+from .shares import STRATEGIES, best_over_strategies, lower_shares_bound
+
+SHAPE_WORK, SHAPE_GAP = 300, 0.005  # the DP = 1 search of each replica shape (one plan of many: less work)
+MAX_PARTITIONS_VISITED = 24  # partitions planned in full at most (the bound covers the rest)
+
+
+@dataclass
+class JointResult:
+    """The joint plan for one (cluster, model, workload with its global batch) and its evidence."""
+
+    plan: Plan
+    step: StepEstimate
+    partition: str  # how the replicas were formed
+    step_time_s: float
+    tokens_per_s: float
+    bound_tokens_per_s: float
+    efficiency_vs_bound: float
+    lower_bound_s: float  # of every plan (module doc)
+    searched_bound_s: float  # of the partitions not planned in full (inf: none left)
+    bound_covers: str
+    dp1: PlanResult | None  # today's planner at the same global batch (one replica)
+    dp1_step_s: float  # its best strategy's step
+    plan_time_s: float
+    visited: int  # partitions planned in full
+    partitions: int  # partitions enumerated
+    shapes_planned: int
+    recompute: str
+    stage_times_s: dict[str, float] = field(default_factory=dict)
+    baselines: dict[str, DPBaseline] = field(default_factory=dict)  # DP x family, each at its best
+    left_out: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def best_baseline(self) -> DPBaseline | None:
+        pool = [b for b in self.baselines.values() if b.feasible]
+        return min(pool, key=lambda b: (b.step_time_s, b.name)) if pool else None
+
+    @property
+    def speedup_vs_best_baseline(self) -> float | None:
+        """Throughput over the best DP x symmetric baseline."""
+        b = self.best_baseline
+        return b.step_time_s / self.step_time_s if b else None
+
+    @property
+    def gap(self) -> float:
+        """How far the plan can be from the best plan at all (by the bound of every plan)."""
+        return max(0.0, 1.0 - self.lower_bound_s / self.step_time_s)
+
+    def explanation(self) -> list[str]:
+        """The replicas, their shares, the strategy, why devices are left out, what the bound covers."""
+        out = [
+            f"{self.plan.num_replicas} replica{'s' * (self.plan.num_replicas > 1)} ({self.partition}), sharding "
+            f"{self.plan.sharding.describe()}, recompute {self.recompute}"
+        ]
+        for r in self.step.replicas:
+            gpus = ", ".join(f"{n} x {g}" for g, n in r.gpus.items())
+            out.append(
+                f"  replica {r.index}: {gpus} (devices {_ranges(r.devices)}): {r.sequences} of "
+                f"{sum(x.sequences for x in self.step.replicas)} sequences, {r.micro_step_s:.4g} s each, "
+                f"{r.time_s:.4g} s"
+            )
+        out.append(
+            "  synchronisation: " + ", ".join(f"{k.replace('_', ' ')} {v:.4g} s" for k, v in self.step.sync_s.items())
+        )
+        if self.dp1 is not None:
+            out.append(
+                f"  one replica of the DP = 1 planner: {self.dp1_step_s:.4g} s per step "
+                f"({self.dp1_step_s / self.step_time_s:.2f}x this plan's time)"
+            )
+        b = self.best_baseline
+        if b is not None:
+            out.append(
+                f"  best DP x symmetric baseline: {b.name}, {b.config}: {b.step_time_s:.4g} s "
+                f"(this plan {self.speedup_vs_best_baseline:.3f}x faster)"
+            )
+        out += [f"  {line}" for line in self.left_out]
+        out.append(f"  bound: {self.bound_covers}")
+        return out
+
+
+def _ranges(devs: Sequence[int]) -> str:
+    devs = sorted(devs)
+    parts, start = [], devs[0]
+    for a, b in zip(devs, devs[1:] + [None]):
+        if b != a + 1:
+            parts.append(f"{start}" if start == a else f"{start}..{a}")
+            start = b
+    return ", ".join(parts)
+
+
+def _moved(plan: Plan, devices: Sequence[int]) -> Plan:
+    """A sub-cluster's plan on the cluster's devices (`devices[j]` = its device j)."""
+    groups = tuple(Group(tuple(devices[d] for d in g.devices), g.chunk_len, g.shards, g.heads) for g in plan.groups)
+    return replace(plan, groups=groups, replicas=())
+
+
+class _Shapes:
+    """Each replica shape planned once (DP = 1 planner on the shape as a cluster, one sequence)."""
+
+    def __init__(self, cluster, model, workload, options):
+        self.cluster, self.model, self.workload, self.options = cluster, model, workload, options
+        self.plans: dict[tuple, tuple[Plan, str] | None] = {}
+        self.seconds = 0.0  # spent planning shapes
+        self.bounds: dict[tuple, float] = {}
+
+    def per_sequence_bound(self, rep: Replica) -> float:
+        """A lower bound of the shape's seconds per sequence: its balanced compute (costmodel.bound)."""
+        key = shape_key(self.cluster, rep)
+        if key not in self.bounds:
+            sub = sub_cluster(self.cluster, rep, "replica")
+            S = self.workload.seq_len
+            wl = replace(self.workload, global_batch=1, param_sharding="zero3")
+            if wl.recompute == "auto":
+                wl = wl.with_recompute("none")  # the bound leaves recompute out
+            one, two = (
+                S * b / compute_bound(sub, self.model, replace(wl, global_batch=b), self.options) for b in (1, 2)
+            )
+            self.bounds[key] = max(0.0, two - one)  # the compute of one more sequence (no optimizer)
+        return self.bounds[key]
+
+    def plan(self, rep: Replica) -> tuple[Plan, str] | None:
+        key = shape_key(self.cluster, rep)
+        if key not in self.plans:
+            t0 = time.perf_counter()
+            sub = sub_cluster(self.cluster, rep, "replica")
+            wl = replace(self.workload, global_batch=1, param_sharding="zero3")
+            try:
+                res = plan_cluster(
+                    sub, self.model, wl, progress=False, options=self.options, work=SHAPE_WORK, gap=SHAPE_GAP
+                )
+                self.plans[key] = (res.plan, res.recompute)
+            except (InfeasibleError, HexiSeqError):
+                self.plans[key] = None
+            self.seconds += time.perf_counter() - t0
+        got = self.plans[key]
+        if got is None:
+            return None
+        return _moved(got[0], replica_devices(self.cluster, rep)), got[1]
+
+
+def _dp1_bound(cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions) -> float:
+    """A proven lower bound of every one-replica plan the DP = 1 planner's layouts give under any
+    strategy: the least bound of its candidate device subsets (costmodel.bound.subset_time_bound)
+    without communication (the strategies differ in their collectives; ZeRO-3's optimizer step,
+    the bound's, is the least) over the policies it may choose; 0 on the small clusters where it
+    searches every subset."""
+    if cluster.size <= EXHAUSTIVE_DEVICES:
+        return 0.0
+    free = replace(options, ignore_comm=True)
+    return min(
+        subset_time_bound(
+            cluster, sorted(devs), model, replace(workload.with_recompute(p), param_sharding="zero3"), free
+        )
+        for _, devs in device_subsets(cluster)
+        for p in policies_of(workload)
+    )
+
+
+def plan_joint(
+    cluster: ClusterSpec,
+    model: ModelSpec,
+    workload: Workload,
+    dp: str | int = "auto",
+    strategies: Sequence[Sharding] = STRATEGIES,
+    options: CostOptions = CostOptions(),
+    gap: float = DEFAULT_GAP,
+    progress: bool = False,
+    with_baselines: bool = True,
+) -> JointResult:
+    """The fastest joint plan (module doc). `dp`: "auto" (one replica or any partition), 1 (one
+    replica, every strategy) or N (partitions of exactly N replicas given sequences)."""
+    t0 = time.perf_counter()
+    G = workload.global_batch
+    if dp != "auto" and (not isinstance(dp, int) or dp < 1):
+        raise HexiSeqError(f"dp must be 'auto' or a positive number of replicas, got {dp!r}")
+    if isinstance(dp, int) and dp > G:
+        raise HexiSeqError(f"dp={dp} replicas cannot each take a sequence of a global batch of {G}")
+    notes: list[str] = []
+    best_s, best_plan, best_label, best_policy = math.inf, None, "", str(workload.recompute)
+    dp1, dp1_s = None, math.inf
+    t_base = time.perf_counter()
+    cache: dict = {}
+    base = dp_baselines(cluster, model, workload, strategies, options, cache) if with_baselines else {}
+    for b in base.values():  # never worse than a baseline: the best one is the incumbent
+        if b.feasible and b.step_time_s < best_s * (1 - 1e-12) and (dp == "auto" or b.plan.num_replicas == dp):
+            best_s, best_plan, best_label, best_policy = b.step_time_s, b.plan, f"baseline {b.name}", b.recompute
+    t_base = time.perf_counter() - t_base
+    shapes = _Shapes(cluster, model, workload, options)
+    parts: list[tuple[float, int, Partition]] = []
+    if dp != 1 and G >= 2 and not cluster.overrides:
+        for i, part in enumerate(partitions(cluster)):
+            if len(part.replicas) < 2 or (isinstance(dp, int) and len(part.replicas) < dp):
+                continue
+            bounds = [shapes.per_sequence_bound(r) for r in part.replicas]
+            parts.append((lower_shares_bound(bounds, G), i, part))
+    elif cluster.overrides:
+        notes.append("the cluster has link overrides: replica partitions are not searched (one replica only)")
+    parts.sort(key=lambda x: (x[0], x[1]))
+    visited = 0
+    searched_lb = math.inf
+    for lb, _, part in parts:
+        if lb >= best_s * (1 - gap):
+            searched_lb = min(searched_lb, lb)
+            break
+        if visited >= MAX_PARTITIONS_VISITED:
+            searched_lb = min(searched_lb, lb)
+            notes.append(f"the search stopped after {visited} partitions planned in full: the bound covers the rest")
+            break
+        visited += 1
+        planned = [shapes.plan(r) for r in part.replicas]
+        if any(p is None for p in planned):
+            continue
+        policies = {pol for _, pol in planned}
+        for pol in sorted(policies):
+            wl = workload.with_recompute(pol)
+            reps = [p for p, _ in planned]
+            t, plan, _ = best_over_strategies(reps, cluster, model, wl, strategies, options, "hexiseq", cache)
+            if plan is not None and isinstance(dp, int) and plan.num_replicas != dp:
+                continue
+            if plan is not None and t < best_s * (1 - 1e-12):
+                best_s, best_plan, best_label, best_policy = t, plan, part.label, pol
+    # the DP = 1 planner (today's problem at this batch), unless a proven bound of its whole search
+    # space is above the best plan found: it can then be neither faster nor the answer
+    t_dp1 = time.perf_counter()
+    dp1_bound = _dp1_bound(cluster, model, workload, options) if dp == "auto" and G > 1 else 0.0
+    if dp in ("auto", 1) and dp1_bound < best_s:
+        dp1 = plan_cluster(cluster, model, workload, progress=progress, options=options)
+        wl1 = workload.with_recompute(dp1.recompute)
+        one = [s for s in strategies if s.scope != ShardingScope.REPLICA]
+        dp1_s, plan1, _ = best_over_strategies(
+            [replace(dp1.plan, replicas=())], cluster, model, wl1, one, options, "hexiseq"
+        )
+        dp1_s = min(dp1_s, dp1.iteration_time_s)
+        if plan1 is None or dp1.iteration_time_s <= dp1_s:
+            plan1 = Plan.joint([replace(dp1.plan, replicas=())], [G], Sharding(), name="hexiseq")
+        if dp1_s < best_s * (1 - 1e-12):
+            best_s, best_plan, best_label, best_policy = dp1_s, plan1, "one replica (DP = 1 planner)", dp1.recompute
+    elif dp in ("auto", 1):
+        notes.append(
+            f"the DP = 1 planner was not run: no one-replica plan of its search space beats {dp1_bound:.4g} s "
+            f"(the bound of its device subsets), above this plan's {best_s:.4g} s"
+        )
+    t_dp1 = time.perf_counter() - t_dp1
+    if best_plan is None:
+        raise InfeasibleError(f"no joint plan of {G} sequences fits on {cluster.name} (dp={dp})")
+    wl = workload.with_recompute(best_policy)
+    best_plan = replace(
+        best_plan, cluster=cluster.name, model=model.name, meta={"recompute": best_policy, "partition": best_label}
+    )
+    if not best_plan.replicas:
+        best_plan = Plan.joint([best_plan], [G], best_plan.sharding, name="hexiseq", meta=best_plan.meta)
+    step = estimate_step(best_plan, cluster, model, wl, options)
+    bound_wl = replace(workload.with_recompute("none"), param_sharding="zero3")
+    bound = compute_bound(cluster, model, bound_wl, options)
+    lower = workload.tokens / bound
+    covers = (
+        f"no plan at all (any replica partition, strategy or layout) beats {lower:.4g} s per step, the cluster's "
+        f"balanced compute of {G} sequence{'s' * (G > 1)}; this plan is within "
+        f"{1 - lower / step.step_time_s:.1%} of it"
+    )
+    if parts:
+        covers += (
+            f"; of the {len(parts)} replica partitions of the cluster's structure (whole nodes, node groups of "
+            f"one type, GPUs inside a node, fast+slow node pairs) {visited} were planned in full"
+            + (
+                f" and no plan of the others beats {searched_lb:.4g} s (their shapes' balanced compute)"
+                if math.isfinite(searched_lb)
+                else ""
+            )
+        )
+    used = set(best_plan.rank_devices)
+    left = [d for d in cluster.devices if d.index not in used]
+    left_out = []
+    if left:
+        by: dict[str, int] = {}
+        for d in left:
+            by[d.gpu.name] = by.get(d.gpu.name, 0) + 1
+        left_out.append(
+            "left out: "
+            + ", ".join(f"{n} x {g}" for g, n in by.items())
+            + " (every partition and strategy that uses them was slower or did not fit; a replica given no "
+            "sequence by the exact shares is left out)"
+        )
+    return JointResult(
+        plan=best_plan,
+        step=step,
+        partition=best_label,
+        step_time_s=step.step_time_s,
+        tokens_per_s=step.tokens_per_s,
+        bound_tokens_per_s=bound,
+        efficiency_vs_bound=step.tokens_per_s / bound,
+        lower_bound_s=lower,
+        searched_bound_s=searched_lb,
+        bound_covers=covers,
+        dp1=dp1,
+        dp1_step_s=dp1_s,
+        plan_time_s=time.perf_counter() - t0,
+        visited=visited,
+        partitions=len(parts),
+        shapes_planned=sum(1 for v in shapes.plans.values()),
+        recompute=best_policy,
+        stage_times_s={
+            "DP = 1 planner": t_dp1,
+            "DP baselines": t_base,
+            "replica shapes": shapes.seconds,
+            "partitions and strategies": time.perf_counter() - t0 - t_dp1 - t_base - shapes.seconds,
+        },
+        left_out=left_out,
+        notes=notes,
+        baselines=base,
+    )
+
+
+def to_dict(res: JointResult) -> dict[str, Any]:
+    """The JSON object of `hexiseq plan --global-batch G --json`."""
+    return {
+        "partition": res.partition,
+        "sharding": {"stage": str(res.plan.sharding.stage), "scope": str(res.plan.sharding.scope)},
+        "replicas": [
+            {"sequences": r.sequences, "devices": list(r.devices), "micro_step_s": r.micro_step_s, "time_s": r.time_s}
+            for r in res.step.replicas
+        ],
+        "step_time_s": res.step_time_s,
+        "tokens_per_s": res.tokens_per_s,
+        "bound_tokens_per_s": res.bound_tokens_per_s,
+        "efficiency_vs_bound": res.efficiency_vs_bound,
+        "lower_bound_s": res.lower_bound_s,
+        "searched_bound_s": res.searched_bound_s if math.isfinite(res.searched_bound_s) else None,
+        "bound_covers": res.bound_covers,
+        "dp1_step_s": res.dp1_step_s if math.isfinite(res.dp1_step_s) else None,
+        "plan_time_s": res.plan_time_s,
+        "partitions": res.partitions,
+        "visited": res.visited,
+        "recompute": res.recompute,
+        "sync_s": dict(res.step.sync_s),
+        "left_out": list(res.left_out),
+        "notes": list(res.notes),
+        "baselines": {n: b.to_dict() for n, b in res.baselines.items()},
+        "best_baseline": res.best_baseline.name if res.best_baseline else None,
+        "speedup_vs_best_baseline": res.speedup_vs_best_baseline,
+        "plan": res.plan.to_dict(),
+    }

@@ -1,0 +1,146 @@
+"""Replica partitions of a cluster: which disjoint device sets the joint planner tries as
+data-parallel replicas, from the cluster's structure.
+
+A *family* is a run of identical nodes (same GPU type, GPU count, NIC and link). A replica is a
+`Piece` list (node, first local GPU, GPU count); its *shape* (`shape_key`) is what its plan depends
+on — the node specs in order and the inter-node latency — so replicas of one shape are planned once
+and their plan is moved onto each one's devices. The partitions (`partitions`) combine, per family:
+nothing (left out), replicas of m whole nodes (m dividing the family's nodes) or replicas of c GPUs
+inside a node (c dividing the node's GPUs: pure data parallelism at c = 1); and fast+slow pairings:
+one node of a family with k nodes of another that has k times as many, per replica.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ..specs import ClusterSpec, NodeSpec
+
+
+@dataclass(frozen=True)
+class Piece:
+    """GPUs [first, first + count) of node `node`."""
+
+    node: int
+    first: int
+    count: int
+
+
+Replica = tuple[Piece, ...]
+
+
+@dataclass(frozen=True)
+class Family:
+    """Identical consecutive-or-not nodes of a cluster (same spec)."""
+
+    spec: NodeSpec
+    nodes: tuple[int, ...]
+
+    @property
+    def label(self) -> str:
+        return f"{len(self.nodes)} x {self.spec.count} {self.spec.gpu.name}"
+
+
+def families(cluster: ClusterSpec) -> list[Family]:
+    """The cluster's nodes grouped by identical spec, in order of first appearance."""
+    out: dict[tuple, list[int]] = {}
+    specs: dict[tuple, NodeSpec] = {}
+    for n, node in enumerate(cluster.nodes):
+        key = (node.gpu.name, node.count, node.nic_gbps, node.link_bandwidth_gbps)
+        out.setdefault(key, []).append(n)
+        specs[key] = node
+    return [Family(specs[k], tuple(v)) for k, v in out.items()]
+
+
+def shape_key(cluster: ClusterSpec, replica: Replica) -> tuple:
+    """What a replica's plan depends on: its nodes' specs (GPUs taken) in order and the latency."""
+    nodes = cluster.nodes
+    return (
+        cluster.inter_node_latency_us,
+        tuple(
+            (nodes[p.node].gpu.name, p.count, nodes[p.node].nic_gbps, nodes[p.node].link_bandwidth_gbps)
+            for p in replica
+        ),
+    )
+
+
+def sub_cluster(cluster: ClusterSpec, replica: Replica, name: str) -> ClusterSpec:
+    """The replica as a cluster of its own (device j of it = `replica_devices(...)[j]`)."""
+    nodes = [
+        NodeSpec(
+            cluster.nodes[p.node].gpu,
+            p.count,
+            cluster.nodes[p.node].nic_gbps,
+            cluster.nodes[p.node].link_bandwidth_gbps,
+        )
+        for p in replica
+    ]
+    return ClusterSpec.from_nodes(name, nodes, cluster.inter_node_latency_us)
+
+
+def replica_devices(cluster: ClusterSpec, replica: Replica) -> list[int]:
+    """The cluster device indices of a replica, in its sub-cluster's order."""
+    per_node = cluster.node_devices
+    return [d for p in replica for d in per_node[p.node][p.first : p.first + p.count]]
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def family_options(fam: Family) -> list[tuple[str, list[Replica]]]:
+    """(label, replicas) choices of one family: replicas of m whole nodes, of c GPUs inside a node."""
+    out: list[tuple[str, list[Replica]]] = []
+    g = fam.spec.count
+    for m in _divisors(len(fam.nodes)):
+        reps = [tuple(Piece(n, 0, g) for n in fam.nodes[i : i + m]) for i in range(0, len(fam.nodes), m)]
+        out.append((f"{len(reps)} x {m} node{'s' * (m > 1)} of {fam.spec.gpu.name}", reps))
+    for c in _divisors(g)[:-1]:
+        reps = [(Piece(n, f, c),) for n in fam.nodes for f in range(0, g, c)]
+        out.append((f"{len(reps)} x {c} {fam.spec.gpu.name}", reps))
+    return out
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Replicas (disjoint) and a label naming how they were formed."""
+
+    label: str
+    replicas: tuple[Replica, ...]
+
+
+def partitions(cluster: ClusterSpec, max_replicas: int | None = None) -> Iterator[Partition]:
+    """Every partition of the families (module doc), each family's nodes used or left out whole;
+    `max_replicas` drops partitions with more replicas (they could not all take a sequence)."""
+    fams = families(cluster)
+    opts = [[("", [])] + family_options(f) for f in fams]
+    seen: set = set()
+
+    def emit(label_parts: list[str], reps: list[Replica]) -> Iterator[Partition]:
+        if not reps or (max_replicas is not None and len(reps) > max_replicas):
+            return
+        key = tuple(sorted(reps, key=lambda r: (r[0].node, r[0].first)))
+        if key in seen:
+            return
+        seen.add(key)
+        yield Partition(" + ".join(p for p in label_parts if p), key)
+
+    for choice in itertools.product(*opts):
+        yield from emit([c[0] for c in choice], [r for c in choice for r in c[1]])
+    # fast+slow pairings: one node of a family with k nodes of another that has k times as many
+    for a, b in itertools.permutations(range(len(fams)), 2):
+        fa, fb = fams[a], fams[b]
+        if len(fb.nodes) % len(fa.nodes) or (len(fb.nodes) == len(fa.nodes) and a > b):
+            continue
+        k = len(fb.nodes) // len(fa.nodes)
+        pairs = [
+            (Piece(x, 0, fa.spec.count),) + tuple(Piece(y, 0, fb.spec.count) for y in fb.nodes[i * k : (i + 1) * k])
+            for i, x in enumerate(fa.nodes)
+        ]
+        more = f"{k} {fb.spec.gpu.name} nodes" if k > 1 else f"{fb.spec.gpu.name} node"
+        label = f"{len(pairs)} x ({fa.spec.gpu.name} node + {more})"
+        rest = [o for i, o in enumerate(opts) if i not in (a, b)]
+        for choice in itertools.product(*rest):
+            yield from emit([label] + [c[0] for c in choice], list(pairs) + [r for c in choice for r in c[1]])

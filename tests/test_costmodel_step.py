@@ -1,0 +1,118 @@
+"""The step of a joint plan (costmodel/step.py): the paper's setting is the replay's iteration bit
+for bit; a hybrid replica's micro-steps are its own replay; the synchronisation terms and the
+strategies' model states as the module docs write them."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from hexiseq import Plan, PlanError, Sharding, ShardingStage, Workload, random_plan, ring_plan, symmetric_plan
+from hexiseq.costmodel import CostOptions, estimate, simulate
+from hexiseq.costmodel.arrays import link_matrices
+from hexiseq.costmodel.memory import sharded_state_bytes
+from hexiseq.costmodel.step import estimate_step, shard_groups
+from hexiseq.links import ring_allgather_s, ring_allreduce_s
+from hexiseq.specs import GIB, get_model, load_cluster
+
+MODEL = get_model("gpt-7b")
+H, HKV = MODEL.heads, MODEL.kv_heads
+S = 16384
+TESTBED = load_cluster("testbed-8")
+
+
+@pytest.mark.parametrize("sharding", ["zero3", "replicated"])
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("policy", ["none", "full"])
+def test_one_replica_over_all_devices_is_the_replay_bit_for_bit(sharding, batch, policy):
+    w = Workload(seq_len=S, global_batch=batch, activation_checkpointing=policy, param_sharding=sharding)
+    plans = [ring_plan(range(8), S, H, HKV), symmetric_plan(range(8), S, H, HKV, cp=2, hp=4)]
+    plans += [random_plan(8, S, H, HKV, seed=seed, block_size=128) for seed in range(3)]
+    for p in plans:
+        got = estimate_step(replace(p, sharding=Sharding(sharding)), TESTBED, MODEL, w)
+        want = estimate(p, TESTBED, MODEL, w)
+        assert got.step_time_s == want.iteration_time_s
+        assert got.replicas[0].memory_gib == pytest.approx(max(r.memory_gib for r in want.ranks), rel=1e-12)
+        assert got.fits == want.fits
+
+
+def _pair(seqs=(5, 3), stage="zero3", scope="replica"):
+    a, b = ring_plan(range(4), S, H, HKV), symmetric_plan(range(4, 8), S, H, HKV, cp=2, hp=2)
+    return Plan.joint([a, b], list(seqs), Sharding(stage, scope), name="pair")
+
+
+def test_hybrid_replicas_are_their_own_replays_plus_the_copies_allreduce():
+    j = _pair()
+    w = Workload(seq_len=S, global_batch=8, activation_checkpointing="full")
+    st = estimate_step(j, TESTBED, MODEL, w)
+    bw, lat = link_matrices(TESTBED)
+    across = bw[:4, 4:]  # every copy pair crosses the node boundary
+    link = float(across.min()), float(lat[:4, 4:].max())
+    P_layer = MODEL.params_per_layer
+    P_root = MODEL.param_count - MODEL.layers * P_layer
+    xr, xr_root = (ring_allreduce_s(2.0 * p / 4, 2, *link) for p in (P_layer, P_root))
+    assert st.sync_s["copies_allreduce"] == pytest.approx(MODEL.layers * xr + xr_root)
+    assert st.sync_s["regather"] == 0.0
+    for i, rep in enumerate(st.replicas):
+        alone = replace(j.replica(i), replicas=())
+        own = simulate(alone, TESTBED, MODEL, replace(w, global_batch=rep.sequences)).iteration_time_s
+        # the copies' all-reduce runs in the last micro-step's backward: at least its exposed tail, at most all of it
+        assert own + xr + xr_root <= rep.time_s + rep.optimizer_s <= own + MODEL.layers * xr + xr_root + 1e-9
+        assert rep.micro_step_s * rep.sequences == pytest.approx(rep.time_s)
+    slowest = max(r.time_s for r in st.replicas)
+    assert st.step_time_s == pytest.approx(slowest + max(r.optimizer_s for r in st.replicas))
+    assert st.tokens_per_s == pytest.approx(8 * S / st.step_time_s)
+    assert "replica 1: 4x A100-80GB; 3 sequences" in st.summary()
+
+
+def test_regather_of_zero1_and_zero2_and_no_sync_without_communication():
+    w = Workload(seq_len=S, global_batch=8, activation_checkpointing="full")
+    bw, lat = link_matrices(TESTBED)
+    for stage in ("zero1", "zero2"):
+        st = estimate_step(_pair(stage=stage, scope="all"), TESTBED, MODEL, w)
+        ag = ring_allgather_s(2.0 * MODEL.param_count, 8, float(bw.min()), float(lat.max()))
+        assert st.sync_s["regather"] == pytest.approx(ag) and st.sync_s["copies_allreduce"] == 0.0
+    free = estimate_step(_pair(), TESTBED, MODEL, w, CostOptions(ignore_comm=True))
+    assert free.sync_s["copies_allreduce"] == free.sync_s["regather"] == 0.0
+
+
+def test_shard_groups_per_scope():
+    j = _pair(scope="node")
+    assert [g.tolist() for g in shard_groups(j, TESTBED)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert [g.tolist() for g in shard_groups(_pair(scope="all"), TESTBED)] == [list(range(8))]
+    assert [g.tolist() for g in shard_groups(_pair(stage="replicated", scope="all"), TESTBED)] == [list(range(8))]
+
+
+def test_strategy_memory_orders_and_formulas():
+    P = MODEL.param_count
+    rep, z1, z2, z3 = (
+        sharded_state_bytes(MODEL, ShardingStage(s), 8) for s in ("replicated", "zero1", "zero2", "zero3")
+    )
+    assert rep["weights"] == z1["weights"] == z2["weights"] == 2 * P and z3["weights"] == 2 * P / 8
+    assert rep["optimizer"] == 12 * P and z1["optimizer"] == z2["optimizer"] == z3["optimizer"] == 12 * P / 8
+    assert z1["grads"] == 2 * P and z2["grads"] == z3["grads"] == 2 * P / 8
+    total = [sum(x.values()) for x in (rep, z1, z2, z3)]
+    assert total == sorted(total, reverse=True)
+    w = Workload(seq_len=S, global_batch=8, activation_checkpointing="full")
+    mems = [
+        estimate_step(_pair(stage=s, scope="all"), TESTBED, MODEL, w).replicas[0].memory_gib
+        for s in ("zero1", "zero2", "zero3")
+    ]
+    assert mems == sorted(mems, reverse=True)
+    per = np.array(mems) * GIB
+    assert per[0] - per[1] == pytest.approx(
+        2 * P * (1 - 1 / 8) - 2 * (MODEL.params_per_layer + max(MODEL.embedding_params, MODEL.lm_head_params))
+    )
+
+
+def test_batch_shares_must_sum_to_the_global_batch():
+
+    with pytest.raises(PlanError, match="global batch is 4"):
+        estimate_step(_pair(), TESTBED, MODEL, Workload(seq_len=S, global_batch=4))
+
+
+def test_the_replay_refuses_plans_of_several_replicas():
+    w = Workload(seq_len=S, global_batch=8)
+    for judge in (estimate, simulate):
+        with pytest.raises(PlanError, match="2 data-parallel replicas: time its step with"):
+            judge(_pair(), TESTBED, MODEL, w)

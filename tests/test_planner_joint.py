@@ -1,0 +1,118 @@
+"""The joint planner (planner/joint.py, planner/replicas.py): exact batch shares, the replica
+partitions of a cluster's structure, and a joint plan never slower than the DP = 1 planner's."""
+
+import itertools
+
+import pytest
+
+from hexiseq import Plan, Workload, get_model, load_cluster
+from hexiseq.costmodel.step import ReplicaLine, estimate_step, replica_lines
+from hexiseq.planner import plan_cluster
+from hexiseq.planner.joint import plan_joint
+from hexiseq.planner.replicas import families, partitions, replica_devices, shape_key, sub_cluster
+from hexiseq.planner.shares import batch_shares
+
+
+def _brute(lines, G):
+    best = None
+    for shares in itertools.product(range(G + 1), repeat=len(lines)):
+        if sum(shares) != G or any(s and not ln.fits for s, ln in zip(shares, lines)):
+            continue
+        t = max(ln.time_s(s) for ln, s in zip(lines, shares))
+        best = t if best is None else min(best, t)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_batch_shares_are_exact(seed):
+    import random
+
+    rng = random.Random(seed)
+    lines = [
+        ReplicaLine(rng.uniform(0, 2), rng.uniform(0.5, 3), 0.0, rng.random() > 0.15 or i == 0, 0.0)
+        for i in range(rng.randint(1, 4))
+    ]
+    G = rng.randint(1, 7)
+    shares = batch_shares(lines, G)
+    assert sum(shares) == G
+    got = max(ln.time_s(s) for ln, s in zip(lines, shares))
+    assert got == pytest.approx(_brute(lines, G))
+
+
+def test_partitions_of_a_two_type_cluster():
+    c = load_cluster("testbed-16")
+    fams = families(c)
+    assert [f.label for f in fams] == ["1 x 8 H100-SXM", "1 x 8 A100-80GB"]
+    parts = list(partitions(c))
+    labels = [p.label for p in parts]
+    assert "1 x 1 node of H100-SXM + 1 x 1 node of A100-80GB" in labels
+    assert "1 x (H100-SXM node + A100-80GB node)" in labels
+    assert "8 x 1 H100-SXM" in labels  # pure data parallelism inside the H100 node, the A100 left out
+    for p in parts:  # replicas are disjoint
+        devs = [d for r in p.replicas for d in replica_devices(c, r)]
+        assert len(devs) == len(set(devs))
+    one = next(p for p in parts if p.label == "2 x 4 H100-SXM + 2 x 4 A100-80GB")
+    assert shape_key(c, one.replicas[0]) != shape_key(c, one.replicas[2])
+    sub = sub_cluster(c, one.replicas[2], "r")
+    assert sub.size == 4 and sub.devices[0].gpu.name == "A100-80GB"
+
+
+def test_joint_plan_on_testbed_8_uses_every_gpu_and_beats_dp1():
+    c, m = load_cluster("testbed-8"), get_model("gpt-7b")
+    w = Workload(seq_len=16 * 1024, global_batch=8, activation_checkpointing="auto")
+    res = plan_joint(c, m, w)
+    assert res.plan.world_size == 8 and res.plan.num_replicas >= 2
+    today = plan_cluster(c, m, w)  # the DP = 1 planner at the same batch: never faster
+    assert res.step_time_s <= today.iteration_time_s
+    if res.dp1 is None:  # skipped by a proven bound above the joint plan
+        assert any("DP = 1 planner was not run" in n for n in res.notes)
+    else:
+        assert res.step_time_s <= res.dp1_step_s <= res.dp1.iteration_time_s
+    assert res.plan.validate(c, m, w) == []
+    again = Plan.from_json(res.plan.to_json())
+    assert again == res.plan and again.to_dict()["schema_version"] == 2
+    wl = w.with_recompute(res.recompute)
+    st = estimate_step(res.plan, c, m, wl)
+    assert st.step_time_s == pytest.approx(res.step_time_s, rel=1e-9)
+    lines = replica_lines(res.plan, c, m, wl)
+    for ln, rep in zip(lines, st.replicas):
+        assert ln.time_s(rep.sequences) == pytest.approx(rep.time_s, rel=1e-9)
+    assert res.lower_bound_s <= res.step_time_s
+    text = "\n".join(res.explanation())
+    assert "replica 0:" in text and "sequences" in text and "bound: no plan at all" in text
+    assert res.efficiency_vs_bound > 0.75  # today's DP = 1 plan: 0.61 on 4 of the 8 GPUs
+
+
+def test_global_batch_one_is_todays_problem():
+    c, m = load_cluster("testbed-8"), get_model("gpt-7b")
+    w = Workload(seq_len=16 * 1024, global_batch=1, activation_checkpointing="full")
+    res = plan_joint(c, m, w)
+    assert res.plan.num_replicas == 1 and res.partitions == 0
+    assert res.step_time_s <= res.dp1.iteration_time_s * (1 + 1e-9)
+
+
+def test_cli_plan_global_batch_and_estimate_joint_plan(capsys, tmp_path):
+    import json
+
+    from hexiseq.cli import main
+
+    out = tmp_path / "joint.json"
+    args = ["plan", "--cluster", "testbed-8", "--model", "gpt-7b", "--seq-len", "16K", "--recompute", "none"]
+    assert main(args + ["--global-batch", "8", "--no-progress", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    for needle in ("joint plan", "global batch 8", "replica 0:", "sharding", "synchronisation", "bound: no plan"):
+        assert needle in text
+    plan = Plan.load(out)
+    assert plan.num_replicas >= 2 and sum(r.sequences for r in plan.replicas) == 8
+    assert main(["estimate", "--plan", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "replica 1:" in text and "synchronisation: copies allreduce" in text
+    assert main(["estimate", "--plan", str(out), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert len(d["replicas"]) == plan.num_replicas and d["sync_s"]["optimizer"] > 0
+    assert main(args + ["--global-batch", "4", "--dp", "2", "--no-progress", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert len(d["replicas"]) == 2 and sum(r["sequences"] for r in d["replicas"]) == 4
+    with pytest.raises(SystemExit) as exit_:
+        main(args + ["--global-batch", "4", "--dp", "0"])
+    assert exit_.value.code == 2 and "--dp must be auto or a positive number" in capsys.readouterr().err
