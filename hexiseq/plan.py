@@ -1,6 +1,6 @@
 """The Plan: how one sequence and the attention heads are split over the devices.
 
-Vocabulary (see DESIGN.md, "The layout"):
+Vocabulary (docs/architecture.md: the Plan is the one object every part speaks):
 
 - The plan's **groups** are HP (Ulysses) groups in **ring order** g = 0..k-1. A group is a
   list of cluster device indices; the plan's **ranks** are those devices numbered in order,

@@ -1,6 +1,6 @@
 """The Plan applied to a one-device model.
 
-On rank r (see DESIGN.md, "The layout" and "The executor"):
+On rank r (the layout: hexiseq/plan.py; the exchange: hexiseq/schedule.py):
 - it embeds its own token shard (tokens at `layout.token_indices()`, possibly two zigzag ranges)
   and rotates q/k with those *global* positions;
 - every layer's attention is `plan_attention` (ragged all-to-all inside the HP group + KV ring
