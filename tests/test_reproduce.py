@@ -55,6 +55,8 @@ def test_every_bundled_scenario_expands_full_and_quick():
         ("name: x\nmodels: [gpt-7b]\nseq_lens: [16K]\nclusters: [testbed-8]\ntypo: 1\n", "unknown keys \\['typo'\\]"),
         ("name: x\nmodels: [no-model]\nseq_lens: [16K]\nclusters: [testbed-8]\n", "models: unknown model"),
         ("name: x\nmodels: [gpt-7b]\nseq_lens: [lots]\nclusters: [testbed-8]\n", "seq_lens: not a token count"),
+        # issue 22: a bare string was read character by character
+        ("name: x\nmodels: [gpt-7b]\nseq_lens: abc\nclusters: [testbed-8]\n", "seq_lens: a list of token counts"),
         (
             "name: x\nmodels: [gpt-7b]\nseq_lens: [16K]\nclusters: [testbed-8]\nworkload: {param_sharding: nope}\n",
             "workload: bad workload",

@@ -67,6 +67,8 @@ def _workload(raw: Any, where: str) -> tuple[tuple[str, Any], ...]:
 
 
 def _lens(raw: Any, where: str) -> tuple[int, ...]:
+    if raw is not None and not isinstance(raw, (list, tuple)):  # a bare "abc" would be read letter by letter
+        raise SpecError(f"{where}: a list of token counts (e.g. [16K, 32K]), got {raw!r}")
     try:
         return tuple(parse_tokens(s) for s in (raw or ()))
     except SpecError as e:
