@@ -36,6 +36,7 @@ from ..costmodel.step import StepEstimate, estimate_step
 from ..errors import HexiSeqError, InfeasibleError
 from ..plan import Group, Plan, Sharding, ShardingScope
 from ..specs import ClusterSpec, ModelSpec, Workload
+from ..specs.identity import cluster_fingerprint, model_record
 from .baselines import policies_of
 from .candidates import EXHAUSTIVE_DEVICES, device_subsets
 from .dp_baselines import DPBaseline, dp_baselines
@@ -289,8 +290,14 @@ def plan_joint(
     if best_plan is None:
         raise InfeasibleError(f"no joint plan of {G} sequences fits on {cluster.name} (dp={dp})")
     wl = workload.with_recompute(best_policy)
+    identity = {"cluster_fingerprint": cluster_fingerprint(cluster)}
+    if (spec := model_record(model)) is not None:
+        identity["model_spec"] = spec
     best_plan = replace(
-        best_plan, cluster=cluster.name, model=model.name, meta={"recompute": best_policy, "partition": best_label}
+        best_plan,
+        cluster=cluster.name,
+        model=model.name,
+        meta={"recompute": best_policy, "partition": best_label, **identity},
     )
     if not best_plan.replicas:
         best_plan = Plan.joint([best_plan], [G], best_plan.sharding, name="hexiseq", meta=best_plan.meta)
