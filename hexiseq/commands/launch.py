@@ -25,6 +25,7 @@ from typing import Any
 from ..errors import HexiSeqError
 from ..plan import Plan
 from ..runs import slurm
+from ..runs.lock import release
 from ..runs.progress import closing_lines
 from ..runs.rundir import RunDir, default_run_dir
 from . import run as run_command
@@ -168,9 +169,10 @@ def launch(args: argparse.Namespace) -> int:
     for w in warnings:
         print(f"hexiseq launch: warning: {w}", file=sys.stderr)
     if not args.resume:
-        RunDir.create(run_dir)  # refuses a directory that already holds a run
+        RunDir.create(run_dir)  # refuses a directory that already holds a run (and locks it while we write)
         (run_dir / "inputs").mkdir(exist_ok=True)
         plan.save(run_dir / "inputs" / "plan.json")
+        release(run_dir)  # the job's rank 0 is the run's writer: it takes the lock when it starts
     handle = slurm.submit_script(job)
     comps = ", ".join(f"{c.partition}: {c.nodes} node{'s' * (c.nodes > 1)} x {c.procs}" for c in job.components)
     info = {

@@ -36,7 +36,7 @@ def stop_file(run: RunDir) -> Path:
 def begin_record(run: RunDir, start: int) -> int:
     """Lock the run directory and make its record match step `start`, the step this session starts
     from (0: a new run, or a resume with no checkpoint yet). Returns how many records were dropped."""
-    run.lock()
+    run.lock("run directory")  # a new run or a resume: the message names the directory either way
     stop_file(run).unlink(missing_ok=True)  # an earlier session's: it would stop this one at once
     return run.keep_metrics_until(start)
 
