@@ -69,6 +69,25 @@ def _paper_sharding(workload: Any) -> str:
     return "zero3 over all devices" if workload.param_sharding == "zero3" else "replicated"
 
 
+def _result_system(name: str, result: Any, cluster: ClusterSpec, model: ModelSpec, wl: Workload, **extra: Any) -> dict:
+    """The row of a planner's result (a PlanResult): its plan under its recompute policy, as planned."""
+    return _system(
+        name,
+        result.plan,
+        cluster,
+        model,
+        wl.with_recompute(result.recompute),
+        result.estimate,
+        tokens_per_s=result.tokens_per_s,
+        step_time_s=result.iteration_time_s,
+        recompute=result.recompute,
+        config=result.grouping_label,
+        plan_time_s=result.plan_time_s,
+        efficiency_vs_bound=result.efficiency_vs_bound,
+        **extra,
+    )
+
+
 def _system(
     name: str, plan: Any, cluster: Any, model: Any, workload: Any, est: Any = None, **fields: Any
 ) -> dict[str, Any]:
@@ -93,24 +112,7 @@ def _system(
 
 def systems_of(result: Any, cluster: Any, model: Any, wl: Any) -> list[dict[str, Any]]:
     """One dict per system of a PlanResult: HexiSeq first, then every baseline it holds."""
-    systems = [
-        _system(
-            HEXISEQ,
-            result.plan,
-            cluster,
-            model,
-            wl.with_recompute(result.recompute),
-            result.estimate,
-            tokens_per_s=result.tokens_per_s,
-            step_time_s=result.iteration_time_s,
-            recompute=result.recompute,
-            config=result.grouping_label,
-            plan_time_s=result.plan_time_s,
-            gap=result.gap,
-            lower_bound_s=result.lower_bound_s,
-            efficiency_vs_bound=result.efficiency_vs_bound,
-        )
-    ]
+    systems = [_result_system(HEXISEQ, result, cluster, model, wl, gap=result.gap, lower_bound_s=result.lower_bound_s)]
     for name, b in result.baselines.items():
         if b.feasible:
             systems.append(
@@ -203,22 +205,7 @@ def run_joint_cell(cell: Any, record: dict[str, Any], cluster: Any, model: Any, 
         except HexiSeqError:
             d1 = None
     if d1 is not None:
-        systems.append(
-            _system(
-                DP1,
-                d1.plan,
-                cluster,
-                model,
-                wl.with_recompute(d1.recompute),
-                d1.estimate,
-                tokens_per_s=d1.tokens_per_s,
-                step_time_s=d1.iteration_time_s,
-                recompute=d1.recompute,
-                config=d1.grouping_label,
-                plan_time_s=d1.plan_time_s,
-                efficiency_vs_bound=d1.efficiency_vs_bound,
-            )
-        )
+        systems.append(_result_system(DP1, d1, cluster, model, wl))
     for name, b in res.baselines.items():
         if b.feasible:
             systems.append(
