@@ -22,7 +22,7 @@ from ..runtime.placement import check_placement
 from ..runtime.world import WorldError, arm_time_limit, init_from_env, local_backend, spawn_world
 from .config import RunConfig
 from .progress import Console, Progress, closing_lines
-from .rundir import RunDir, default_run_dir, load, load_summary
+from .rundir import RunDir, RunView, default_run_dir, load_summary
 from .session import TimeLimit, discard_refused_start, mark_failed
 from .settings import options
 from .slurm import SlurmRun, pop_options, submit
@@ -177,7 +177,7 @@ def execute_torchrun(
 # ------------------------------------------------------------------------------- notebooks
 
 
-class RunHandle:
+class RunHandle(RunView):
     """A run started by `launch`: live `.metrics`, `.summary`, `.status`, `.wait()`, `.stop()`, `.watch()`."""
 
     def __init__(self, run_dir: Path, process: subprocess.Popen, log: Path) -> None:
@@ -187,20 +187,10 @@ class RunHandle:
         return f"RunHandle({str(self.run_dir)!r}, status={self.status!r})"
 
     @property
-    def metrics(self):
-        """The per-step metrics so far (pandas DataFrame; see hexiseq.runs.load)."""
-        return load(self.run_dir)
-
-    @property
-    def summary(self) -> dict[str, Any] | None:
-        return load_summary(self.run_dir)
-
-    @property
     def status(self) -> str:
         rc = self.process.poll()
         if rc is None:
-            st = RunDir(self.run_dir).read_json(RunDir(self.run_dir).status)
-            return st["phase"] if st else "starting"
+            return self.phase() or "starting"
         if rc != 0:
             return "failed"
         return (self.summary or {}).get("status", "completed")

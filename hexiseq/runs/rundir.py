@@ -235,3 +235,25 @@ def load(run_dir: Path | str):
 def load_summary(run_dir: Path | str) -> dict[str, Any] | None:
     """summary.json of a run (None while it has none)."""
     return RunDir(run_dir).read_json(RunDir(run_dir).summary)
+
+
+class RunView:
+    """What a run's handle reads of its run directory while the run goes on (local or Slurm):
+    the metrics so far, the summary, the phase the run is in."""
+
+    run_dir: Path
+
+    @property
+    def metrics(self):
+        """The per-step metrics so far (pandas DataFrame; see `load`)."""
+        return load(self.run_dir)
+
+    @property
+    def summary(self) -> dict[str, Any] | None:
+        return load_summary(self.run_dir)
+
+    def phase(self) -> str | None:
+        """The phase status.json says (None before the run wrote one)."""
+        run = RunDir(self.run_dir)
+        status = run.read_json(run.status)
+        return status["phase"] if status else None

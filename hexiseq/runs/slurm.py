@@ -34,7 +34,7 @@ from ..runtime.placement import plan_nodes
 from ..specs import ClusterFile, ClusterSpec, load_cluster, read_yaml
 from ..specs.files import data_path
 from ..specs.schema import validate
-from .rundir import RunDir, load, load_summary
+from .rundir import RunDir, RunView, load_summary
 
 SLURM_COMMANDS = ("sbatch", "sinfo", "scontrol", "scancel", "squeue")
 SIGNAL_BEFORE_END_S = 120  # SIGTERM this long before the time limit: enough to finish a step and checkpoint
@@ -570,7 +570,7 @@ def job_state(job_id: str) -> str | None:
     return lines[0] if lines else None
 
 
-class SlurmRun:
+class SlurmRun(RunView):
     """A run submitted to Slurm: `.state` (Slurm's), `.status` (the run's phase), live `.metrics` and
     `.summary` read from the run directory, `.wait()`, `.cancel()`, `.watch()`."""
 
@@ -600,18 +600,8 @@ class SlurmRun:
     def status(self) -> str:
         """The run's own phase while it runs (status.json), its summary's status after."""
         if self.running():
-            st = RunDir(self.run_dir).read_json(RunDir(self.run_dir).status)
-            return st["phase"] if st else self.state.lower()
+            return self.phase() or self.state.lower()
         return (self.summary or {}).get("status") or self.state.lower()
-
-    @property
-    def metrics(self):
-        """The per-step metrics so far (pandas DataFrame; see hexiseq.runs.load)."""
-        return load(self.run_dir)
-
-    @property
-    def summary(self) -> dict[str, Any] | None:
-        return load_summary(self.run_dir)
 
     @property
     def log(self) -> Path | None:
