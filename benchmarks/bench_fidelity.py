@@ -26,27 +26,12 @@ import yaml
 
 from hexiseq.specs import load_gpu_catalog, write_text_atomic
 from hexiseq.specs.files import data_path
-from hexiseq.specs.gpus import numeric_fields
+from hexiseq.specs.gpus import catalog_field_order, numeric_fields
 from hexiseq.specs.stacks import stack_catalog
 from hexiseq.validation import fidelity as F
 
 GPUS_YAML = data_path("gpus.yaml")
 FIT_YAML = data_path("validation") / "fit.yaml"
-ORDER = (
-    "peak_bf16_tflops",
-    "memory_gib",
-    "hbm_bandwidth_gbps",
-    "link_kind",
-    "link_bandwidth_gbps",
-    "link_latency_us",
-    "eff_matmul",
-    "eff_attention",
-    "eff_hbm",
-    "attn_block_half_keys",
-    "overlap_slowdown",
-    "link_efficiency",
-    "nic_efficiency",
-)
 
 
 # ------------------------------------------------------------------------------ the fit, written
@@ -124,12 +109,12 @@ def _write_catalog(cal: F.Calibration, priors, fits, catalog) -> None:
             **{f: p.value for f, p in priors[name].items()},
         }
         out.write(f"{name}:\n")
-        for f in ORDER:
+        for f in catalog_field_order():
             if f in values:
                 v = values[f]
                 out.write(f"  {f}: {int(v) if f == 'attn_block_half_keys' else v}\n")
         out.write("  sources:\n")
-        for f in ORDER:
+        for f in catalog_field_order():
             if f in sources:
                 out.write(f"    {f}: {sources[f]}\n")
     text = out.getvalue()

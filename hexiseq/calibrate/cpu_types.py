@@ -17,27 +17,12 @@ import sys
 
 from ..specs import GPUType
 from ..specs.files import data_path, write_text_atomic
-from ..specs.gpus import numeric_fields
+from ..specs.gpus import catalog_field_order, numeric_fields
 from .emulated_clusters import RATE_FIELDS, cpu_factor, derived_type
 from .profile import Profile
 
 FACTORS = (1.0, 2.0, 4.0, 10.0)  # the CPU types the catalog holds (local worlds and cpu-4 use them)
 SOURCE_KEY = "hexiseq_cpu_profile"
-_ORDER = (
-    "peak_bf16_tflops",
-    "memory_gib",
-    "hbm_bandwidth_gbps",
-    "link_kind",
-    "link_bandwidth_gbps",
-    "link_latency_us",
-    "eff_matmul",
-    "eff_attention",
-    "eff_hbm",
-    "attn_block_half_keys",
-    "overlap_slowdown",
-    "link_efficiency",
-    "nic_efficiency",
-)
 
 
 def base_type(profile: Profile) -> GPUType:
@@ -84,7 +69,7 @@ def catalog_text(profile: Profile, where: str) -> str:
     for f in FACTORS:
         g = derived_type(base, f, name=f"CPU-x{f:g}")
         lines.append(f"CPU-x{f:g}:")
-        for key in _ORDER:
+        for key in catalog_field_order():
             v = getattr(g, key)
             lines.append(f"  {key}: {v}" if isinstance(v, str) else f"  {key}: {float(f'{v:.4g}'):g}")
         lines.append("  sources:")

@@ -159,3 +159,8 @@ def profile_fields() -> tuple[str, ...]:
         for name, info in GPUType.__pydantic_fields__.items()
         if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("profile")
     )
+
+
+def catalog_field_order() -> tuple[str, ...]:
+    """The fields of a catalog entry in the order the catalog files write them (GPUType's own)."""
+    return tuple(f.name for f in dataclasses.fields(GPUType) if f.name not in ("name", "sources"))
