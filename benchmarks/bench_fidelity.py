@@ -29,6 +29,7 @@ from hexiseq.specs.files import data_path
 from hexiseq.specs.gpus import catalog_field_order, numeric_fields
 from hexiseq.specs.stacks import stack_catalog
 from hexiseq.validation import fidelity as F
+from hexiseq.validation.public_path import public_predict, public_reason, public_run
 
 GPUS_YAML = data_path("gpus.yaml")
 FIT_YAML = data_path("validation") / "fit.yaml"
@@ -378,6 +379,8 @@ def report(kernels: dict, published: dict, record: dict) -> tuple[str, bool]:
         + ", ".join(f"{q.point.id} {q.ratio:.2f}" for q in hp)
         + "\n"
     )
+    w(_unseen_section(preds["after"], cals["after"]))
+    w(_public_section(points, cals["after"], preds["after"]))
     fails = verdicts["after"].failures
     w(
         "\nHeld-out targets (median <= 10%, worst <= 35%, H100/A100 ratio within 10%): "
@@ -385,6 +388,50 @@ def report(kernels: dict, published: dict, record: dict) -> tuple[str, bool]:
         + "\n"
     )
     return o.getvalue(), not fails
+
+
+def _unseen_section(preds: list[F.Prediction], cal: F.Calibration) -> str:
+    """The sources the fit never sees (split unseen): judged points by layout family, and the cost
+    model beside the per-GPU FLOP-only reference on them."""
+    unseen = [q for q in preds if q.point.split == F.UNSEEN]
+    if not unseen:
+        return ""
+    judged = [q for q in unseen if q.point.judged]
+    hp = [q for q in judged if q.point.family in ("hp", "hybrid")]
+    rest = [q for q in judged if q.point.family not in ("hp", "hybrid")]
+    lines = [
+        f"\nSources the fit never sees ({', '.join(sorted({q.point.source for q in unseen}))}; split unseen, "
+        f"{len(unseen)} points, {len(judged)} judged):",
+        "  head-parallel / hybrid " + F.statistics((q.point.id, q.ratio) for q in hp).line(),
+        "  ring / CP / none       " + F.statistics((q.point.id, q.ratio) for q in rest).line(),
+    ]
+    cmp = F.compare_flop_only_unseen(preds, cal)
+    lines += [f"  cost model {cmp.cost_model.line()}", f"  FLOP-only  {cmp.flop_only.line()} (rates per GPU)"]
+    lines += [f"    {i:44s} cost model {c:6.3f}  FLOP-only {f:6.3f}" for i, c, f in cmp.per_point]
+    lines.append(f"  {cmp.statement()}")
+    return "\n".join(lines) + "\n"
+
+
+def _public_section(points: list[F.Point], cal: F.Calibration, preds: list[F.Prediction]) -> str:
+    """How many published points `hexiseq estimate` can express, and whether it gives the benchmark's number."""
+    ok, through_cli, worst, why = 0, 0, 0.0, {}
+    for p, q in zip(points, preds):
+        reason = public_reason(p)
+        if reason is not None:
+            why.setdefault(reason, []).append(p.id)
+            continue
+        run = public_run(p, cal.gpus[p.gpu])
+        worst = max(worst, abs(public_predict(run, cal) / q.tokens_per_s_per_gpu - 1.0))
+        ok += 1
+        through_cli += run.through_cli
+    lines = [
+        f"\nPublic path: {ok} of {len(points)} published points run through hexiseq estimate --plan (a joint plan of "
+        f"their replicas, --stack of their source; {through_cli} through the command, {ok - through_cli} through "
+        f"its Python function: a published.yaml GPU) with the benchmark's prediction (largest difference "
+        f"{worst:.1e}); {len(points) - ok} cannot be expressed:"
+    ]
+    lines += [f"  {len(ids)}: {reason} ({', '.join(ids)})" for reason, ids in why.items()]
+    return "\n".join(lines) + "\n"
 
 
 def main() -> int:

@@ -12,6 +12,7 @@ from hexiseq.specs import load_gpu_catalog
 from hexiseq.specs.files import data_path
 from hexiseq.specs.stacks import stack_catalog
 from hexiseq.validation import fidelity as F
+from hexiseq.validation.public_path import public_reason
 
 ROOT = data_path("validation").parent.parent
 
@@ -24,6 +25,10 @@ def figures():
     cmp = F.compare_flop_only(preds, after.gpus)
     loso = [abs(r - 1) for run in rec["leave_one_source_out"]["runs"] for r in run["ratios"].values()]
     st = rec["fit"]["statistics"]["holdout"]
+    hp = [q for q in preds if q.point.judged and q.point.family in ("hp", "hybrid")]
+    hp_st = F.statistics((q.point.id, q.ratio) for q in hp)
+    points = F.load_points(pub)
+    public = sum(public_reason(p) is None for p in points)
     return {
         "triton": f"{stack_catalog()['llmfoundry-triton-2023'].every_gpu.attention:.4f}",
         "fp8": f"{stack_catalog()['te-fp8'].every_gpu.layer_gemm:.4f}",
@@ -33,10 +38,22 @@ def figures():
         "held worst": f"{st['worst']:.1%}",
         "loso median": f"{median(loso):.0%}",
         "loso worst": f"{max(loso):.0%}",
+        "head-parallel judged": f"{len(hp)} judged",
+        "head-parallel median": f"median {hp_st.median:.1%}",
+        "head-parallel worst": f"worst {hp_st.worst:.1%}",
+        "public path": f"{public} of {len(points)}",
     }
 
 
-@pytest.mark.parametrize("doc", ["README.md", "data/validation/README.md"])
+# README.md is the lead's: its evidence paragraph is rewritten from the evidence branch's report
+# (new leave-one-source-out, head-parallel and public-path figures). Strict: once README carries them
+# this case passes, xpass fails, and the marker must go.
+README_PENDING = pytest.mark.xfail(
+    strict=True, reason="README.md awaits the evidence figures of issue 20 (the evidence branch's report)"
+)
+
+
+@pytest.mark.parametrize("doc", [pytest.param("README.md", marks=README_PENDING), "data/validation/README.md"])
 def test_evidence_figures_are_the_generated_ones(doc, figures):
     text = (ROOT / doc).read_text()
     for name, value in figures.items():

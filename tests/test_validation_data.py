@@ -133,7 +133,7 @@ def test_points_have_every_field(points):
     for p in points:
         missing = [k for k in POINT_KEYS if k not in p]
         assert not missing, f"{p['id']}: missing {missing}"
-        assert p["split"] in ("fit", "holdout"), p["id"]
+        assert p["split"] in ("fit", "holdout", "unseen"), p["id"]
         assert p["quality"] in ("A", "B", "C"), p["id"]
         assert p["layout"]["family"] in FAMILIES, p["id"]
         assert p["tokens_per_s_per_gpu"] > 0, p["id"]
@@ -229,9 +229,14 @@ def _model_name(p):
     return p["model"] if isinstance(p["model"], str) else p["model"]["name"]
 
 
-def test_split_follows_the_stated_rule(points):
+def test_split_follows_the_stated_rule(published, points):
+    unseen = set(published.get("unseen_sources", []))
+    for p in points:  # a source the fit never sees: every point unseen, and only those
+        assert (p["split"] == "unseen") == (p["source"] in unseen), f"{p['id']}: split {p['split']}"
     cases = defaultdict(dict)  # source -> case key -> points
     for p in points:
+        if p["source"] in unseen:
+            continue
         cases[p["source"]].setdefault((_model_name(p), p["seq_len"], p.get("pair", p["id"])), []).append(p)
     for by_case in cases.values():
         ordered = sorted(by_case.items(), key=lambda kv: (kv[0][0], kv[0][1]))
@@ -242,7 +247,10 @@ def test_split_follows_the_stated_rule(points):
                 assert p["split"] == expected, f"{p['id']}: split {p['split']} but the rule says {expected}"
 
 
-def test_split_proportions_and_holdout_coverage(points):
+def test_split_proportions_and_holdout_coverage(published, points):
+    unseen = set(published.get("unseen_sources", []))
+    assert unseen <= {p["source"] for p in points}
+    points = [p for p in points if p["source"] not in unseen]  # the rule's split, without the never-fitted sources
     fit = [p for p in points if p["split"] == "fit"]
     hold = [p for p in points if p["split"] == "holdout"]
     assert len(fit) <= 2 * len(points) / 3

@@ -35,7 +35,10 @@ The mapping (one replica of the job is one Plan; the replicas run in parallel):
                 power-capped HBM2e H100 (two factors on that GPU entry, fitted). No correction is
                 private to this module: `hexiseq estimate --stack NAME` applies the same factors
 Unpublished configuration (Ulysses degree, batch, recompute, NIC) is filled from ASSUMED, each
-entry with its reason; the bench prints them.
+entry with its reason; the bench prints them. Points of the sources the fit never sees (split
+unseen, published.yaml `unseen_sources`) are predicted and judged only; head-parallel and hybrid
+points are judged apart from ring/CP ones. `validation/public_path.py` runs every point that the
+public path can express through `hexiseq estimate` and says why the others cannot be.
 
 The fit (`fit_catalog`, deterministic): priors from kernels.yaml (`kernel_priors`); then per GPU
 type the (eff_matmul, eff_attention) — and the fitted stack factors (FITTED_ATTENTION), with the
@@ -68,6 +71,7 @@ from ..specs.files import data_path, read_yaml
 from ..specs.stacks import DEFAULT_STACK_NAME, Stack, StackFactors, stack_catalog
 
 FITTED = ("eff_matmul", "eff_attention")
+UNSEEN = "unseen"  # the split of a source the fit never sees (published.yaml `unseen_sources`): judged only
 PRIOR_FIELDS = ("eff_hbm", "attn_block_half_keys", "overlap_slowdown", "link_efficiency", "nic_efficiency")
 FIT_KEY = "hexiseq_fit_2026"  # sources.yaml: the end-to-end fit recorded in data/validation/fit.yaml
 PRIOR_KEY = "hexiseq_priors_2026"  # sources.yaml: kernel priors we derived or carried over (fit.yaml `priors`)
@@ -117,6 +121,13 @@ ASSUMED: dict[str, dict[str, Any]] = {
         "why": "one 8-GPU node (the NIC value is never used); FSDP FULL_SHARD",
     },
     "torchtitan_bench_2412": {"sharding": "zero3", "why": "FSDP over dp x cp (torchtitan shards over both)"},
+    "xtuner_bench": {
+        "nic_gbps": 25.0,
+        "sharding": "zero3",
+        "why": "ZeRO-3 over all GPUs (XTuner's long-sequence guide pairs sequence parallelism with ZeRO-3; 34B and "
+        "70B do not fit 80 GB otherwise), DGX-A100 NICs (8 x HDR 200 Gb/s: 25 GB/s per GPU; only multi-node rows "
+        "use it)",
+    },
     "llama3_herd": {
         "recompute": "none",
         "sharding": "zero3",
@@ -189,7 +200,8 @@ class Point:
 
     @property
     def judged(self) -> bool:
-        """In the fit (fit split) and the held-out statistics (holdout split): modelled, grade A or B."""
+        """In the fit (fit split), the held-out statistics (holdout split) or the unseen sources' statistics
+        (unseen split, never fitted): modelled, grade A or B."""
         return excluded_reason(self) is None and self.quality in ("A", "B")
 
 
@@ -991,23 +1003,27 @@ class Comparison:
     flop_only: Stats
     per_point: tuple[tuple[str, float, float], ...]  # (id, cost-model ratio, FLOP-only ratio)
     uncovered: tuple[str, ...]  # judged held-out points whose (source, GPU) has no fit point
+    points_are: str = "held-out"  # which points: "held-out", or the unseen sources'
+    why: str = (
+        "Every held-out point shares source, GPU, model and software with fit points: the split tests "
+        "interpolation and 2x extrapolation in sequence length, where two rates per source suffice."
+    )
 
     def statement(self) -> str:
         """A plain statement of where the cost model does better and where not."""
         if not self.ids:
-            return "no held-out point has a FLOP-only reference"
+            return f"no {self.points_are} point has a FLOP-only reference"
         better = [i for i, c, f in self.per_point if abs(c - 1) < abs(f - 1)]
         worse = [i for i, c, f in self.per_point if abs(c - 1) > abs(f - 1)]
         verdict = "beats" if self.cost_model.median < self.flop_only.median else "does not beat"
         return (
-            f"On the {len(self.ids)} judged held-out points the cost model {verdict} the FLOP-only reference "
+            f"On the {len(self.ids)} judged {self.points_are} points the cost model {verdict} the FLOP-only reference "
             f"(median |pred/pub - 1| {self.cost_model.median:.1%} vs {self.flop_only.median:.1%}, worst "
             f"{self.cost_model.worst:.1%} vs {self.flop_only.worst:.1%}); it is closer on {len(better)} points"
             + (f" ({', '.join(better)})" if better else "")
             + f" and farther on {len(worse)}"
             + (f" ({', '.join(worse)})" if worse else "")
-            + ". Every held-out point shares source, GPU, model and software with fit points: the split tests "
-            "interpolation and 2x extrapolation in sequence length, where two rates per source suffice."
+            + f". {self.why}"
         )
 
 
@@ -1035,11 +1051,74 @@ def compare_flop_only(preds: Sequence[Prediction], gpus: Mapping[str, GPUType]) 
     )
 
 
+def fit_flop_only_per_gpu(
+    points: Sequence[Point], cal: Calibration, steps: Sequence[float] = (0.05, 0.01, 0.002)
+) -> dict[str, FlopRates]:
+    """The FLOP-only reference for a source it has not seen: two rates per GPU over every judged fit
+    point of that GPU, the attention rate stack-neutral (each point's attention at its stack's
+    attention factor, the same software knowledge the cost model has)."""
+    groups: dict[str, list[Point]] = {}
+    for p in points:
+        if p.split == "fit" and p.judged:
+            groups.setdefault(p.gpu, []).append(p)
+    out = {}
+    for g, pts in sorted(groups.items()):
+        peak = cal.gpus[g].peak_bf16_tflops * 1e12
+
+        def loss(fl, fa, pts=pts, peak=peak, g=g):
+            return sum(
+                math.log(
+                    flop_only_predict(p, FlopRates("any", g, fl * peak, fa * peak * _att(cal, p), ())) / p.published
+                )
+                ** 2
+                for p in pts
+            )
+
+        (fl, fa), _ = grid_search(loss, [(0.02, 1.5), (0.02, 1.5)], steps)
+        out[g] = FlopRates("any", g, fl * peak, fa * peak, tuple(p.id for p in pts))
+    return out
+
+
+def _att(cal: Calibration, p: Point) -> float:
+    """The attention factor of a point's stack on its GPU."""
+    return cal.stacks[p.stack].factors(p.gpu)[2]
+
+
+def compare_flop_only_unseen(preds: Sequence[Prediction], cal: Calibration) -> Comparison:
+    """The cost model beside the per-GPU FLOP-only reference (`fit_flop_only_per_gpu`) on the judged
+    points of the sources the fit never sees (split unseen)."""
+    ref = fit_flop_only_per_gpu([q.point for q in preds], cal)
+    rows, uncovered = [], []
+    for q in preds:
+        p = q.point
+        if p.split != UNSEEN or not p.judged:
+            continue
+        r = ref.get(p.gpu)
+        if r is None:
+            uncovered.append(p.id)
+            continue
+        r = dataclasses.replace(r, attention=r.attention * _att(cal, p))
+        rows.append((p.id, q.ratio, flop_only_predict(p, r) / p.published))
+    return Comparison(
+        tuple(i for i, _, _ in rows),
+        statistics((i, c) for i, c, _ in rows),
+        statistics((i, f) for i, _, f in rows),
+        tuple(rows),
+        tuple(uncovered),
+        points_are="unseen-source",
+        why="Here the reference has no rates of the source (its rates are per GPU, from the other sources' fit "
+        "points, its attention rate corrected by the stacks' factors): the comparison tests what the cost "
+        "model's communication, memory, recompute and layout terms add on a source neither has seen.",
+    )
+
+
 def leave_one_source_out(
     points: Sequence[Point], cal: Calibration, kernels: Mapping, steps: Sequence[float] = (0.05, 0.01, 0.002)
 ) -> list[tuple[str, str, list[tuple[str, float]]]]:
     """For every GPU with judged points of two or more sources and each of those sources: refit the
-    catalog without that source's points on that GPU (every split), then predict them. A fitted
+    catalog without that source's points on that GPU (every split), then predict them. The fit
+    material is the usual fit split plus the points of the sources the main fit never sees (split
+    unseen): without them a GPU whose other source is unseen would have nothing to fit. A fitted
     stack factor that only the left-out source identified stays at 1: the source is unseen, its
     stack too. `cal`: the start of a fit (priors, stacks without fitted factors).
     Returns (gpu, source, [(point id, predicted/published)])."""
@@ -1051,7 +1130,7 @@ def leave_one_source_out(
     for gpu in sorted(g for g, s in sources.items() if len(s) >= 2):
         for src in sorted(sources[gpu]):
             left = [p for p in points if p.gpu == gpu and p.source == src]
-            rest = [p for p in points if p not in left]
+            rest = [dataclasses.replace(p, split="fit") if p.split == UNSEEN else p for p in points if p not in left]
             fitted, _ = fit_catalog(rest, cal, kernels, impl=True, steps=steps)
             out.append((gpu, src, [(p.id, predict(p, fitted).ratio) for p in left if p.judged]))
     return out
