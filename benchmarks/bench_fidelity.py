@@ -12,8 +12,9 @@ pairs; the same statistics for the alternative fit without attention-implementat
 kernel-level ring-attention cross-check; the FLOP-only reference beside the cost model on the
 held-out points and on the sources the fit never sees; leave-one-source-out; the head-parallel and
 hybrid points judged apart; how many published points the public path (`hexiseq estimate --plan`)
-expresses, with the benchmark's prediction, and why the others cannot be. Exits 1 when the held-out targets fail (median <= 10%,
-worst <= 35%, H100/A100 ratio within 10%). The mapping and the fit: hexiseq/validation/fidelity.py.
+expresses, with the benchmark's prediction, and why the others cannot be. Exits 1 when the held-out
+targets fail (median <= 10%, worst <= 35%, H100/A100 ratio within 10%). The mapping and the fit:
+hexiseq/validation/fidelity.py.
 Deterministic: no timing, the same numbers on any machine.
 """
 
