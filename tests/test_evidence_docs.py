@@ -45,15 +45,7 @@ def figures():
     }
 
 
-# README.md is the lead's: its evidence paragraph is rewritten from the evidence branch's report
-# (new leave-one-source-out, head-parallel and public-path figures). Strict: once README carries them
-# this case passes, xpass fails, and the marker must go.
-README_PENDING = pytest.mark.xfail(
-    strict=True, reason="README.md awaits the evidence figures of issue 20 (the evidence branch's report)"
-)
-
-
-@pytest.mark.parametrize("doc", [pytest.param("README.md", marks=README_PENDING), "data/validation/README.md"])
+@pytest.mark.parametrize("doc", ["README.md", "data/validation/README.md"])
 def test_evidence_figures_are_the_generated_ones(doc, figures):
     text = (ROOT / doc).read_text()
     for name, value in figures.items():
