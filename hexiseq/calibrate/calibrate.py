@@ -196,14 +196,18 @@ def calibration_run_settings(
     recompute: str,
     emulation: Emulation,
     prediction: dict[str, Any],
+    global_batch: int = 1,
 ) -> RunSettings:
     """The settings of one measured run of calibration or comparison: `steps` steps of `model` at
     `seq_len` tokens on synthetic data, a constant learning rate, no warmup, no TensorBoard, emulated
-    as `emulation` says; `prediction` is the caller's own (the cost model with the profile)."""
+    as `emulation` says, `global_batch` sequences per step; `prediction` is the caller's own (the cost
+    model with the profile)."""
     return RunSettings(
         model=ModelSettings(name=model, seq_len=seq_len),
         parallel=ParallelSettings(recompute=recompute),
-        train=TrainSettings(steps=steps, lr=1e-3, warmup_steps=0, schedule="constant", timeout_s=300.0),
+        train=TrainSettings(
+            steps=steps, global_batch=global_batch, lr=1e-3, warmup_steps=0, schedule="constant", timeout_s=300.0
+        ),
         record=RecordSettings(tensorboard=False),
         emulation=emulation,
         prediction=prediction,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from ..runs.rundir import default_run_dir
 from ..runs.start import start_run
 from ..runtime.world import spawn_world
 from ..specs import ClusterSpec, Workload, get_model, load_cluster, write_text_atomic
+from ..specs.identity import cluster_fingerprint, fingerprint_mismatch
 from .calibrate import calibrate, calibration_run_settings, pacing_overrun, scaled_cluster
 from .emulated_clusters import check_emulated, emulation_for
 from .profile import DEFAULT_MODEL, Profile, _load
@@ -103,6 +104,20 @@ class Comparison:
         }
 
 
+def on_emulated(plan: Any, spec: ClusterSpec, cost: ClusterSpec) -> Any:
+    """`plan`, made on `cost` (`spec` with this machine's calibrated figures), recorded as a plan of
+    `spec`, the cluster its runs emulate: the same devices and links, whose measured figures (a
+    profiled link bandwidth among them) change the fingerprint. A plan without the record stays as it is; one of
+    another cluster is refused."""
+    recorded = plan.meta.get("cluster_fingerprint")
+    if recorded is None:  # a plan without the record (a baseline's) is checked by its devices only
+        return plan
+    differs = fingerprint_mismatch(recorded, cost)
+    if differs:
+        raise HexiSeqError(f"plan {plan.name!r} was not made on the calibrated {spec.name}: {differs}")
+    return replace(plan, meta={**plan.meta, "cluster_fingerprint": cluster_fingerprint(spec)})
+
+
 def run_plan(
     plan: Any,
     cluster: ClusterSpec,
@@ -112,8 +127,10 @@ def run_plan(
     model: str,
     steps: int,
     timeout_s: float,
+    global_batch: int = 1,
 ) -> dict[str, Any]:
-    """One real emulated run of `plan` (its own spawned world); its summary."""
+    """One real emulated run of `plan` (its own spawned world) over `global_batch` sequences per step;
+    its summary."""
     settings = calibration_run_settings(
         model,
         plan.seq_len,
@@ -121,6 +138,7 @@ def run_plan(
         recompute,
         emulation=emulation_for(plan, cluster),
         prediction={"step_time_s": predicted, "cluster": cluster.name, "note": "simulated with the profile"},
+        global_batch=global_batch,
     )
     run, cfg = start_run(plan, settings, run_path)
     spawn_world(run_worker, plan.world_size, RunJob(str(run.path), cfg), timeout_s=timeout_s, pg_timeout_s=300.0)
@@ -161,7 +179,7 @@ def compare(
         raise HexiSeqError(f"{root} already holds files; give another --out")
     record = None
     if calibration is not None:
-        record = _read_calibration(calibration, spec.name, mspec.name)
+        record = read_calibration(calibration, spec.name, mspec.name)
         if profile is None:
             profile = Profile(
                 record["profile"]["gpus"], record["profile"].get("measured") or {}, record["profile"].get("notes") or ""
@@ -215,7 +233,7 @@ def compare(
     for system, plan, policy, pred, config in picks:
         say(f"  running {system}: {config}, {plan.world_size} ranks, {n_steps} steps ...")
         t0 = time.perf_counter()
-        summary = run_plan(plan, spec, policy, pred, root / system, model, n_steps, timeout_s)
+        summary = run_plan(on_emulated(plan, spec, cost), spec, policy, pred, root / system, model, n_steps, timeout_s)
         m = float(summary["measured_step_time_s"])
         alone = _simulate(base, mspec, plan, policy)
         rows.append(
@@ -260,7 +278,7 @@ def _simulate(cluster: ClusterSpec, model: Any, plan: Any, policy: str) -> float
     )
 
 
-def _read_calibration(path: str | Path, cluster: str, model: str) -> dict[str, Any]:
+def read_calibration(path: str | Path, cluster: str, model: str) -> dict[str, Any]:
     """A calibration.json of `cluster` and `model` (hexiseq calibrate --cluster ... --out DIR)."""
     p = Path(path)
     if p.is_dir():

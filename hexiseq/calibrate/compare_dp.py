@@ -1,0 +1,269 @@
+"""Data-parallel replicas measured on CPU ranks (issue 19): on an emulated cluster, the joint
+planner's plan (replicas x sharding x uneven CP x HP, its own batch shares) against the best
+DP x symmetric baseline (every DP x ring / Ulysses / USP the baselines build, equal blocks) and
+DP = 1 HexiSeq (one replica over the planner's devices, gradient accumulation in time), on the same
+model and global batch, each run for real on emulated ranks.
+
+Predictions come from the step model (costmodel/step.py, the one the joint planner optimises) with
+this machine's calibrated figures: a calibration of cpu-4's device types (calibrate.py: its profile
+and three fitted multipliers, measured now or read from a calibration.json). Any emulated cluster
+built of the same CPU-x<f> types takes the same figures: the types are the same ranks of the same
+machine, only their number and links differ (the links are emulated exactly as the cost model
+charges them). What the runs measure depends on the machine and its load: the report states both,
+and each run's pacing overrun (1.00: the emulation held).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..costmodel.step import estimate_step
+from ..errors import HexiSeqError
+from ..plan import Plan, Sharding
+from ..planner import plan_joint
+from ..runs.config import WARMUP_EXCLUDED
+from ..runs.rundir import default_run_dir
+from ..specs import ClusterSpec, ModelSpec, Workload, get_model, load_cluster, write_text_atomic
+from .calibrate import calibrate, pacing_overrun, scaled_cluster
+from .compare import on_emulated, read_calibration, run_plan
+from .emulated_clusters import check_emulated
+from .profile import DEFAULT_MODEL, Profile, _load
+
+CALIBRATION_CLUSTER = "cpu-4"  # calibrate runs four ranks: the cluster whose device types it fits
+
+
+@dataclass
+class DPComparison:
+    """Measured vs predicted step times of the joint plan, the best DP x symmetric baseline and DP = 1."""
+
+    cluster: str
+    model: str
+    seq_len: int
+    global_batch: int
+    steps: int
+    rows: list[dict[str, Any]]  # "joint" first, then "dp-baseline", then "dp1"
+    out: str
+    factors: dict[str, float]
+    calibration: str
+    load_average: dict[str, list[float]] = field(default_factory=dict)
+
+    def row(self, system: str) -> dict[str, Any]:
+        return next(r for r in self.rows if r["system"] == system)
+
+    @property
+    def chosen(self) -> str:
+        """The plan of least predicted step time: the planner's choice."""
+        return min(self.rows, key=lambda r: r["predicted_s"])["system"]
+
+    @property
+    def fastest(self) -> str:
+        """The plan of least measured step time."""
+        return min(self.rows, key=lambda r: r["measured_s"])["system"]
+
+    def speedup(self, over: str, key: str) -> float:
+        """The joint plan's speedup over `over` (the step-time ratio), measured or predicted (`key`)."""
+        return self.row(over)[key] / self.row("joint")[key]
+
+    @property
+    def worst_error(self) -> float:
+        return max(abs(r["error"]) for r in self.rows)
+
+    def summary(self) -> str:
+        lines = [
+            f"{self.cluster} (emulated CPU ranks), {self.model}, S = {self.seq_len:,}, global batch "
+            f"{self.global_batch}, {self.steps} steps per run (median after {WARMUP_EXCLUDED} warm-up steps); load "
+            f"average {self.load_average.get('before', [0])[0]:.2f} -> {self.load_average.get('after', [0])[0]:.2f}",
+            f"{'plan':<12} {'shares':<10} {'sharding':<22} {'predicted s':>11} {'measured s':>10} {'error':>7} "
+            f"{'overrun':>7}",
+        ]
+        for r in self.rows:
+            o = r.get("pacing_overrun")
+            lines.append(
+                f"{r['system']:<12} {r['shares']:<10} {r['sharding']:<22} {r['predicted_s']:>11.3f} "
+                f"{r['measured_s']:>10.3f} {r['error']:>+7.1%} {'' if o is None else f'{o:.2f}':>7}"
+            )
+            lines.append(f"    {r['config']}")
+            for q in r["replicas"]:
+                lines.append(
+                    f"    replica {q['replica']} ({q['ranks']} ranks, {q['sequences']} seq): predicted "
+                    f"{q['predicted_s']:.3f} s, measured compute {q['measured_compute_s']:.3f} s, waiting "
+                    f"{q['measured_waiting_s']:.3f} s"
+                )
+        lines += [
+            f"planned (least predicted): {self.chosen}; measured fastest: {self.fastest}",
+            f"joint plan's speedup, measured (predicted): over the best DP x symmetric baseline "
+            f"{self.speedup('dp-baseline', 'measured_s'):.2f}x ({self.speedup('dp-baseline', 'predicted_s'):.2f}x), "
+            f"over DP = 1 {self.speedup('dp1', 'measured_s'):.2f}x ({self.speedup('dp1', 'predicted_s'):.2f}x)",
+            f"worst prediction error {self.worst_error:.1%} (goal 10%); calibration: {self.calibration}; multipliers "
+            + ", ".join(f"{k} x{v:.3g}" for k, v in self.factors.items()),
+        ]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster,
+            "model": self.model,
+            "seq_len": self.seq_len,
+            "global_batch": self.global_batch,
+            "steps": self.steps,
+            "rows": self.rows,
+            "chosen": self.chosen,
+            "fastest": self.fastest,
+            "worst_error": self.worst_error,
+            "out": self.out,
+            "factors": self.factors,
+            "calibration": self.calibration,
+            "load_average": self.load_average,
+            "emulated": True,
+        }
+
+
+def calibrated_figures(
+    calibration: str | Path | None,
+    *,
+    model: str,
+    seq_len: int,
+    quick: bool,
+    out: Path,
+    timeout_s: float,
+    say: Callable[[str], None],
+) -> tuple[Profile, dict[str, float], str]:
+    """This machine's figures of the emulated CPU types: a calibration.json of cpu-4 read, or one
+    measured now (profile + calibrate on cpu-4's four ranks) under `out`."""
+    if calibration is not None:
+        record = read_calibration(calibration, CALIBRATION_CLUSTER, model)
+        p = record["profile"]
+        return (
+            Profile(p["gpus"], p.get("measured") or {}, p.get("notes") or ""),
+            dict(record["factors"]),
+            str(calibration),
+        )
+    cal = calibrate(
+        cluster=CALIBRATION_CLUSTER, quick=quick, model=model, seq_len=seq_len, out=out, timeout_s=timeout_s, say=say
+    )
+    say(cal.summary())
+    return cal.profile, dict(cal.factors), f"fitted now on {len(cal.rows)} plans of {CALIBRATION_CLUSTER} ({cal.out})"
+
+
+def cost_cluster(spec: ClusterSpec, profile: Profile, factors: dict[str, float]) -> ClusterSpec:
+    """`spec` with the calibrated figures of its CPU types (refused when the profile lacks a type)."""
+    missing = [t for t in spec.gpu_types if t not in profile.gpus]
+    if missing:
+        raise HexiSeqError(
+            f"the calibration's profile has no figures for {', '.join(missing)} of {spec.name}: calibrate a "
+            f"cluster of those types"
+        )
+    return scaled_cluster(profile.apply(spec), factors)
+
+
+def _replica_rows(est, summary: dict[str, Any]) -> list[dict[str, Any]]:
+    measured = {r["replica"]: r for r in summary.get("replicas") or []}
+    rows = []
+    for r in est.replicas:
+        m = measured.get(r.index, {})
+        rows.append(
+            {
+                "replica": r.index,
+                "ranks": len(r.devices),
+                "sequences": r.sequences,
+                "predicted_s": r.time_s,
+                "measured_compute_s": m.get("measured_compute_s", summary.get("measured_step_time_s")),
+                "measured_waiting_s": m.get("measured_waiting_s", 0.0),
+            }
+        )
+    return rows
+
+
+def compare_dp(
+    cluster: str | ClusterSpec = "cpu-8",
+    calibration: str | Path | None = None,
+    *,
+    model: str = DEFAULT_MODEL,
+    seq_len: int = 2048,
+    global_batch: int = 6,
+    steps: int = 5,
+    quick: bool = False,
+    out: str | Path | None = None,
+    timeout_s: float = 3600.0,
+    say: Callable[[str], None] | None = None,
+) -> DPComparison:
+    """Calibrate (or read a calibration), plan `cluster` jointly with the calibrated figures, run the
+    joint plan, the best DP x symmetric baseline and DP = 1, and compare (module doc)."""
+    say = say or print
+    spec = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
+    check_emulated(spec)
+    mspec: ModelSpec = get_model(model)
+    if steps <= WARMUP_EXCLUDED:
+        raise HexiSeqError(f"steps must exceed the {WARMUP_EXCLUDED} warm-up steps left out, got {steps}")
+    if global_batch < 2:
+        raise HexiSeqError(f"a data-parallel comparison needs a global batch of 2 or more, got {global_batch}")
+    stamp = default_run_dir()
+    root = Path(out) if out is not None else stamp.with_name("compare-dp-" + stamp.name)
+    if root.exists() and any(root.iterdir()):
+        raise HexiSeqError(f"{root} already holds files; give another --out")
+    profile, factors, source = calibrated_figures(
+        calibration, model=model, seq_len=seq_len, quick=quick, out=root / "calibration", timeout_s=timeout_s, say=say
+    )
+    cost = cost_cluster(spec, profile, factors)
+    block = 64 if seq_len >= 4096 else 32
+    wl = Workload(seq_len, global_batch, "auto", "replicated", block)
+    say(f"planning {spec.name} jointly for {mspec.name} at S = {seq_len:,}, G = {global_batch} ...")
+    res = plan_joint(cost, mspec, wl)
+    base = res.best_baseline
+    if base is None or res.dp1 is None:
+        raise HexiSeqError(f"no DP x symmetric baseline or DP = 1 plan fits {spec.name} at S = {seq_len:,}")
+    dp1 = Plan.joint([res.dp1.plan], [global_batch], Sharding("replicated", "all"), name="dp1")
+    picks = [
+        ("joint", res.plan, res.recompute, res.partition),
+        ("dp-baseline", base.plan, base.recompute, f"{base.name}: {base.config}"),
+        ("dp1", dp1, res.dp1.recompute, "HexiSeq at DP = 1 (one replica, replicated parameters)"),
+    ]
+    root.mkdir(parents=True, exist_ok=True)
+    load0 = _load()
+    rows = []
+    for system, plan, policy, config in picks:
+        est = estimate_step(plan, cost, mspec, Workload(seq_len, global_batch, policy, "replicated", plan.block_size))
+        say(f"  running {system}: {config}, {plan.world_size} ranks, {steps} steps ...")
+        t0 = time.perf_counter()
+        summary = run_plan(
+            on_emulated(plan, spec, cost),
+            spec,
+            policy,
+            est.step_time_s,
+            root / system,
+            model,
+            steps,
+            timeout_s,
+            global_batch=global_batch,
+        )
+        m = float(summary["measured_step_time_s"])
+        rows.append(
+            {
+                "system": system,
+                "plan": plan.name,
+                "config": config,
+                "shares": ":".join(str(n) for n in plan.sequences_of(global_batch)),
+                "sharding": plan.sharding.describe(),
+                "recompute": policy,
+                "ranks": plan.world_size,
+                "measured_s": m,
+                "predicted_s": est.step_time_s,
+                "error": est.step_time_s / m - 1,
+                "sync_s": est.sync_s,
+                "replicas": _replica_rows(est, summary),
+                "pacing_overrun": pacing_overrun(summary),
+                "run_dir": str(root / system),
+                "wall_s": time.perf_counter() - t0,
+            }
+        )
+    cmp = DPComparison(
+        spec.name, mspec.name, seq_len, global_batch, steps, rows, str(root), factors, source,
+        {"before": load0, "after": _load()},
+    )  # fmt: skip
+    write_text_atomic(root / "comparison-dp.json", json.dumps(cmp.to_dict(), indent=2, default=float) + "\n")
+    return cmp

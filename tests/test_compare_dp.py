@@ -1,0 +1,62 @@
+"""The data-parallel comparison on the CPU emulation (hexiseq/calibrate/compare_dp.py, behind
+benchmarks/bench_dp.py): the joint plan, the best DP x symmetric baseline and DP = 1 really run on
+emulated ranks, each predicted by the step model with the calibration's figures. Its accuracy and
+which plan is measured fastest depend on the machine and its load: a benchmark, not a unit test."""
+
+import json
+
+import pytest
+
+from hexiseq.calibrate.calibrate import FITTED
+from hexiseq.calibrate.compare_dp import compare_dp, cost_cluster
+from hexiseq.calibrate.profile import Profile
+from hexiseq.costmodel.step import estimate_step
+from hexiseq.errors import HexiSeqError
+from hexiseq.plan import Plan
+from hexiseq.specs import Workload, get_model, load_cluster
+from hexiseq.specs.files import data_path
+
+
+@pytest.fixture(scope="module")
+def calibration(tmp_path_factory):
+    """A calibration.json of cpu-4: the bundled profile, multipliers of 1 (no fit: the figures as profiled)."""
+    prof = Profile.load(data_path("profiles") / "cpu-4.yaml")
+    path = tmp_path_factory.mktemp("cal") / "calibration.json"
+    record = {"cluster": "cpu-4", "model": "tiny", "factors": dict.fromkeys(FITTED, 1.0), "profile": prof.to_dict()}
+    path.write_text(json.dumps(record))
+    return path
+
+
+def test_three_plans_run_and_are_predicted_by_the_step_model(calibration, tmp_path):
+    G, S = 3, 512
+    cmp = compare_dp("cpu-4", calibration, seq_len=S, global_batch=G, steps=3, out=tmp_path / "cdp", say=lambda s: None)
+    assert [r["system"] for r in cmp.rows] == ["joint", "dp-baseline", "dp1"]
+    prof = Profile.load(data_path("profiles") / "cpu-4.yaml")
+    cost = cost_cluster(load_cluster("cpu-4"), prof, dict.fromkeys(FITTED, 1.0))
+    runs = json.loads((tmp_path / "cdp" / "comparison-dp.json").read_text())
+    assert runs["rows"] == json.loads(json.dumps(cmp.rows, default=float))
+    for r in cmp.rows:
+        assert r["measured_s"] > 0 and sum(map(int, r["shares"].split(":"))) == G
+        assert r["error"] == pytest.approx(r["predicted_s"] / r["measured_s"] - 1)
+        assert len(r["replicas"]) == len(r["shares"].split(":"))
+        plan = Plan.load(next((tmp_path / "cdp" / r["system"]).glob("plan.json")))
+        wl = Workload(S, G, r["recompute"], "replicated", plan.block_size)
+        assert estimate_step(plan, cost, get_model("tiny"), wl).step_time_s == pytest.approx(r["predicted_s"], rel=1e-9)
+    # the planner is never worse than the plans it is compared with, by its own model
+    joint = cmp.row("joint")["predicted_s"]
+    assert joint <= cmp.row("dp-baseline")["predicted_s"] * (1 + 1e-9)
+    assert joint <= cmp.row("dp1")["predicted_s"] * (1 + 1e-9)
+    assert cmp.chosen == "joint"
+    assert "measured fastest" in cmp.summary()
+
+
+def test_bad_input_is_refused_before_any_run(calibration, tmp_path):
+    with pytest.raises(HexiSeqError, match="global batch of 2 or more"):
+        compare_dp("cpu-4", calibration, global_batch=1, out=tmp_path / "a")
+    with pytest.raises(HexiSeqError, match="warm-up"):
+        compare_dp("cpu-4", calibration, steps=2, out=tmp_path / "b")
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({**json.loads(calibration.read_text()), "cluster": "cpu-8"}))
+    with pytest.raises(HexiSeqError, match="calibrated cpu-8 with tiny, not cpu-4"):
+        compare_dp("cpu-4", other, out=tmp_path / "c")
+    assert not any((tmp_path / d).exists() for d in "abc")
