@@ -57,7 +57,16 @@ def refit(kernels: dict, published: dict) -> None:
         }
     )
     priors = F.kernel_priors(kernels, catalog)
-    gpus = {n: dataclasses.replace(g, **{f: p.value for f, p in priors[n].items()}) for n, g in catalog.items()}
+    rates = F.catalog_rates(kernels, catalog)
+    gpus = {
+        n: dataclasses.replace(
+            g,
+            **{f: p.value for f, p in priors[n].items()},
+            **{f: r.value for f, r in rates.get(n, {}).items()},
+            ranges={f: r.range for f, r in rates.get(n, {}).items() if r.range is not None},
+        )
+        for n, g in catalog.items()
+    }
     for n, e in F.extra_gpus(published, catalog).items():
         near = published["extra_gpus"][n]["closest_catalog_key"]
         gpus[n] = dataclasses.replace(e, **{f: p.value for f, p in priors[near].items()})
@@ -65,7 +74,7 @@ def refit(kernels: dict, published: dict) -> None:
     points = F.load_points(published)
     cal, fits = F.fit_catalog(points, start, kernels, impl=True)
     alt, alt_fits = F.fit_catalog(points, start, kernels, impl=False)
-    _write_catalog(cal, priors, fits, catalog)
+    _write_catalog(cal, priors, rates, fits, catalog)
     record = _record(cal, fits, alt, alt_fits, priors, baseline, kernels, points, catalog)
     record["leave_one_source_out"] = {
         "note": "per GPU with judged points of two or more sources, each source left out of the fit (its points "
@@ -87,11 +96,15 @@ def refit(kernels: dict, published: dict) -> None:
 def _fitted_from(name: str, fits: list[F.GPUFit]) -> str:
     if any(f.gpu == name for f in fits):
         return "fitted"
+    if name in F.RATE_GPUS:
+        return f"kernel measurements, not fitted: kernels.yaml recommended_priors.catalog_rates ({F.RATE_KEY})"
     near, why = F.NEAREST.get(name, ("", ""))
     return f"{near}'s fitted values: {why}"
 
 
-def _write_catalog(cal: F.Calibration, priors, fits, catalog) -> None:
+def _write_catalog(cal: F.Calibration, priors, rates, fits, catalog) -> None:
+    """data/gpus.yaml with the fitted efficiencies (fitted GPUs and their NEAREST), the kernel
+    priors, and for the RATE_GPUS the kernel-measurement rates with their ranges (not the fit's)."""
     raw = yaml.safe_load(GPUS_YAML.read_text())
     header = []
     for line in GPUS_YAML.read_text().splitlines():
@@ -104,15 +117,17 @@ def _write_catalog(cal: F.Calibration, priors, fits, catalog) -> None:
     for name, entry in raw.items():
         g = cal.gpus[name]
         sources = dict(entry.get("sources", {}))
+        measured = rates.get(name, {})
         for f in F.FITTED:
-            sources[f] = F.FIT_KEY
+            sources[f] = measured[f].source if f in measured else F.FIT_KEY
         for f, p in priors[name].items():
             sources[f] = p.source
         values = {
             **entry,
-            **{f: round(getattr(g, f), 4) for f in F.FITTED},
+            **{f: measured[f].value if f in measured else round(getattr(g, f), 4) for f in F.FITTED},
             **{f: p.value for f, p in priors[name].items()},
         }
+        ranges = {f: r.range for f, r in measured.items() if r.range is not None}
         out.write(f"{name}:\n")
         for f in catalog_field_order():
             if f in values:
@@ -122,6 +137,11 @@ def _write_catalog(cal: F.Calibration, priors, fits, catalog) -> None:
         for f in catalog_field_order():
             if f in sources:
                 out.write(f"    {f}: {sources[f]}\n")
+        if ranges:  # the field's value is the midpoint (specs.gpus.at_range_end gives either end)
+            out.write("  ranges:\n")
+            for f in catalog_field_order():
+                if f in ranges:
+                    out.write(f"    {f}: [{ranges[f][0]}, {ranges[f][1]}]\n")
     text = out.getvalue()
     reread = yaml.safe_load(text)
     missing = [f"{n}.{f}" for n, e in reread.items() for f in numeric_fields() if f in e and f not in e["sources"]]
@@ -135,9 +155,10 @@ def _gpu_record(cal, fits, catalog_names) -> dict:
     for name in list(catalog_names) + [n for n in cal.gpus if n not in catalog_names]:
         g = cal.gpus[name]
         f = next((x for x in fits if x.gpu == name), None)
+        digits = 6 if name in F.RATE_GPUS else 4  # a ranged rate's midpoint has more digits than its ends
         rec = {
-            "eff_matmul": round(g.eff_matmul, 4),
-            "eff_attention": round(g.eff_attention, 4),
+            "eff_matmul": round(g.eff_matmul, digits),
+            "eff_attention": round(g.eff_attention, digits),
             "from": _fitted_from(name, fits),
         }
         if f:

@@ -62,10 +62,27 @@ def test_priors_are_what_the_kernel_evidence_gives(raw):
 
 
 def test_efficiencies_are_the_recorded_fit(raw):
+    """Fitted GPUs and their NEAREST carry fit.yaml's values; the GPUs with no published training
+    run (RATE_GPUS) carry the kernel-measurement rates instead, checked against kernels.yaml."""
     record = F.load_fit()
+    rates = F.catalog_rates(F.load_kernels(), load_gpu_catalog())
+    recorded = F.load_kernels()["recommended_priors"]["catalog_rates"]
+    assert set(rates) == set(F.RATE_GPUS) == set(recorded)
+    assert not set(F.RATE_GPUS) & set(F.NEAREST)
+    checked = {"fit": 0, "kernels": 0}
     for name, entry in raw.items():
         fit = record["fit"]["gpus"][name]
         for field in F.FITTED:
-            assert entry[field] == pytest.approx(fit[field], abs=1e-9), f"{name}.{field}"
-            assert entry["sources"][field] == F.FIT_KEY
-        assert fit["from"] == "fitted" or name in F.NEAREST, name
+            assert entry[field] == pytest.approx(fit[field], abs=1e-9), (
+                f"{name}.{field}: rerun bench_fidelity.py --refit"
+            )
+            if name in F.RATE_GPUS:
+                assert entry[field] == pytest.approx(rates[name][field].value, abs=1e-9), f"{name}.{field}"
+                assert entry[field] == pytest.approx(recorded[name][field]["value"], abs=1e-9), f"{name}.{field}"
+                assert entry["sources"][field] == F.RATE_KEY
+                checked["kernels"] += 1
+            else:
+                assert entry["sources"][field] == F.FIT_KEY
+                checked["fit"] += 1
+        assert fit["from"] == "fitted" or name in F.NEAREST or name in F.RATE_GPUS, name
+    assert checked["kernels"] == 2 * len(F.RATE_GPUS) and checked["fit"] > 0

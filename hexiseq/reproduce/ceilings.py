@@ -6,14 +6,18 @@ from __future__ import annotations
 import numpy as np
 
 from ..costmodel.bound import kernel_rates, min_compute_time
-from ..specs import get_model, load_cluster
+from ..specs import ClusterSpec, ModelSpec, get_model, load_cluster
 
 
 def compute_ceiling(cluster: str, model: str, seq_len: int, global_batch: int) -> float:
     """The compute ceiling of a cell: the compute-only time of a symmetric layout (every device an
     equal share of tokens and attention, so the slowest sets the pace) over the compute-bound time
     (each device the work it is relatively best at, costmodel/bound.py); 1 on a homogeneous cluster."""
-    c, m = load_cluster(cluster), get_model(model)
+    return cluster_ceiling(load_cluster(cluster), get_model(model), seq_len, global_batch)
+
+
+def cluster_ceiling(c: ClusterSpec, m: ModelSpec, seq_len: int, global_batch: int) -> float:
+    """`compute_ceiling` of a built cluster (one whose GPU types may differ from the catalog's)."""
     tok, att = kernel_rates(c, m)
     f_tok = float(global_batch * seq_len)
     f_att = float(global_batch * m.layers * m.heads * m.causal_pairs(seq_len))

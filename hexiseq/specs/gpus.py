@@ -11,6 +11,7 @@ with `profile=True` are the ones a measured profile may override (`data/profiles
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Annotated
 
@@ -108,6 +109,27 @@ class GPUType(KnownKeys):
             json_schema_extra=lambda s: s.update(propertyNames={"enum": numeric_fields()}),
         ),
     ] = dataclasses.field(default_factory=dict, compare=False)
+    ranges: Annotated[
+        dict[StrictStr, tuple[float, float]],
+        Field(
+            description="where a field's evidence is a range, not one measurement: {field name: [low, high]}; "
+            "the field's value is then the midpoint (`at_range_end` gives the GPU at either end); optional",
+            json_schema_extra=lambda s: s.update(propertyNames={"enum": numeric_fields()}),
+        ),
+    ] = dataclasses.field(default_factory=dict, compare=False)
+
+    @field_validator("ranges")
+    @classmethod
+    def _ranges_are_intervals(cls, ranges: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+        numeric = numeric_fields()
+        for key, (low, high) in ranges.items():
+            if key not in numeric:
+                raise ValueError(
+                    f"{key!r} is not a numeric field{did_you_mean(key, numeric)}; numeric fields: {', '.join(numeric)}"
+                )
+            if not (math.isfinite(low) and math.isfinite(high) and low <= high):
+                raise ValueError(f"{key} is [{low}, {high}]; give [low, high] with low <= high")
+        return ranges
 
     @field_validator("sources")
     @classmethod
@@ -127,7 +149,12 @@ class GPUType(KnownKeys):
         """This type with `fields` replaced by values measured on the user's own machine (a profile),
         their source marked MEASURED: a software stack's factors do not apply to a measured rate
         (the measurement already ran the user's stack)."""
-        return dataclasses.replace(self, **fields, sources={**self.sources, **dict.fromkeys(fields, MEASURED)})
+        return dataclasses.replace(
+            self,
+            **fields,
+            sources={**self.sources, **dict.fromkeys(fields, MEASURED)},
+            ranges={k: v for k, v in self.ranges.items() if k not in fields},  # a measurement replaces the range
+        )
 
     def is_measured(self, field: str) -> bool:
         return self.sources.get(field) == MEASURED
@@ -147,6 +174,18 @@ class GPUType(KnownKeys):
         return self.memory_gib * GIB
 
 
+RANGE_ENDS = ("low", "mid", "high")
+
+
+def at_range_end(gpu: GPUType, end: str) -> GPUType:
+    """`gpu` with every field that has a range (`GPUType.ranges`) at that end: "low", "high", or
+    "mid" (the midpoint, which is the catalog's value). A GPU without ranges comes back unchanged."""
+    if end not in RANGE_ENDS:
+        raise ValueError(f"range end {end!r}; one of {', '.join(RANGE_ENDS)}")
+    i = RANGE_ENDS.index(end)
+    return dataclasses.replace(gpu, **{f: (lo, (lo + hi) / 2, hi)[i] for f, (lo, hi) in gpu.ranges.items()})
+
+
 def numeric_fields() -> list[str]:
     """GPUType fields that hold a number (the ones `sources` may cite)."""
     return [name for name, info in GPUType.__pydantic_fields__.items() if info.annotation in (int, float)]
@@ -163,4 +202,4 @@ def profile_fields() -> tuple[str, ...]:
 
 def catalog_field_order() -> tuple[str, ...]:
     """The fields of a catalog entry in the order the catalog files write them (GPUType's own)."""
-    return tuple(f.name for f in dataclasses.fields(GPUType) if f.name not in ("name", "sources"))
+    return tuple(f.name for f in dataclasses.fields(GPUType) if f.name not in ("name", "sources", "ranges"))

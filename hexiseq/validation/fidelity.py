@@ -45,7 +45,8 @@ type the (eff_matmul, eff_attention) — and the fitted stack factors (FITTED_AT
 GPUs whose points identify them — that minimise Σ log²(predicted / published) over the fit split's points of grade
 A and B (data/validation/README.md: grade C points are reported, not fitted or judged), on a
 fixed grid inside the kernel ceilings, refined twice around its best node. GPUs without such
-points take the values of the nearest fitted one (`NEAREST`).
+points take the values of the nearest fitted one of the same silicon (`NEAREST`); the GPUs with no
+published training run at all (RATE_GPUS) take rates from kernel measurements (`catalog_rates`).
 """
 
 from __future__ import annotations
@@ -140,12 +141,6 @@ NEAREST: dict[str, tuple[str, str]] = {
     "H200": ("H100-SXM", "same GH100 compute (MAMF: 'H200 is the same'; FA2 at 8K within 0.5% of H100, fa2-azure-8k)"),
     "A100-40GB": ("A100-80GB", "same GA100 silicon (its only points, DeepSpeed-Ulysses, are grade C)"),
     "A800": ("A100-80GB", "same GA100 silicon, NVLink capped (its only point, USP, is grade C)"),
-    "L40S": ("A100-80GB", "no published point; Ada runs the Ampere code path of flash-attn 2 (no Hopper instructions)"),
-    "RTX-4090": (
-        "A100-80GB",
-        "no published point; Ada runs the Ampere code path of flash-attn 2 (no Hopper instructions)",
-    ),
-    "RTX-A6000": ("A100-80GB", "no published point; same Ampere generation"),
 }
 # Kernel-level stand-ins for GPUs without their own kernel measurement (see kernel_priors).
 KERNEL_PROXY: dict[str, tuple[str, str]] = {
@@ -157,6 +152,18 @@ KERNEL_PROXY: dict[str, tuple[str, str]] = {
     "RTX-4090": ("A100-80GB", "no measurement; nearest measured non-Hopper GPU"),
     "RTX-A6000": ("A100-80GB", "no measurement; same Ampere generation"),
 }
+
+
+RATE_KEY = "hexiseq_rates_2026"  # sources.yaml: catalog rates derived from kernel measurements (catalog_rates)
+# GPU types with no published training run whose eff_matmul / eff_attention come from kernel
+# measurements instead of a fit (catalog_rates): {gpu: (its torch.mm GEMM entry, its FA2 fwd+bwd
+# entry or None)}. The kernels.yaml entries of the measured GPUs the rule leans on are in RATE_BASIS.
+RATE_GPUS: dict[str, tuple[str, str | None]] = {
+    "L40S": ("torchmm-l40s", None),
+    "RTX-4090": ("torchmm-rtx4090", "fa2-rtx4090-fwd-bwd-2k"),
+    "RTX-A6000": ("torchmm-rtx-a6000", None),
+}
+RATE_BASIS = {"A100-80GB": ("mamf-a100", "fa2-a100-fwdbwd-causal-hd128")}
 
 
 # ------------------------------------------------------------------------------ points
@@ -432,6 +439,85 @@ def kernel_priors(kernels: Mapping, catalog: Mapping[str, GPUType], tile: int = 
             + ("" if name == "H100-SXM" else "; the only InfiniBand measurement, used for every NIC"),
         )
         out[name] = d
+    return out
+
+
+@dataclass(frozen=True)
+class Rate:
+    """One catalog rate from kernel measurements: the value the catalog holds, the range it is the
+    midpoint of (None for a single measurement), the citation key and the rule."""
+
+    value: float
+    range: tuple[float, float] | None
+    source: str
+    how: str
+
+
+def fa2_fwd_bwd(fwd: float, bwd: float) -> float:
+    """The fwd+bwd rate of a flash-attention benchmark that times the passes apart, in its own
+    convention (backward = 2.5 x the forward FLOPs): 3.5 units over the two times."""
+    return 3.5 / (1.0 / fwd + 2.5 / bwd)
+
+
+def catalog_rates(kernels: Mapping, catalog: Mapping[str, GPUType], tile: int = 128) -> dict[str, dict[str, Rate]]:
+    """eff_matmul and eff_attention of the RATE_GPUS (no published training run) from kernel measurements.
+
+    eff_matmul: the median of the GPU's torch.mm bf16 rates over its peak, capped at 1 (the field's
+    limit; GeForce cards boost above the clock their peak assumes). It is a GEMM ceiling, as the
+    fitted A100's eff_matmul is (kernels.yaml eff_matmul_ceiling).
+    eff_attention, a range: with an FA2 causal hd128 fwd+bwd measurement at n keys, from the rate as
+    measured (a floor: longer blocks run faster) to the long-block rate the catalog's block model
+    implies (r·(n + c)/n, c = 1 + tile + 2·attn_block_half_keys; block_curve_fit's model). Without
+    one, the GPU's eff_matmul times the attention-to-GEMM ratios of the GPUs that have both
+    measurements on the Ampere code path of FA2 (RATE_BASIS's A100: long-block FA2 over MAMF; the
+    GPUs above with their own range, at both ends), lowest to highest. The value is the midpoint."""
+
+    def gemm(gpu: str) -> float:
+        e = kernel_entry(kernels, RATE_GPUS[gpu][0])
+        v = e["value"]
+        return float(np.median(v if isinstance(v, list) else [v])) / catalog[gpu].peak_bf16_tflops
+
+    out: dict[str, dict[str, Rate]] = {}
+    ratios: list[tuple[float, float, str]] = []
+    for name, (mamf, fa2) in RATE_BASIS.items():
+        e = kernel_entry(kernels, fa2)
+        R, _ = block_curve_fit(e["seq_len"], e["value"], tile)
+        em = float(kernel_entry(kernels, mamf)["fraction_of_peak"])
+        r = R / catalog[name].peak_bf16_tflops / em
+        ratios.append((r, r, f"{name} {r:.3f} ({fa2} long-block over {mamf})"))
+    for name, (g, fa2) in RATE_GPUS.items():
+        em = min(1.0, gemm(name))
+        d = {"eff_matmul": Rate(round(em, 4), None, RATE_KEY, f"median torch.mm bf16 over the peak, capped at 1 ({g})")}
+        if fa2 is not None:
+            v = kernel_entry(kernels, fa2)
+            n = int(v["config"]["seq_len"])
+            r = fa2_fwd_bwd(v["value"]["fwd"]["causal_hd128"], v["value"]["bwd"]["causal_hd128"])
+            c = 1 + tile + 2 * catalog[name].attn_block_half_keys
+            lo, hi = r / catalog[name].peak_bf16_tflops, r * (n + c) / n / catalog[name].peak_bf16_tflops
+            lo, hi = round(lo, 4), round(hi, 4)
+            d["eff_attention"] = Rate(
+                round((lo + hi) / 2, 6),
+                (lo, hi),
+                RATE_KEY,
+                f"FA2 causal hd128 fwd+bwd at {n} keys ({fa2}): {r:.2f} TFLOP/s as measured .. the long-block "
+                f"rate with the catalog's block model (c = {c:g}); the midpoint",
+            )
+            ratios.append((lo / em, hi / em, f"{name} {lo / em:.3f}-{hi / em:.3f} ({fa2} over {g})"))
+        out[name] = d
+    lo_r, hi_r = min(x[0] for x in ratios), max(x[1] for x in ratios)
+    basis = "; ".join(x[2] for x in ratios)
+    for d in out.values():
+        if "eff_attention" in d:
+            continue
+        em = d["eff_matmul"].value
+        lo, hi = round(em * lo_r, 4), round(em * hi_r, 4)
+        d["eff_attention"] = Rate(
+            round((lo + hi) / 2, 6),
+            (lo, hi),
+            RATE_KEY,
+            f"no FA2 measurement: eff_matmul {em} x the attention-to-GEMM ratios {lo_r:.3f}-{hi_r:.3f} of the "
+            f"measured GPUs ({basis}); the midpoint",
+        )
     return out
 
 
@@ -849,7 +935,8 @@ def fit_catalog(
     the stacks without their fitted factors (`without_fitted_factors`). With `impl`, the
     FITTED_ATTENTION factors are fitted on the GPUs that also have points of other stacks (fitted
     first) and shared by the others; without, every such factor stays 1 (one efficiency per GPU
-    whatever kernel a source ran). GPUs without points take NEAREST's values.
+    whatever kernel a source ran). GPUs without points take NEAREST's values; RATE_GPUS keep the
+    catalog's (kernel measurements, catalog_rates).
     Returns the fitted calibration and one record per fitted GPU."""
     by_gpu: dict[str, list[Point]] = {}
     for p in points:
