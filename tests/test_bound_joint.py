@@ -15,16 +15,21 @@ from _joint_plans import ReplicaLayouts, every_joint_plan
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hexiseq.costmodel import estimate
+from hexiseq.costmodel.bound import compute_bound, sequence_can_fit
 from hexiseq.costmodel.step import estimate_step, replica_lines, step_time
-from hexiseq.planner.joint import plan_joint
+from hexiseq.plan import random_plan, ulysses_plan
+from hexiseq.planner.joint import every_joint_plan_bound, plan_joint
 from hexiseq.planner.shares import STRATEGIES
 from hexiseq.specs import ClusterSpec, ModelSpec, Workload
 
 TINY = ModelSpec("tiny-gqa", layers=4, hidden=1024, heads=8, kv_heads=2, ffn=2816, vocab=32000)
+# deep enough that at 64K one sequence without recompute fits on no small cluster (memory.py's model)
+DEEP = ModelSpec("deep-gqa", layers=32, hidden=2048, heads=16, kv_heads=2, ffn=5504, vocab=32000)
 REL = 1e-9  # rounding of the same float64 sums in another order
 
 CASES = [
-    # name, nodes, seq_len, policy, slow
+    # name, nodes, seq_len, policy, slow (TINY model)
     ("node of 3", [("H100-SXM", 3, 25)], 16 * 1024, "none", False),
     ("nodes of 2 and 1, two types", [("H100-SXM", 2, 25), ("L40S", 1, 12.5)], 16 * 1024, "selective", False),
     ("node of 5", [("A100-80GB", 5, 25)], 16 * 1024, "full", False),
@@ -40,18 +45,37 @@ def _case(name: str, nodes, S: int, policy: str):
     if name not in _ENUMERATED:
         cluster = ClusterSpec.from_nodes(name.replace(" ", "-").replace(",", ""), nodes)
         wl = Workload(seq_len=S, activation_checkpointing=policy)
-        _ENUMERATED[name] = (cluster, wl, ReplicaLayouts(cluster, TINY, wl), {})
+        _ENUMERATED[name] = (cluster, wl, {}, {})
     return _ENUMERATED[name]
 
 
-def check_certificate(cluster: ClusterSpec, wl: Workload, layouts: ReplicaLayouts, cache: dict, label: str):
+def check_certificate(
+    cluster: ClusterSpec,
+    wl: Workload,
+    layouts: dict[str, ReplicaLayouts],
+    cache: dict,
+    label: str,
+    model: ModelSpec = TINY,
+):
     """Every joint plan of `wl.global_batch` sequences against the joint planner's result (module doc);
-    the enumeration's count and best, for the table."""
-    found = every_joint_plan(cluster, TINY, wl, STRATEGIES, layouts, cache)
-    assert found.count > 0 and found.best is not None and math.isfinite(found.best_s)
+    under recompute "auto" every plan of every policy (`layouts`: one ReplicaLayouts per policy,
+    filled on first use). The enumeration's count and best, for the table."""
+    policies = ["none", "selective", "full"] if wl.recompute == "auto" else [str(wl.recompute)]
+    times: list[float] = []
+    best_s, best, best_wl = math.inf, None, wl
+    for policy in policies:
+        wp = wl.with_recompute(policy)
+        if policy not in layouts:
+            layouts[policy] = ReplicaLayouts(cluster, model, wp)
+        found = every_joint_plan(cluster, model, wp, STRATEGIES, layouts[policy], cache)
+        times += found.times
+        if found.best_s < best_s:
+            best_s, best, best_wl = found.best_s, found.best, wp
+    assert times and best is not None and math.isfinite(best_s)
     # the enumeration's judge is the replay: its best plan replays to the time it was scored at
-    assert estimate_step(found.best, cluster, TINY, wl).step_time_s == pytest.approx(found.best_s, rel=REL)
-    res = plan_joint(cluster, TINY, wl)
+    assert estimate_step(best, cluster, model, best_wl).step_time_s == pytest.approx(best_s, rel=REL)
+    found = type(found)(len(times), best_s, best, max(times), times)
+    res = plan_joint(cluster, model, wl)
     print(
         f"{label:<34} G={wl.global_batch}  plans {found.count:>6}  best {found.best_s:.6f} s  planner "
         f"{res.step_time_s:.6f} s  bound {res.lower_bound_s:.6f} s  gap {res.gap:6.2%}  "
@@ -61,11 +85,11 @@ def check_certificate(cluster: ClusterSpec, wl: Workload, layouts: ReplicaLayout
     assert res.lower_bound_s <= res.step_time_s
     assert res.step_time_s * (1 - res.gap) <= found.best_s * (1 + REL), "the plan is not within its gap of the best"
     # the plan the planner returns replays to the time it reports, and its lines score it the same
-    again = estimate_step(res.plan, cluster, TINY, wl.with_recompute(res.recompute))
+    again = estimate_step(res.plan, cluster, model, wl.with_recompute(res.recompute))
     assert again.step_time_s == pytest.approx(res.step_time_s, rel=REL)
     if res.plan.num_replicas > 1:
-        lines = replica_lines(res.plan, cluster, TINY, wl.with_recompute(res.recompute))
-        assert step_time(res.plan, cluster, TINY, lines) == pytest.approx(res.step_time_s, rel=REL)
+        lines = replica_lines(res.plan, cluster, model, wl.with_recompute(res.recompute))
+        assert step_time(res.plan, cluster, model, lines) == pytest.approx(res.step_time_s, rel=REL)
     assert sum(r.sequences for r in res.plan.replicas) == wl.global_batch
     return found, res
 
@@ -107,4 +131,67 @@ def test_the_joint_bound_holds_on_random_small_clusters(nodes, G, policy, S):
     """Property: on any small cluster, the joint bound is below the best enumerated joint plan."""
     cluster = ClusterSpec.from_nodes("random", nodes)
     wl = Workload(seq_len=S, activation_checkpointing=policy, global_batch=G)
-    check_certificate(cluster, wl, ReplicaLayouts(cluster, TINY, wl), {}, f"random {nodes}")
+    check_certificate(cluster, wl, {}, {}, f"random {nodes}")
+
+
+@pytest.mark.parametrize("G", [1, 2, 3])
+def test_the_joint_bound_holds_when_memory_rules_out_a_policy(G):
+    """Under recompute "auto", on a node of 2 GPUs where one 64K sequence of DEEP cannot be held
+    without recompute by any plan (costmodel.bound.sequence_can_fit), the bound takes the balanced
+    compute with selective recompute; every plan of every policy is still above it."""
+    cluster = ClusterSpec.from_nodes("h2", [("H100-SXM", 2, 25)])
+    wl = Workload(seq_len=64 * 1024, activation_checkpointing="auto", global_batch=G)
+    assert not sequence_can_fit(cluster, DEEP, wl.with_recompute("none"))
+    assert sequence_can_fit(cluster, DEEP, wl.with_recompute("selective"))
+    lower, policy = every_joint_plan_bound(cluster, DEEP, wl)
+    assert policy == "selective"
+    assert lower > every_joint_plan_bound(cluster, DEEP, wl.with_recompute("none"))[0]
+    if "deep" not in _ENUMERATED:
+        _ENUMERATED["deep"] = (cluster, wl, {}, {})
+    _, _, layouts, cache = _ENUMERATED["deep"]
+    found, res = check_certificate(cluster, wl, layouts, cache, "node of 2, DEEP 64K, auto", DEEP)
+    assert res.lower_bound_s == pytest.approx(lower)
+    assert "selective recompute" in res.bound_covers
+
+
+@pytest.mark.parametrize(
+    "nodes,policy",
+    [([("H100-SXM", 2, 25)], "none"), ([("A100-80GB", 2, 25)], "selective"), ([("L40S", 2, 25)], "full")],
+)
+def test_the_memory_condition_is_necessary_and_tight(nodes, policy):
+    """`sequence_can_fit` is a necessary condition of memory.py's model, and on identical devices a
+    tight one: Ulysses over every device (even shards and heads, one group: no K/V buffers, no more
+    devices than KV heads: none duplicated) under ZeRO-3 over all of them is its equality case. So
+    at the longest length (in steps of 256 tokens) where the condition holds, that plan fits; 256
+    tokens longer, the condition fails and neither it nor any random uneven plan fits."""
+    cluster = ClusterSpec.from_nodes("mem", nodes)
+
+    def wl(S):
+        return Workload(seq_len=S, activation_checkpointing=policy, block_size=128)
+
+    lo, hi = 256, 1 << 24  # fits at lo, not at hi (in units of 256 tokens)
+    assert sequence_can_fit(cluster, DEEP, wl(lo)) and not sequence_can_fit(cluster, DEEP, wl(hi))
+    while hi - lo > 256:
+        mid = (lo + hi) // 512 * 256
+        lo, hi = (mid, hi) if sequence_can_fit(cluster, DEEP, wl(mid)) else (lo, mid)
+    n = cluster.size
+    for S, expect in ((lo - lo % (256 * n), True), (hi + (-hi) % (256 * n), False)):
+        uly = ulysses_plan(range(n), S, DEEP.heads, DEEP.kv_heads, block_size=128)
+        assert estimate(uly, cluster, DEEP, wl(S)).fits is expect, (S, lo, hi)
+    for seed in range(20):  # beyond the condition nothing fits
+        plan = random_plan(n, hi + (-hi) % 256, DEEP.heads, DEEP.kv_heads, seed, block_size=128, whole_kv_heads=True)
+        assert not estimate(plan, cluster, DEEP, wl(plan.seq_len)).fits
+
+
+def test_without_recompute_the_joint_bound_is_the_compute_bound():
+    """Under no recompute the joint bound is the cluster's compute bound (costmodel.bound.compute_bound:
+    the balanced compute and the least optimizer step); selective and full recompute add their work."""
+    cluster = ClusterSpec.from_nodes("h2l1", [("H100-SXM", 2, 25), ("L40S", 1, 12.5)])
+    wl = Workload(seq_len=16 * 1024, activation_checkpointing="none", global_batch=3)
+    none, policy = every_joint_plan_bound(cluster, TINY, wl)
+    assert policy == "none"
+    assert none == pytest.approx(wl.tokens / compute_bound(cluster, TINY, wl), rel=1e-12)
+    sel = every_joint_plan_bound(cluster, TINY, wl.with_recompute("selective"))[0]
+    full = every_joint_plan_bound(cluster, TINY, wl.with_recompute("full"))[0]
+    assert none < sel < full
+    assert every_joint_plan_bound(cluster, TINY, wl.with_recompute("auto")) == (none, "none")

@@ -31,10 +31,12 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
+from ..plan import ShardingStage
 from ..specs import ClusterSpec, ModelSpec, Workload
 from .arrays import link_matrices
 from .comm import ParamComm, param_collectives
 from .kernels import CostOptions, WorkTimes, work_times
+from .memory import memory_terms, sharded_state_bytes
 from .paths import Pass, StepShape
 from .policy import rule_of
 from .simulate import pass_schedule
@@ -121,6 +123,62 @@ def subset_time_bound(
     return _pass_bound(w, len(devices), pc, model, workload, options, min_compute_time)
 
 
+def recompute_work_times(w: WorkTimes, model: ModelSpec, workload: Workload) -> tuple[np.ndarray, np.ndarray]:
+    """Per device (τ seconds per token, ρ seconds per pair-head per layer) of one sequence's
+    training work under the workload's concrete recompute policy (module doc's τ_i and ρ_i, with
+    what the policy runs again in backward: the linear forward (selective), the whole layer
+    forward (full))."""
+    again = rule_of(workload).backward_factors()
+    fwd_tok = w.pre_fwd + w.post_fwd
+    tau = model.layers * (w.token_fwd_bwd + again.rerun_linear * fwd_tok + again.replay_layer * fwd_tok) + w.head
+    rho = (1.0 + w.attn_bwd_factor + again.replay_layer) * w.pair
+    return tau, rho
+
+
+def balanced_work_time(
+    cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()
+) -> float:
+    """Seconds of the balanced, communication-free compute of `workload.global_batch` sequences on
+    all the cluster's devices under the workload's concrete recompute policy (`min_compute_time`
+    of `recompute_work_times`; no optimizer). Any plan's replicas, side by side on disjoint devices
+    for as long as the slowest of them, do at least this work: no plan's replicas finish sooner."""
+    w = work_times([d.gpu for d in cluster.devices], model, options)
+    tau, rho = recompute_work_times(w, model, workload)
+    S, B = workload.seq_len, workload.global_batch
+    return min_compute_time(
+        1.0 / tau, 1.0 / rho, float(B * S), float(B * model.layers * model.heads * model.causal_pairs(S))
+    )
+
+
+def least_optimizer_time(cluster: ClusterSpec, model: ModelSpec, options: CostOptions = CostOptions()) -> float:
+    """The least optimizer step of any rank of any plan on the cluster: its parameters sharded over
+    every device (no shard group is larger), on the fastest device (`min_iteration_time`'s term)."""
+    w = work_times([d.gpu for d in cluster.devices], model, options)
+    return float((model.param_count / cluster.size * w.optimizer).min())
+
+
+def sequence_can_fit(
+    cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()
+) -> bool:
+    """False when no plan of the workload's concrete recompute policy fits, whatever its replicas,
+    layout or strategy: a necessary condition of memory.py's model. Every plan has a replica holding
+    one whole sequence at a time; summed over that replica's ranks, each category of memory.py is
+    const + c_s·s + c_w·w + c_u·u with coefficients >= 0, Σ s = S (its shards), Σ w = H·S/2 (each group's
+    heads over its n_g = 2·L_g tokens) and Σ u >= H_kv·S/2 (every KV head is touched); the model states
+    of a rank are at least the least over the sharding stages with every device in its shard group, and
+    the reserved fraction of its capacity is taken. So the sequence's share S·(c_s + c_w·H/2 + c_u·H_kv/2)
+    must fit in Σ over the cluster's devices of max(0, capacity·(1 - reserved) - least states)."""
+    states = min(sum(sharded_state_bytes(model, stage, cluster.size).values()) for stage in ShardingStage)
+    room = sum(max(0.0, d.gpu.memory_bytes * (1.0 - options.reserved_fraction) - states) for d in cluster.devices)
+    terms = memory_terms(model, workload, cluster.size, options=options)
+    per_token = sum(
+        t.c_s + t.c_w * model.heads / 2 + t.c_u * model.kv_heads / 2
+        for key, t in terms.items()
+        if key not in ("weights", "grads", "optimizer", "param_buffers")
+    )
+    return workload.seq_len * per_token <= room
+
+
 ComputeFloor = Callable[[np.ndarray, np.ndarray, float, float], float]
 
 
@@ -141,8 +199,7 @@ def _pass_bound(
     stands for the largest one)."""
     again = rule_of(workload).backward_factors()
     fwd_tok = w.pre_fwd + w.post_fwd
-    tau = model.layers * (w.token_fwd_bwd + again.rerun_linear * fwd_tok + again.replay_layer * fwd_tok) + w.head
-    rho = (1.0 + w.attn_bwd_factor + again.replay_layer) * w.pair
+    tau, rho = recompute_work_times(w, model, workload)
     S, B = workload.seq_len, workload.global_batch
     pairs = float(model.heads * model.causal_pairs(S))  # per layer and sequence
     work = compute(1.0 / tau, 1.0 / rho, float(B * S), float(B * model.layers) * pairs)
