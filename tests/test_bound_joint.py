@@ -15,8 +15,10 @@ from _joint_plans import ReplicaLayouts, every_joint_plan
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hexiseq.costmodel import bound as bound_module
 from hexiseq.costmodel import estimate
 from hexiseq.costmodel.bound import compute_bound, sequence_can_fit
+from hexiseq.costmodel.kernels import CostOptions, work_times
 from hexiseq.costmodel.step import estimate_step, replica_lines, step_time
 from hexiseq.plan import random_plan, ulysses_plan
 from hexiseq.planner.joint import every_joint_plan_bound, plan_joint
@@ -195,3 +197,67 @@ def test_without_recompute_the_joint_bound_is_the_compute_bound():
     full = every_joint_plan_bound(cluster, TINY, wl.with_recompute("full"))[0]
     assert none < sel < full
     assert every_joint_plan_bound(cluster, TINY, wl.with_recompute("auto")) == (none, "none")
+
+
+def _capped_lp(tau, rho, room, c_s, c_y, X, Y) -> float:
+    """min t s.t. Σ x = X, Σ y = Y, x·τ + y·ρ <= t, c_s·x + c_y·y <= room, x, y >= 0, by HiGHS."""
+    import pyomo.environ as pyo
+    from pyomo.contrib.appsi.base import TerminationCondition
+    from pyomo.contrib.appsi.solvers import Highs
+
+    N = len(tau)
+    m = pyo.ConcreteModel()
+    m.x = pyo.Var(range(N), domain=pyo.NonNegativeReals)
+    m.y = pyo.Var(range(N), domain=pyo.NonNegativeReals)
+    m.t = pyo.Var()
+    m.obj = pyo.Objective(expr=m.t)
+    # scaled to tokens and pair-heads in units of the targets: HiGHS's tolerances are absolute
+    m.lin = pyo.Constraint(expr=sum(m.x[i] for i in range(N)) == 1.0)
+    m.att = pyo.Constraint(expr=sum(m.y[i] for i in range(N)) == 1.0)
+    m.dev = pyo.Constraint(range(N), rule=lambda M, i: M.x[i] * X * tau[i] + M.y[i] * Y * rho[i] <= M.t)
+    m.mem = pyo.Constraint(range(N), rule=lambda M, i: (M.x[i] * X * c_s + M.y[i] * Y * c_y) / 1e9 <= room[i] / 1e9)
+    solver = Highs()
+    solver.highs_options = {"threads": 1, "output_flag": False, "primal_feasibility_tolerance": 1e-10}
+    res = solver.solve(m)
+    assert res.termination_condition == TerminationCondition.optimal
+    return float(res.best_feasible_objective)
+
+
+@pytest.mark.parametrize("nodes", [[("H100-SXM", 2, 25), ("L40S", 2, 25)], [("H100-SXM", 1, 25), ("A100-80GB", 3, 25)]])
+@pytest.mark.parametrize("fill", [0.5, 0.9, 0.99])
+def test_the_memory_capped_compute_against_highs(nodes, fill):
+    """`memory_capped_work_time` (its polygon test and bisection) equals the capped LP solved by HiGHS
+    and is never above it, at lengths where one sequence without recompute takes `fill` of the room."""
+    cluster = ClusterSpec.from_nodes("capped", nodes)
+    room, c_s, c_w = bound_module._sequence_memory(cluster, DEEP, Workload(seq_len=1024), CostOptions())
+    per_token = c_s + c_w * DEEP.heads / 2  # a sequence's bytes per token (memory.py's terms are linear)
+    S = int(fill * room.sum() / per_token) // 256 * 256
+    wl = Workload(seq_len=S, activation_checkpointing="none", global_batch=3)
+    assert bound_module._sequence_memory(cluster, DEEP, wl, CostOptions())[1:] == (c_s, c_w)
+    got = bound_module.memory_capped_work_time(cluster, DEEP, wl)
+    w = work_times([d.gpu for d in cluster.devices], DEEP, CostOptions())
+    tau, rho = bound_module.recompute_work_times(w, DEEP, wl)
+    X, Y = float(S), float(DEEP.layers * DEEP.heads * DEEP.causal_pairs(S))
+    ref = 3 * _capped_lp(tau, rho, room, c_s, c_w / (DEEP.layers * (S + 1)), X, Y)
+    assert got == pytest.approx(ref, rel=1e-7)
+    assert got <= ref * (1 + 1e-9)
+    free = bound_module.balanced_work_time(cluster, DEEP, wl)
+    assert got >= free * (1 - 1e-12)
+    if fill > 0.9:  # the caps bind: the fast devices cannot hold the share the balance gives them
+        assert got > free * 1.01
+
+
+@pytest.mark.parametrize("G", [1, 2])
+def test_the_joint_bound_holds_where_memory_caps_the_balance(G):
+    """An H100 node and a node of two A100s at a length where, without recompute, the H100 cannot
+    hold the share of one DEEP sequence the balanced compute gives it: the memory-capped bound is
+    above the compute bound, and every joint plan is still above it."""
+    cluster = ClusterSpec.from_nodes("h1a2", [("H100-SXM", 1, 25), ("A100-80GB", 2, 25)])
+    wl = Workload(seq_len=64 * 1024, activation_checkpointing="none", global_batch=G)
+    lower, policy = every_joint_plan_bound(cluster, DEEP, wl)
+    assert policy == "none" and lower > 1.01 * wl.tokens / compute_bound(cluster, DEEP, wl)
+    if "capped" not in _ENUMERATED:
+        _ENUMERATED["capped"] = (cluster, wl, {}, {})
+    _, _, layouts, cache = _ENUMERATED["capped"]
+    _, res = check_certificate(cluster, wl, layouts, cache, "nodes of 1 and 2, DEEP 64K, capped", DEEP)
+    assert res.lower_bound_s == pytest.approx(lower)

@@ -23,7 +23,8 @@ step of `global_batch` sequences.
   recompute), side by side for as long as the slowest of them, so no step is shorter; the policy is
   the workload's, or under "auto" the cheapest policy under which one sequence can fit in the
   cluster's memory at all (costmodel.bound.sequence_can_fit: a plan of a policy that cannot fit is
-  no plan).
+  no plan); each device's share of the work is held to what its memory can hold of a sequence
+  (costmodel.bound.memory_capped_work_time).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from ..costmodel.bound import (
     balanced_work_time,
     compute_bound,
     least_optimizer_time,
+    memory_capped_work_time,
     sequence_can_fit,
     subset_time_bound,
 )
@@ -219,15 +221,20 @@ def every_joint_plan_bound(
     replicas, layouts, strategy and shares, and the recompute policy it assumes (None: no policy
     of the workload can fit one sequence, so no plan fits; the bound then takes the cheapest).
     Each policy's bound: `balanced_work_time` of the G sequences on every device (more devices can
-    only be faster; recompute counted) + `least_optimizer_time` (every plan's slowest rank runs an
+    only be faster; recompute counted), with each device's work held to what its memory can hold
+    (`memory_capped_work_time`), + `least_optimizer_time` (every plan's slowest rank runs an
     optimizer step at least that long after its replica's last micro-step; a one-replica plan's
     replay runs it after its passes too)."""
     opt = least_optimizer_time(cluster, model, options)
     pols = policies_of(workload)
-    each = {p: balanced_work_time(cluster, model, workload.with_recompute(p), options) + opt for p in pols}
+    free = {p: balanced_work_time(cluster, model, workload.with_recompute(p), options) for p in pols}
     fit = [p for p in pols if sequence_can_fit(cluster, model, workload.with_recompute(p), options)]
     if not fit:
-        return float(min(each.values())), None
+        return float(min(free.values()) + opt), None
+    # both are bounds of the compute: the capped one is no smaller (up to the rounding of its bisection)
+    each = {
+        p: max(free[p], memory_capped_work_time(cluster, model, workload.with_recompute(p), options)) + opt for p in fit
+    }
     best = min(fit, key=lambda p: (each[p], p))
     return float(each[best]), best
 
