@@ -229,11 +229,11 @@ def test_the_memory_capped_compute_against_highs(nodes, fill):
     """`memory_capped_work_time` (its polygon test and bisection) equals the capped LP solved by HiGHS
     and is never above it, at lengths where one sequence without recompute takes `fill` of the room."""
     cluster = ClusterSpec.from_nodes("capped", nodes)
-    room, c_s, c_w = bound_module._sequence_memory(cluster, DEEP, Workload(seq_len=1024), CostOptions())
+    room, c_s, c_w = bound_module.sequence_memory(cluster, DEEP, Workload(seq_len=1024), CostOptions())
     per_token = c_s + c_w * DEEP.heads / 2  # a sequence's bytes per token (memory.py's terms are linear)
     S = int(fill * room.sum() / per_token) // 256 * 256
     wl = Workload(seq_len=S, activation_checkpointing="none", global_batch=3)
-    assert bound_module._sequence_memory(cluster, DEEP, wl, CostOptions())[1:] == (c_s, c_w)
+    assert bound_module.sequence_memory(cluster, DEEP, wl, CostOptions())[1:] == (c_s, c_w)
     got = bound_module.memory_capped_work_time(cluster, DEEP, wl)
     w = work_times([d.gpu for d in cluster.devices], DEEP, CostOptions())
     tau, rho = bound_module.recompute_work_times(w, DEEP, wl)

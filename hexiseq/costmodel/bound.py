@@ -157,7 +157,7 @@ def least_optimizer_time(cluster: ClusterSpec, model: ModelSpec, options: CostOp
     return float((model.param_count / cluster.size * w.optimizer).min())
 
 
-def _sequence_memory(
+def sequence_memory(
     cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions
 ) -> tuple[np.ndarray, float, float]:
     """What memory.py's model leaves any plan of the workload's concrete recompute policy, per
@@ -184,10 +184,10 @@ def sequence_can_fit(
 ) -> bool:
     """False when no plan of the workload's concrete recompute policy fits, whatever its replicas,
     layout or strategy: a necessary condition of memory.py's model. Every plan has a replica holding
-    one whole sequence at a time; summed over that replica's ranks (`_sequence_memory`), Σ s = S (its
+    one whole sequence at a time; summed over that replica's ranks (`sequence_memory`), Σ s = S (its
     shards) and Σ w = H·S/2 (each group's heads over its n_g = 2·L_g tokens), so the sequence's
     S·(c_s + c_w·H/2) must fit in the devices' room."""
-    room, c_s, c_w = _sequence_memory(cluster, model, workload, options)
+    room, c_s, c_w = sequence_memory(cluster, model, workload, options)
     return workload.seq_len * (c_s + c_w * model.heads / 2) <= float(room.sum())
 
 
@@ -198,7 +198,7 @@ def memory_capped_work_time(
     plan fits: `sequence_can_fit`). A rank of a replica keeps, for each of its replica's sequences
     in turn, its shard's s tokens and its heads' w = η·L_g, which are its token work (s) and its
     attention work per layer (w·(S+1) pair-heads: a zigzag group does L_g·(S+1) pairs per head), so
-    per sequence c_s·s + c_w·w <= room (`_sequence_memory`). Over a step, a device does B of its
+    per sequence c_s·s + c_w·w <= room (`sequence_memory`). Over a step, a device does B of its
     replica's sequences, B <= G: its total token work x and pair-head work y satisfy
     c_s·x + c_w·y / (Λ·(S+1)) <= G·room. The least t with Σ x = G·S, Σ y = G·Λ·H·S(S+1)/2 and
     x·τ + y·ρ <= t on every device under these caps is G times the one-sequence problem; it is found
@@ -208,7 +208,7 @@ def memory_capped_work_time(
     returned: never above the optimum."""
     if not sequence_can_fit(cluster, model, workload, options):
         return math.inf
-    room, c_s, c_w = _sequence_memory(cluster, model, workload, options)
+    room, c_s, c_w = sequence_memory(cluster, model, workload, options)
     w = work_times([d.gpu for d in cluster.devices], model, options)
     tau, rho = recompute_work_times(w, model, workload)
     S, G = workload.seq_len, workload.global_batch
