@@ -342,13 +342,17 @@ def plan_joint(
     bound_wl = replace(workload.with_recompute("none"), param_sharding="zero3")
     bound = compute_bound(cluster, model, bound_wl, options)
     lower, lower_policy = every_joint_plan_bound(cluster, model, workload, options)
-    policy_words = (
-        f"with {lower_policy} recompute"
-        if lower_policy is not None
-        else "(no recompute policy fits one sequence in the cluster's memory)"
-    )
-    if workload.recompute == "auto" and lower_policy not in (None, "none"):
-        policy_words += " (no plan without it can fit one sequence in the cluster's memory)"
+    if lower_policy is None:
+        policy_words = "(no recompute policy fits one sequence in the cluster's memory)"
+    elif workload.recompute == "auto":
+        fit = [
+            p for p in policies_of(workload) if sequence_can_fit(cluster, model, workload.with_recompute(p), options)
+        ]
+        policy_words = (
+            f"with {lower_policy} recompute (the least of the policies one sequence can fit under: {', '.join(fit)})"
+        )
+    else:
+        policy_words = f"with {lower_policy} recompute"
     covers = (
         f"no plan at all (any replica partition, strategy or layout) beats {lower:.4g} s per step, the cluster's "
         f"balanced compute of {G} sequence{'s' * (G > 1)} {policy_words} and the least optimizer step; this "
