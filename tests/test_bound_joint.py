@@ -20,6 +20,7 @@ from hexiseq.costmodel import estimate
 from hexiseq.costmodel.bound import compute_bound, sequence_can_fit
 from hexiseq.costmodel.kernels import CostOptions, work_times
 from hexiseq.costmodel.step import estimate_step, replica_lines, step_time
+from hexiseq.errors import InfeasibleError
 from hexiseq.plan import random_plan, ulysses_plan
 from hexiseq.planner.joint import every_joint_plan_bound, plan_joint
 from hexiseq.planner.shares import STRATEGIES
@@ -263,3 +264,17 @@ def test_the_joint_bound_holds_where_memory_caps_the_balance(G):
     _, _, layouts, cache = _ENUMERATED["capped"]
     _, res = check_certificate(cluster, wl, layouts, cache, "nodes of 1 and 2, DEEP 64K, capped", DEEP)
     assert res.lower_bound_s == pytest.approx(lower)
+
+
+def test_where_no_policy_can_fit_no_joint_plan_fits():
+    """One L40S, DEEP 64K: no policy passes the memory condition; the enumeration finds no plan that
+    fits under any policy, and the joint planner says it is infeasible."""
+    cluster = ClusterSpec.from_nodes("l1", [("L40S", 1, 25)])
+    wl = Workload(seq_len=64 * 1024, activation_checkpointing="auto", global_batch=2)
+    assert every_joint_plan_bound(cluster, DEEP, wl)[1] is None
+    for policy in ("none", "selective", "full"):
+        wp = wl.with_recompute(policy)
+        assert not sequence_can_fit(cluster, DEEP, wp)
+        assert every_joint_plan(cluster, DEEP, wp, STRATEGIES).count == 0
+    with pytest.raises(InfeasibleError):
+        plan_joint(cluster, DEEP, wl)
