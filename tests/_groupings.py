@@ -46,14 +46,19 @@ def splits(total: int, parts: int, step: int = 1) -> Iterator[tuple[int, ...]]:
             yield (x,) + rest
 
 
-def layouts(cluster: ClusterSpec, model: ModelSpec, min_devices: int = 1) -> list[tuple[tuple, tuple]]:
+def layouts(
+    cluster: ClusterSpec, model: ModelSpec, min_devices: int = 1, devices: tuple[int, ...] | None = None
+) -> list[tuple[tuple, tuple]]:
     """Every (groups in ring order, heads per member) of every subset of at least `min_devices`
-    devices, each once up to identical devices and the rotation of the ring."""
+    devices, each once up to identical devices and the rotation of the ring; `devices`: only the
+    layouts that use exactly these devices (all of them)."""
     kind = _kinds(cluster)
     units, unit = model.heads // model.group_size, model.group_size
     out, seen = [], set()
-    for r in range(min_devices, cluster.size + 1):
-        for subset in itertools.combinations(range(cluster.size), r):
+    sizes = range(min_devices, cluster.size + 1) if devices is None else [len(devices)]
+    for r in sizes:
+        pool = itertools.combinations(range(cluster.size), r) if devices is None else [tuple(sorted(devices))]
+        for subset in pool:
             for part in set_partitions(list(subset)):
                 for order in itertools.permutations(part):
                     for heads in itertools.product(*[list(splits(units, len(g))) for g in order]):

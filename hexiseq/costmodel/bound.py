@@ -31,10 +31,12 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
+from ..plan import ShardingStage
 from ..specs import ClusterSpec, ModelSpec, Workload
 from .arrays import link_matrices
 from .comm import ParamComm, param_collectives
 from .kernels import CostOptions, WorkTimes, work_times
+from .memory import memory_terms, sharded_state_bytes
 from .paths import Pass, StepShape
 from .policy import rule_of
 from .simulate import pass_schedule
@@ -121,6 +123,133 @@ def subset_time_bound(
     return _pass_bound(w, len(devices), pc, model, workload, options, min_compute_time)
 
 
+def recompute_work_times(w: WorkTimes, model: ModelSpec, workload: Workload) -> tuple[np.ndarray, np.ndarray]:
+    """Per device (τ seconds per token, ρ seconds per pair-head per layer) of one sequence's
+    training work under the workload's concrete recompute policy (module doc's τ_i and ρ_i, with
+    what the policy runs again in backward: the linear forward (selective), the whole layer
+    forward (full))."""
+    again = rule_of(workload).backward_factors()
+    fwd_tok = w.pre_fwd + w.post_fwd
+    tau = model.layers * (w.token_fwd_bwd + again.rerun_linear * fwd_tok + again.replay_layer * fwd_tok) + w.head
+    rho = (1.0 + w.attn_bwd_factor + again.replay_layer) * w.pair
+    return tau, rho
+
+
+def balanced_work_time(
+    cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()
+) -> float:
+    """Seconds of the balanced, communication-free compute of `workload.global_batch` sequences on
+    all the cluster's devices under the workload's concrete recompute policy (`min_compute_time`
+    of `recompute_work_times`; no optimizer). Any plan's replicas, side by side on disjoint devices
+    for as long as the slowest of them, do at least this work: no plan's replicas finish sooner."""
+    w = work_times([d.gpu for d in cluster.devices], model, options)
+    tau, rho = recompute_work_times(w, model, workload)
+    S, B = workload.seq_len, workload.global_batch
+    return min_compute_time(
+        1.0 / tau, 1.0 / rho, float(B * S), float(B * model.layers * model.heads * model.causal_pairs(S))
+    )
+
+
+def least_optimizer_time(cluster: ClusterSpec, model: ModelSpec, options: CostOptions = CostOptions()) -> float:
+    """The least optimizer step of any rank of any plan on the cluster: its parameters sharded over
+    every device (no shard group is larger), on the fastest device (`min_iteration_time`'s term)."""
+    w = work_times([d.gpu for d in cluster.devices], model, options)
+    return float((model.param_count / cluster.size * w.optimizer).min())
+
+
+def sequence_memory(
+    cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions
+) -> tuple[np.ndarray, float, float]:
+    """What memory.py's model leaves any plan of the workload's concrete recompute policy, per
+    sequence: ([N] bytes each device has for one sequence's activations, c_s bytes per shard token,
+    c_w bytes per unit of w = η·L_g). Each category but the model states is const + c_s·s + c_w·w +
+    c_u·u with coefficients >= 0, and u >= w / group_size (a rank's η query heads touch at least
+    η / group_size KV heads), so c_w takes c_u / group_size. A device's room: its capacity less the
+    reserved fraction, the least model states of any rank (the least over the sharding stages with
+    every device in the shard group) and the constant terms; 0 when that is negative."""
+    per_stage = [sharded_state_bytes(model, stage, cluster.size) for stage in ShardingStage]
+    states = min(sum(x.values()) for x in per_stage)
+    terms = [
+        t for key, t in memory_terms(model, workload, cluster.size, options=options).items() if key not in per_stage[0]
+    ]
+    c_s = sum(t.c_s for t in terms)
+    c_w = sum(t.c_w + t.c_u / model.group_size for t in terms)
+    cap = np.array([d.gpu.memory_bytes for d in cluster.devices], dtype=np.float64)
+    room = np.maximum(0.0, cap * (1.0 - options.reserved_fraction) - states - sum(t.const for t in terms))
+    return room, c_s, c_w
+
+
+def sequence_can_fit(
+    cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()
+) -> bool:
+    """False when no plan of the workload's concrete recompute policy fits, whatever its replicas,
+    layout or strategy: a necessary condition of memory.py's model. Every plan has a replica holding
+    one whole sequence at a time; summed over that replica's ranks (`sequence_memory`), Σ s = S (its
+    shards) and Σ w = H·S/2 (each group's heads over its n_g = 2·L_g tokens), so the sequence's
+    S·(c_s + c_w·H/2) must fit in the devices' room."""
+    room, c_s, c_w = sequence_memory(cluster, model, workload, options)
+    return workload.seq_len * (c_s + c_w * model.heads / 2) <= float(room.sum())
+
+
+def memory_capped_work_time(
+    cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()
+) -> float:
+    """`balanced_work_time` with each device's work held to what its memory can hold (inf when no
+    plan fits: `sequence_can_fit`). A rank of a replica keeps, for each of its replica's sequences
+    in turn, its shard's s tokens and its heads' w = η·L_g, which are its token work (s) and its
+    attention work per layer (w·(S+1) pair-heads: a zigzag group does L_g·(S+1) pairs per head), so
+    per sequence c_s·s + c_w·w <= room (`sequence_memory`). Over a step, a device does B of its
+    replica's sequences, B <= G: its total token work x and pair-head work y satisfy
+    c_s·x + c_w·y / (Λ·(S+1)) <= G·room. The least t with Σ x = G·S, Σ y = G·Λ·H·S(S+1)/2 and
+    x·τ + y·ρ <= t on every device under these caps is G times the one-sequence problem; it is found
+    by bisection on t, feasibility being exact: the sum of the devices' polygons {x, y >= 0,
+    x·τ + y·ρ <= t, c_s·x + c_y·y <= room} (down-closed) holds the target iff it does along every
+    edge normal of the summands, (1, 0), (0, 1), (τ, ρ) and (c_s, c_y). The infeasible end is
+    returned: never above the optimum."""
+    if not sequence_can_fit(cluster, model, workload, options):
+        return math.inf
+    room, c_s, c_w = sequence_memory(cluster, model, workload, options)
+    w = work_times([d.gpu for d in cluster.devices], model, options)
+    tau, rho = recompute_work_times(w, model, workload)
+    S, G = workload.seq_len, workload.global_batch
+    X, Y = float(S), float(model.layers * model.heads * model.causal_pairs(S))  # one sequence
+    c_y = c_w / (model.layers * (S + 1))
+    classes: dict[tuple[float, float, float], int] = {}
+    for key in zip(tau.tolist(), rho.tolist(), room.tolist()):
+        classes[key] = classes.get(key, 0) + 1
+    normals = [(1.0, 0.0), (0.0, 1.0), (c_s, c_y)] + [(t_, r_) for t_, r_, _ in classes]
+
+    def support(t: float, a: float, b: float) -> float:
+        total = 0.0
+        for (ta, ro, m), n in classes.items():
+            x0 = min(t / ta, m / c_s) if c_s > 0 else t / ta
+            y0 = min(t / ro, m / c_y) if c_y > 0 else t / ro
+            best = max(a * x0, b * y0)
+            det = ta * c_y - ro * c_s
+            if det != 0.0:  # the corner where the time and the memory lines cross
+                x, y = (t * c_y - ro * m) / det, (ta * m - c_s * t) / det
+                if x >= 0.0 and y >= 0.0:
+                    best = max(best, a * x + b * y)
+            total += n * best
+        return total
+
+    def feasible(t: float) -> bool:
+        return all(support(t, a, b) >= a * X + b * Y for a, b in normals)
+
+    lo = min_compute_time(1.0 / tau, 1.0 / rho, X, Y)  # without the caps: no larger
+    if feasible(lo):
+        return G * lo
+    hi = 2.0 * lo
+    while not feasible(hi):
+        lo, hi = hi, 2.0 * hi
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if not lo < mid < hi:
+            break
+        lo, hi = (lo, mid) if feasible(mid) else (mid, hi)
+    return G * lo
+
+
 ComputeFloor = Callable[[np.ndarray, np.ndarray, float, float], float]
 
 
@@ -141,8 +270,7 @@ def _pass_bound(
     stands for the largest one)."""
     again = rule_of(workload).backward_factors()
     fwd_tok = w.pre_fwd + w.post_fwd
-    tau = model.layers * (w.token_fwd_bwd + again.rerun_linear * fwd_tok + again.replay_layer * fwd_tok) + w.head
-    rho = (1.0 + w.attn_bwd_factor + again.replay_layer) * w.pair
+    tau, rho = recompute_work_times(w, model, workload)
     S, B = workload.seq_len, workload.global_batch
     pairs = float(model.heads * model.causal_pairs(S))  # per layer and sequence
     work = compute(1.0 / tau, 1.0 / rho, float(B * S), float(B * model.layers) * pairs)

@@ -17,9 +17,14 @@ step of `global_batch` sequences.
 - Search: partitions in the order of a proven lower bound of their step (each shape's balanced
   compute per sequence, costmodel.bound, with the same exact shares); it stops when the next bound
   is within `gap` of the best step found.
-- Lower bound of every plan (any partition, any strategy, any layout): the cluster's balanced
-  compute for G sequences (costmodel.bound.compute_bound); a plan's replicas together do the same
-  token and attention work, so no step is shorter.
+- Lower bound of every plan (any partition, any strategy, any layout; `every_joint_plan_bound`):
+  the cluster's balanced compute for G sequences under the recompute policy, plus the least
+  optimizer step. A plan's replicas together do the same token and attention work (and its policy's
+  recompute), side by side for as long as the slowest of them, so no step is shorter; the policy is
+  the workload's, or under "auto" the cheapest policy under which one sequence can fit in the
+  cluster's memory at all (costmodel.bound.sequence_can_fit: a plan of a policy that cannot fit is
+  no plan); each device's share of the work is held to what its memory can hold of a sequence
+  (costmodel.bound.memory_capped_work_time).
 """
 
 from __future__ import annotations
@@ -30,7 +35,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..costmodel.bound import compute_bound, subset_time_bound
+from ..costmodel.bound import (
+    balanced_work_time,
+    compute_bound,
+    least_optimizer_time,
+    memory_capped_work_time,
+    sequence_can_fit,
+    subset_time_bound,
+)
 from ..costmodel.kernels import CostOptions
 from ..costmodel.step import StepEstimate, estimate_step
 from ..errors import HexiSeqError, InfeasibleError
@@ -202,6 +214,31 @@ def _dp1_bound(cluster: ClusterSpec, model: ModelSpec, workload: Workload, optio
     )
 
 
+def every_joint_plan_bound(
+    cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()
+) -> tuple[float, str | None]:
+    """Seconds no joint plan of `workload.global_batch` sequences beats (module doc), whatever its
+    replicas, layouts, strategy and shares, and the recompute policy it assumes (None: no policy
+    of the workload can fit one sequence, so no plan fits; the bound then takes the cheapest).
+    Each policy's bound: `balanced_work_time` of the G sequences on every device (more devices can
+    only be faster; recompute counted), with each device's work held to what its memory can hold
+    (`memory_capped_work_time`), + `least_optimizer_time` (every plan's slowest rank runs an
+    optimizer step at least that long after its replica's last micro-step; a one-replica plan's
+    replay runs it after its passes too)."""
+    opt = least_optimizer_time(cluster, model, options)
+    pols = policies_of(workload)
+    free = {p: balanced_work_time(cluster, model, workload.with_recompute(p), options) for p in pols}
+    fit = [p for p in pols if sequence_can_fit(cluster, model, workload.with_recompute(p), options)]
+    if not fit:
+        return float(min(free.values()) + opt), None
+    # both are bounds of the compute: the capped one is no smaller (up to the rounding of its bisection)
+    each = {
+        p: max(free[p], memory_capped_work_time(cluster, model, workload.with_recompute(p), options)) + opt for p in fit
+    }
+    best = min(fit, key=lambda p: (each[p], p))
+    return float(each[best]), best
+
+
 def plan_joint(
     cluster: ClusterSpec,
     model: ModelSpec,
@@ -304,11 +341,22 @@ def plan_joint(
     step = estimate_step(best_plan, cluster, model, wl, options)
     bound_wl = replace(workload.with_recompute("none"), param_sharding="zero3")
     bound = compute_bound(cluster, model, bound_wl, options)
-    lower = workload.tokens / bound
+    lower, lower_policy = every_joint_plan_bound(cluster, model, workload, options)
+    if lower_policy is None:
+        policy_words = "(no recompute policy fits one sequence in the cluster's memory)"
+    elif workload.recompute == "auto":
+        fit = [
+            p for p in policies_of(workload) if sequence_can_fit(cluster, model, workload.with_recompute(p), options)
+        ]
+        policy_words = (
+            f"with {lower_policy} recompute (the least of the policies one sequence can fit under: {', '.join(fit)})"
+        )
+    else:
+        policy_words = f"with {lower_policy} recompute"
     covers = (
         f"no plan at all (any replica partition, strategy or layout) beats {lower:.4g} s per step, the cluster's "
-        f"balanced compute of {G} sequence{'s' * (G > 1)}; this plan is within "
-        f"{1 - lower / step.step_time_s:.1%} of it"
+        f"balanced compute of {G} sequence{'s' * (G > 1)} {policy_words} and the least optimizer step; this "
+        f"plan is within {1 - lower / step.step_time_s:.1%} of it"
     )
     if parts:
         covers += (
