@@ -15,10 +15,11 @@ from typing import Any
 
 import pandas as pd
 
+from ..specs.stacks import DEFAULT_STACK_NAME
 from . import paper
 from .ceilings import compute_ceiling, compute_ceiling_time
 from .style import tokens_label
-from .table import grid_rows, hexiseq_rows, pair_ratios, speedup_stats
+from .table import grid_rows, hexiseq_rows, pair_ratios, speedup_stats, table_stack
 
 TOLERANCE = 0.05
 
@@ -92,7 +93,7 @@ def _ceiling_fact(cells: pd.DataFrame) -> list[Fact]:
     """The compute ceiling of the cells, and the cells whose speedup exceeds it (memory or links
     hold the baseline back there)."""
     rows = [
-        (c, compute_ceiling(c["cluster"], c["model"], int(c["seq_len"]), int(c["global_batch"])))
+        (c, compute_ceiling(c["cluster"], c["model"], int(c["seq_len"]), int(c["global_batch"]), table_stack(cells)))
         for _, c in cells.iterrows()
         if not math.isnan(c["speedup"])
     ]
@@ -303,18 +304,20 @@ def _pair(df: pd.DataFrame) -> tuple[float | None, str, list[str]]:
     h = hexiseq_rows(df)
     mixed_name, homo_name = paper.PAIR_A.split(" vs ")
     mixed, homo = h[h["cluster"] == mixed_name], h[h["cluster"] == homo_name]
+    stack = table_stack(df)
     if len(mixed) and len(homo):
         m, o = mixed.iloc[0], homo.iloc[0]
         bounds = []
         for _, r in a.iterrows():
-            one = lambda name, r=r: compute_ceiling_time(name, r["model"], int(r["seq_len"]))  # noqa: E731
+            one = lambda name, r=r: compute_ceiling_time(name, r["model"], int(r["seq_len"]), 1, stack)  # noqa: E731
             bounds.append(one(homo_name) / one(mixed_name))
         lo, hi = min(bounds), max(bounds)
         span = f"{lo:.2f}" if abs(hi - lo) < 0.005 else f"{lo:.2f}-{hi:.2f}"
         facts.append(
             Fact(
                 f"the pair is matched by peak FLOP/s ({m['peak_pflops']:.1f} vs {o['peak_pflops']:.1f} PFLOP/s), but "
-                f"at the cost model's rates (the default stack) the mixed side's compute-bound throughput is {span}x "
+                f"at the cost model's rates (the {stack or DEFAULT_STACK_NAME} stack) the mixed side's "
+                f"compute-bound throughput is {span}x "
                 f"the homogeneous side's "
                 f"(effective matmul {m['matmul_pflops']:.1f} vs {o['matmul_pflops']:.1f} PFLOP/s, "
                 f"{m['matmul_pflops'] / o['matmul_pflops']:.2f}x; memory "
