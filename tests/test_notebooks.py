@@ -17,6 +17,7 @@ NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 CASES = [(p, "") for p in NOTEBOOKS if p.stem != "02_paper_figures"] + [
     (NOTEBOOK_DIR / "02_paper_figures.ipynb", "results"),
     (NOTEBOOK_DIR / "02_paper_figures.ipynb", "no-results"),
+    (NOTEBOOK_DIR / "01_plan_explorer.ipynb", "te-fp8"),  # the STACK parameter (HEXISEQ_STACK)
 ]
 
 
@@ -51,6 +52,8 @@ def test_notebook_runs(path, variant, monkeypatch, tmp_path):
     if variant == "no-results":
         (tmp_path / "none").mkdir()
         env["HEXISEQ_RESULTS"] = str(tmp_path / "none")
+    if variant == "te-fp8":
+        env["HEXISEQ_STACK"] = variant
     nb = execute(path, tmp_path, env, monkeypatch)
     if path.stem == "01_plan_explorer":
         assert outputs(nb, "application/vnd.jupyter.widget-view+json"), "the explorer panel was not displayed"
@@ -62,7 +65,9 @@ def test_notebook_runs(path, variant, monkeypatch, tmp_path):
             for o in c.get("outputs", [])
             if o.get("output_type") == "stream"
         )
-        assert "testbed-8 · llama2-7b · 128K tokens: HexiSeq" in printed
+        stack = f" · stack {variant}" if variant else ""
+        assert f"testbed-8 · llama2-7b · 128K tokens{stack}: HexiSeq" in printed
+        assert f"stack {variant or 'fa2-bf16 (the default)'}" in printed
     if path.stem == "04_calibrate":
         assert len(outputs(nb, "image/png")) >= 1  # the before/after figure
         assert "after the fit:" in "".join(
