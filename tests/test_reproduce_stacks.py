@@ -194,3 +194,31 @@ def test_bad_stack_arguments_fail_before_any_work(argv, match, tmp_path, monkeyp
     monkeypatch.setattr(hexiseq.planner, "plan_cluster", no_planning)
     assert main(["reproduce", "--quick", "--out", str(tmp_path / "o"), "--no-progress", *argv]) == 2
     assert re.search(match, capsys.readouterr().err)
+
+
+@pytest.mark.slow
+def test_notebook_results_follow_the_stack(report, monkeypatch, tmp_path):
+    """Notebook 02's loader: a directory's results when they are of the asked stack; else the quick
+    grid on that stack, into that stack's quick directory."""
+    out, tables = report
+    assert P.notebook_results(out / "te-fp8", stack="te-fp8").table.equals(tables["te-fp8"].table)
+    assert P.notebook_results(out / "fa2-bf16").stack == DEFAULT_STACK_NAME
+    calls = []
+    monkeypatch.setattr(P, "reproduce", lambda **kw: calls.append(kw) or "computed")
+    assert P.notebook_results(out / "fa2-bf16", stack="te-fp8", progress=False) == "computed"
+    assert calls == [{"quick": True, "out": default_out(True, "te-fp8"), "progress": False, "stack": "te-fp8"}]
+
+
+@pytest.mark.parametrize("stack", [DEFAULT_STACK_NAME, "llmfoundry-triton-2023"])
+def test_the_planner_reports_its_plan_timed_on_the_stack_it_planned_on(stack):
+    """PlanResult's time is its plan's replay on the planning stack: the local refinement judges its
+    moves on that stack too (it used the default stack's rates: on testbed-16, gpt-3b at 256K under
+    the 2023 Triton attention it kept 28 "improving" moves and reported the default stack's 10.47 s
+    for a plan whose replay on the stack takes 19.80 s)."""
+    from hexiseq.costmodel import estimate
+    from hexiseq.reproduce.cells import plan_setting, stack_options
+
+    cluster, model, wl, res = plan_setting("testbed-16", "gpt-3b", 1 << 18, stack=stack)
+    replay = estimate(res.plan, cluster, model, wl.with_recompute(res.recompute), stack_options(stack))
+    assert res.iteration_time_s == pytest.approx(replay.iteration_time_s, rel=1e-9)
+    assert res.estimate.iteration_time_s == pytest.approx(replay.iteration_time_s, rel=1e-9)
