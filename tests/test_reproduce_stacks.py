@@ -183,7 +183,7 @@ def test_same_as_groups_stacks_by_their_factors_on_the_gpus():
         (["testbed", "--stacks"], "takes no SCENARIO"),
         (["--stacks", "te-fp8", "nope"], "unknown stack 'nope'"),
         (["--stacks", "te-fp8", "te-fp8"], "names te-fp8 more than once"),
-        (["--figures-only", "--stack", "te-fp8"], "no --stack"),
+        (["--figures-only", "--stack", "te-fp9"], "unknown stack 'te-fp9'"),
         (["--stack", "nope"], "unknown stack 'nope'"),
     ],
 )
@@ -222,3 +222,12 @@ def test_the_planner_reports_its_plan_timed_on_the_stack_it_planned_on(stack):
     replay = estimate(res.plan, cluster, model, wl.with_recompute(res.recompute), stack_options(stack))
     assert res.iteration_time_s == pytest.approx(replay.iteration_time_s, rel=1e-9)
     assert res.estimate.iteration_time_s == pytest.approx(replay.iteration_time_s, rel=1e-9)
+
+
+def test_figures_only_redraws_the_directory_of_its_stack(tmp_path, capsys):
+    """--figures-only --stack NAME redraws NAME's directory, and refuses a directory of another stack."""
+    out = tmp_path / "res"
+    out.mkdir()
+    (out / "results.csv").write_text("scenario,cluster,system,stack\ntestbed,testbed-8,hexiseq,fa2-bf16\n")
+    assert main(["reproduce", "--figures-only", "--stack", "te-fp8", "--out", str(out)]) == 2
+    assert "holds results of the stack fa2-bf16" in capsys.readouterr().err

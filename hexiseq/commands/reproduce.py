@@ -9,7 +9,8 @@ hash of the cost model, planner, catalogs and cluster files, so any change recom
 on the next run unless --force. Writes DIR/results.csv (one row per cell and system),
 DIR/figures/ (PNG + PDF), DIR/paper_comparison.md and DIR/meta.json.
 DIR defaults to data/results, or out/reproduce-quick with --quick (a small subset of every
-scenario, a few minutes on 2 cores). --figures-only redraws figures and comparison from DIR.
+scenario, a few minutes on 2 cores). --figures-only redraws figures and comparison from DIR
+(with --stack NAME: NAME's default DIR, refused when DIR holds another stack's results).
 
 --stack NAME plans and judges every cell on that software stack (data/stacks.yaml; default
 fa2-bf16, said on stderr); results.csv says the stack in its `stack` column. A results directory
@@ -30,8 +31,9 @@ import shlex
 import sys
 
 from ..errors import HexiSeqError
-from ..reproduce import default_out, redraw, reproduce
+from ..reproduce import default_out, load_results, redraw, reproduce
 from ..reproduce.stack_report import default_stacks_out, stack_report
+from ..specs.stacks import get_stack
 from .common import add_stack_arg, load_stack_arg
 
 
@@ -87,11 +89,13 @@ def run(args: argparse.Namespace) -> int:
     if args.stacks is not None:
         return _stacks(args, command)
     if args.figures_only:
-        if args.scenarios or args.force or args.stack:
-            raise HexiSeqError(
-                "--figures-only redraws what --out holds: it takes no scenarios, no --force and no --stack"
-            )
-        out = args.out or default_out(args.quick)
+        if args.scenarios or args.force:
+            raise HexiSeqError("--figures-only redraws what --out holds: it takes no scenarios and no --force")
+        stack = get_stack(args.stack).name if args.stack else None  # an unknown name fails here
+        out = args.out or default_out(args.quick, stack)
+        held = load_results(out)
+        if stack and held is not None and held.stack != stack:  # checked before drawing anything
+            raise HexiSeqError(f"--figures-only --stack {args.stack}: {out} holds results of the stack {held.stack}")
         results = redraw(out)
         print(f"figures and paper_comparison.md redrawn in {out} (stack {results.stack})")
         return 0
