@@ -18,6 +18,7 @@ CASES = [(p, "") for p in NOTEBOOKS if p.stem != "02_paper_figures"] + [
     (NOTEBOOK_DIR / "02_paper_figures.ipynb", "results"),
     (NOTEBOOK_DIR / "02_paper_figures.ipynb", "no-results"),
     (NOTEBOOK_DIR / "01_plan_explorer.ipynb", "te-fp8"),  # the STACK parameter (HEXISEQ_STACK)
+    (NOTEBOOK_DIR / "02_paper_figures.ipynb", "te-fp8"),  # data/results holds fa2-bf16: the quick grid on te-fp8
 ]
 
 
@@ -77,8 +78,11 @@ def test_notebook_runs(path, variant, monkeypatch, tmp_path):
         md = "".join("".join(x) for x in outputs(nb, "text/markdown"))
         assert "The HexiSeq paper's figures vs this reproduction" in md
         assert len(outputs(nb, "image/png")) >= 15
-        # the quick grid is computed, where it was told, only when there are no stored results
-        assert (tmp_path / "quick" / "results.csv").exists() == (variant == "no-results")
+        # the quick grid is computed, where it was told, only when there are no stored results of the stack
+        assert (tmp_path / "quick" / "results.csv").exists() == (variant in ("no-results", "te-fp8"))
+        printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+        assert f"stack {variant if variant == 'te-fp8' else 'fa2-bf16'}" in printed
+        assert ("software stack `te-fp8`" in md) == (variant == "te-fp8")
 
 
 def test_notebooks_exist_and_are_stripped():
