@@ -5,6 +5,7 @@ and the report's numbers equal to the per-stack results it was made from."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -14,11 +15,13 @@ import pytest
 
 import hexiseq.planner
 from hexiseq.cli import main
+from hexiseq.costmodel import estimate
 from hexiseq.errors import SpecError
 from hexiseq.reproduce import default_out, load_results, reproduce
 from hexiseq.reproduce import pipeline as P
-from hexiseq.reproduce.cache import cell_key
+from hexiseq.reproduce.cache import CellCache, cell_key
 from hexiseq.reproduce.ceilings import compute_ceiling
+from hexiseq.reproduce.cells import plan_setting, stack_options
 from hexiseq.reproduce.comparison import compare
 from hexiseq.reproduce.scenarios import load_scenario
 from hexiseq.reproduce.stack_report import HEADLINE_SCENARIOS, headline_figures, same_as
@@ -149,13 +152,14 @@ def test_one_stack_per_results_directory_refused_before_any_planning(tmp_path, m
     with pytest.raises(SpecError, match="unknown stack 'te-fp9'.*did you mean"):
         reproduce(["testbed"], quick=True, out=out, stack="te-fp9", progress=False, draw=False)
     assert P.directory_stacks(out) == {str(out / "cache" / P.STACK_FILE): "te-fp8"}
+    # compute_cells called on its own guards its cache too
+    with pytest.raises(SpecError, match="holds cells of the stack 'te-fp8', not 'fa2-bf16'"):
+        P.compute_cells([load_scenario("testbed", quick=True)], DEFAULT_STACK_NAME, CellCache(out / "cache"), "v")
 
 
 def test_cache_keys_and_directories_by_stack():
     """The default stack's cells keep their cache keys; another stack's differ; the default
     directories only ever hold the default stack."""
-    import dataclasses
-
     cell = load_scenario("testbed", quick=True).cells[0]
     assert cell.stack == DEFAULT_STACK_NAME and "stack" not in cell.compute_params()
     other = dataclasses.replace(cell, stack="te-fp8")
@@ -215,9 +219,6 @@ def test_the_planner_reports_its_plan_timed_on_the_stack_it_planned_on(stack):
     moves on that stack too (it used the default stack's rates: on testbed-16, gpt-3b at 256K under
     the 2023 Triton attention it kept 28 "improving" moves and reported the default stack's 10.47 s
     for a plan whose replay on the stack takes 19.80 s)."""
-    from hexiseq.costmodel import estimate
-    from hexiseq.reproduce.cells import plan_setting, stack_options
-
     cluster, model, wl, res = plan_setting("testbed-16", "gpt-3b", 1 << 18, stack=stack)
     replay = estimate(res.plan, cluster, model, wl.with_recompute(res.recompute), stack_options(stack))
     assert res.iteration_time_s == pytest.approx(replay.iteration_time_s, rel=1e-9)

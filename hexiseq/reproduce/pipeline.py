@@ -221,8 +221,8 @@ def directory_stacks(out: Path | str) -> dict[str, str]:
     found: dict[str, str] = {}
     results = load_results(out)
     if results is not None:
-        for st in _table_stacks(results.table):
-            found.setdefault(f"{out / 'results.csv'}", st)
+        for i, st in enumerate(_table_stacks(results.table)):  # (more than one: a table mixed by hand)
+            found[str(out / "results.csv") + (f", rows of {st}" if i else "")] = st
         if results.meta.get("stack"):
             found[str(out / "meta.json")] = results.meta["stack"]
     marker = out / "cache" / STACK_FILE
@@ -281,7 +281,10 @@ def compute_cells(
     by_cell: dict[tuple, dict[str, Any]] = {}
     rows: list[dict[str, Any]] = []
     computed = 0
-    write_atomic(cache.directory / STACK_FILE, stack + "\n")
+    marker = cache.directory / STACK_FILE
+    if marker.exists() and marker.read_text().strip() != stack:  # (reproduce checked the whole directory)
+        raise SpecError(f"{cache.directory} holds cells of the stack {marker.read_text().strip()!r}, not {stack!r}")
+    write_atomic(marker, stack + "\n")
     bar = _Progress(len(cells), progress)
     try:
         for cell in cells:
