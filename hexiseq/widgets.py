@@ -1,5 +1,6 @@
-"""Interactive plan explorer for Jupyter: pick a cluster, a model and a sequence length, press
-Plan, and see the allocation, the comparison with every baseline and the time of each rank.
+"""Interactive plan explorer for Jupyter: pick a cluster, a model, a sequence length and the
+software stack (data/stacks.yaml: its kernel rates judge every plan), press Plan, and see the
+allocation, the comparison with every baseline and the time of each rank.
 
 `plan_view(settings)` does the work and returns what to show (no widgets: tested directly);
 `PlanExplorer` is the ipywidgets panel around it. While a plan is being made the controls and
@@ -22,7 +23,7 @@ from typing import Any
 
 from .costmodel import estimate
 from .errors import HexiSeqError, InfeasibleError
-from .reproduce.cells import joint_setting, plan_setting, systems_of
+from .reproduce.cells import joint_setting, plan_setting, stack_options, systems_of
 from .reproduce.plan_figures import plot_allocation, plot_cell_systems, plot_rank_phases, plot_replicas
 from .reproduce.style import si_label, style, tokens_label
 from .specs import (
@@ -32,6 +33,7 @@ from .specs import (
     parse_tokens,
     recompute_policy,
 )
+from .specs.stacks import DEFAULT_STACK_NAME, get_stack, stack_catalog
 
 SEQ_CHOICES = [
     ("8K", 8192),
@@ -54,11 +56,13 @@ class Settings:
     recompute: str = "auto"
     sharding: str = "zero3"
     global_batch: int = 1  # above 1: the whole step planned (replicas x sharding, planner.plan_joint)
+    stack: str = DEFAULT_STACK_NAME  # the software stack whose kernel rates plan and judge it
 
     @property
     def label(self) -> str:
         batch = f" · batch {self.global_batch}" if self.global_batch > 1 else ""
-        return f"{self.cluster} · {self.model} · {tokens_label(self.seq_len)} tokens{batch}"
+        stack = f" · stack {self.stack}" if self.stack != DEFAULT_STACK_NAME else ""  # the default is said once, below
+        return f"{self.cluster} · {self.model} · {tokens_label(self.seq_len)} tokens{batch}{stack}"
 
 
 @dataclass
@@ -90,7 +94,9 @@ def joint_view(s: Settings) -> PlanView:
     best DP x symmetric baseline, and the replicas drawn."""
     t0 = time.perf_counter()
     try:
-        cluster, model, wl, res = joint_setting(s.cluster, s.model, s.seq_len, s.global_batch, s.recompute, s.sharding)
+        cluster, model, wl, res = joint_setting(
+            s.cluster, s.model, s.seq_len, s.global_batch, s.recompute, s.sharding, s.stack
+        )
     except HexiSeqError as e:
         what = "nothing fits" if isinstance(e, InfeasibleError) else "cannot plan these settings"
         return PlanView(s, False, f"{s.label}: {what}", explanation=str(e), seconds=time.perf_counter() - t0)
@@ -99,7 +105,7 @@ def joint_view(s: Settings) -> PlanView:
         head += f", {res.speedup_vs_best_baseline:.2f}x the best DP x symmetric baseline ({res.best_baseline.name})"
     if res.dp1 is not None:
         head += f", {res.dp1.iteration_time_s / res.step_time_s:.2f}x HexiSeq at DP = 1"
-    details = res.explanation() + [f"planned in {res.plan_time_s:.1f} s"] + list(res.notes)
+    details = res.explanation() + [f"planned in {res.plan_time_s:.1f} s; {_stack_line(s)}"] + list(res.notes)
     figures = [("allocation", plot_replicas(res.plan, cluster, res.step, title=f"{s.label}: replicas"))]
     return PlanView(s, True, head, details, figures=figures, result=res, seconds=time.perf_counter() - t0)
 
@@ -110,11 +116,12 @@ def plan_view(s: Settings) -> PlanView:
         return joint_view(s)
     t0 = time.perf_counter()
     try:
-        cluster, model, wl, result = plan_setting(s.cluster, s.model, s.seq_len, s.recompute, s.sharding)
+        cluster, model, wl, result = plan_setting(s.cluster, s.model, s.seq_len, s.recompute, s.sharding, s.stack)
     except HexiSeqError as e:
         what = "nothing fits" if isinstance(e, InfeasibleError) else "cannot plan these settings"
         return PlanView(s, False, f"{s.label}: {what}", explanation=str(e), seconds=time.perf_counter() - t0)
-    systems = systems_of(result, cluster, model, wl)
+    options = stack_options(s.stack)
+    systems = systems_of(result, cluster, model, wl, options)
     bs, bb = result.best_symmetric_baseline, result.best_baseline
     head = f"{s.label}: HexiSeq {result.tokens_per_s:,.0f} tokens/s, "
     if bs is not None:
@@ -130,7 +137,7 @@ def plan_view(s: Settings) -> PlanView:
         f"recompute {result.recompute}; gap {'n/a' if gap != gap else f'{gap:.2%}'} (proven: no plan at all is "
         f"faster than {result.lower_bound_s:.4g} s; {result.search_gap:.2%} to the best candidate layout); "
         f"{si_label(result.bound_tokens_per_s)} tokens/s compute bound; "
-        f"planned in {result.plan_time_s:.1f} s"
+        f"planned in {result.plan_time_s:.1f} s; {_stack_line(s)}"
     ]
     lo = _left_out_text(result, cluster)
     if lo:
@@ -138,7 +145,7 @@ def plan_view(s: Settings) -> PlanView:
     details += [n for n in result.notes if n not in details]
     est = result.estimate
     if est is None:
-        est = estimate(result.plan, cluster, model, wl.with_recompute(result.recompute))
+        est = estimate(result.plan, cluster, model, wl.with_recompute(result.recompute), options)
     figures = [
         ("allocation", plot_allocation(result.plan, cluster)),
         (
@@ -152,6 +159,11 @@ def plan_view(s: Settings) -> PlanView:
     return PlanView(s, True, head, details, figures=figures, result=result, seconds=time.perf_counter() - t0)
 
 
+def _stack_line(s: Settings) -> str:
+    """Which stack judged the plan (the default said as such, like `hexiseq plan` does)."""
+    return f"stack {s.stack}" + (" (the default)" if s.stack == DEFAULT_STACK_NAME else "")
+
+
 def show_plan(
     cluster_name: str,
     model_name: str,
@@ -159,14 +171,17 @@ def show_plan(
     recompute: str = "auto",
     sharding: str = "zero3",
     global_batch: int = 1,
+    stack: str = DEFAULT_STACK_NAME,
 ) -> Any:
-    """Plan one case, print its headline and details (or why nothing fits) and display its
-    figures; returns the PlanResult (a JointResult with a global batch above 1), or None when
-    nothing fits."""
+    """Plan one case on the software stack `stack`, print its headline and details (or why nothing
+    fits) and display its figures; returns the PlanResult (a JointResult with a global batch above
+    1), or None when nothing fits."""
     from IPython.display import display
 
     view = plan_view(
-        Settings(cluster_name, model_name, parse_tokens(seq_len), _policy(recompute), sharding, int(global_batch))
+        Settings(
+            cluster_name, model_name, parse_tokens(seq_len), _policy(recompute), sharding, int(global_batch), stack
+        )
     )
     print(view.headline)
     for line in view.details:
@@ -202,6 +217,7 @@ class PlanExplorer:
         sharding: str = "zero3",
         background: bool = True,
         global_batch: int = 1,
+        stack: str = DEFAULT_STACK_NAME,
     ) -> None:
         import ipywidgets as W
 
@@ -217,6 +233,9 @@ class PlanExplorer:
         self.w_rec = W.Dropdown(options=[str(p) for p in RecomputePolicy], value=recompute, description="recompute")
         self.w_shard = W.ToggleButtons(options=["zero3", "replicated"], value=sharding, description="states")
         self.w_batch = W.BoundedIntText(value=global_batch, min=1, max=1024, description="batch")
+        # the stacks of data/stacks.yaml; a name outside them fails here, with the known ones
+        self.w_stack = W.Dropdown(options=list(stack_catalog()), value=get_stack(stack).name, description="stack")
+        self.w_stack.add_class("hexiseq-stack")
         self.button = W.Button(description="Plan", button_style="primary", icon="play", tooltip="plan these settings")
         self.status = W.HTML()
         self.result = W.HTML()
@@ -228,11 +247,11 @@ class PlanExplorer:
             (self.figures, "hexiseq-figures"),
         ):
             w.add_class(cls)
-        self.controls = [self.w_cluster, self.w_model, self.w_seq, self.w_rec, self.w_shard, self.w_batch]
+        self.controls = [self.w_cluster, self.w_model, self.w_seq, self.w_rec, self.w_shard, self.w_batch, self.w_stack]
         self.panel = W.VBox(
             [
                 W.HBox([self.w_cluster, self.w_model]),
-                W.HBox([self.w_seq, self.w_rec]),
+                W.HBox([self.w_seq, self.w_rec, self.w_stack]),
                 W.HBox([self.w_shard, self.w_batch, self.button]),
                 self.status,
                 self.result,
@@ -257,6 +276,7 @@ class PlanExplorer:
             self.w_rec.value,
             self.w_shard.value,
             int(self.w_batch.value),
+            self.w_stack.value,
         )
 
     @property
@@ -363,12 +383,13 @@ def plan_explorer(
     seq_len: int = 131072,
     plan_now: bool = True,
     global_batch: int = 1,
+    stack: str = DEFAULT_STACK_NAME,
 ) -> PlanExplorer:
-    """Display the explorer panel; with `plan_now` the initial settings are planned right away
-    (in the cell, so an executed notebook holds the result)."""
+    """Display the explorer panel (its stack dropdown set to `stack`); with `plan_now` the initial
+    settings are planned right away (in the cell, so an executed notebook holds the result)."""
     from IPython.display import display
 
-    ex = PlanExplorer(cluster, model, seq_len, global_batch=global_batch)
+    ex = PlanExplorer(cluster, model, seq_len, global_batch=global_batch, stack=stack)
     display(ex.panel)
     if plan_now:
         ex.background = False

@@ -17,6 +17,8 @@ NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 CASES = [(p, "") for p in NOTEBOOKS if p.stem != "02_paper_figures"] + [
     (NOTEBOOK_DIR / "02_paper_figures.ipynb", "results"),
     (NOTEBOOK_DIR / "02_paper_figures.ipynb", "no-results"),
+    (NOTEBOOK_DIR / "01_plan_explorer.ipynb", "te-fp8"),  # the STACK parameter (HEXISEQ_STACK)
+    (NOTEBOOK_DIR / "02_paper_figures.ipynb", "te-fp8"),  # data/results holds fa2-bf16: the quick grid on te-fp8
 ]
 
 
@@ -51,6 +53,8 @@ def test_notebook_runs(path, variant, monkeypatch, tmp_path):
     if variant == "no-results":
         (tmp_path / "none").mkdir()
         env["HEXISEQ_RESULTS"] = str(tmp_path / "none")
+    if variant == "te-fp8":
+        env["HEXISEQ_STACK"] = variant
     nb = execute(path, tmp_path, env, monkeypatch)
     if path.stem == "01_plan_explorer":
         assert outputs(nb, "application/vnd.jupyter.widget-view+json"), "the explorer panel was not displayed"
@@ -62,7 +66,9 @@ def test_notebook_runs(path, variant, monkeypatch, tmp_path):
             for o in c.get("outputs", [])
             if o.get("output_type") == "stream"
         )
-        assert "testbed-8 · llama2-7b · 128K tokens: HexiSeq" in printed
+        stack = f" · stack {variant}" if variant else ""
+        assert f"testbed-8 · llama2-7b · 128K tokens{stack}: HexiSeq" in printed
+        assert f"stack {variant or 'fa2-bf16 (the default)'}" in printed
     if path.stem == "04_calibrate":
         assert len(outputs(nb, "image/png")) >= 1  # the before/after figure
         assert "after the fit:" in "".join(
@@ -72,8 +78,11 @@ def test_notebook_runs(path, variant, monkeypatch, tmp_path):
         md = "".join("".join(x) for x in outputs(nb, "text/markdown"))
         assert "The HexiSeq paper's figures vs this reproduction" in md
         assert len(outputs(nb, "image/png")) >= 15
-        # the quick grid is computed, where it was told, only when there are no stored results
-        assert (tmp_path / "quick" / "results.csv").exists() == (variant == "no-results")
+        # the quick grid is computed, where it was told, only when there are no stored results of the stack
+        assert (tmp_path / "quick" / "results.csv").exists() == (variant in ("no-results", "te-fp8"))
+        printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+        assert f"stack {variant if variant == 'te-fp8' else 'fa2-bf16'}" in printed
+        assert ("software stack `te-fp8`" in md) == (variant == "te-fp8")
 
 
 def test_notebooks_exist_and_are_stripped():

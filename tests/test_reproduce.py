@@ -154,11 +154,15 @@ def test_reproduce_quick_end_to_end(tmp_path, capsys):
 
     out = tmp_path / "res"
     assert main(["reproduce", "--quick", "--out", str(out), "--no-progress"]) == 0
-    printed = capsys.readouterr().out
-    assert "computed" in printed and "paper" in printed
+    captured = capsys.readouterr()
+    printed = captured.out
+    assert "computed" in printed and "paper" in printed and "stack fa2-bf16" in printed
+    assert "stack: fa2-bf16 assumed" in captured.err  # the default stack, said as plan and estimate say it
     res = load_results(out)
     df = res.table
     assert set(BASE_COLUMNS) <= set(df.columns)
+    # without --stack every cell is the default stack's, and results.csv and meta.json say so
+    assert set(df["stack"]) == {"fa2-bf16"} and res.meta["stack"] == "fa2-bf16" == res.stack
     cells = df[df["system"] == "hexiseq"]
     n_cells = sum(len(s.cells) for s in load_scenarios(quick=True))
     assert len(cells) == n_cells == res.meta["cells"]

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..costmodel import estimate, simulate
+from ..costmodel import CostOptions, estimate, simulate
 from ..errors import PlanError
 from ..plan import Group, Plan
 from ..rounding import largest_remainder
@@ -81,17 +81,20 @@ def refine(
     max_moves: int = 100,
     max_tries: int = 400,
     tick: Callable[[str], None] | None = None,
+    options: CostOptions = CostOptions(),
 ) -> tuple[Plan, float, int]:
-    """Improve `plan` by local moves while the replay says so: (plan, replayed time, moves kept)."""
+    """Improve `plan` by local moves while the replay says so: (plan, replayed time, moves kept).
+    `options` are the search's (its software stack above all): `sim_time_s` was replayed under them,
+    and every move is judged under them too."""
     unit = model.group_size
     cur, cur_t = plan, sim_time_s
-    busy = simulate(cur, cluster, model, workload).busy_s
+    busy = simulate(cur, cluster, model, workload, options).busy_s
     kept = tries = 0
     while kept < max_moves and tries < max_tries:
         for cand in _moves(cur, busy, unit):
             tries += 1
             try:
-                est = estimate(cand, cluster, model, workload)
+                est = estimate(cand, cluster, model, workload, options)
             except PlanError:
                 continue  # a move that breaks a rule of the layout: skip it
             if est.iteration_time_s < cur_t * (1 - 1e-7) and est.fits:

@@ -149,7 +149,7 @@ def plan_cluster(
             raise InfeasibleError(explain_infeasible(cluster, model, explain_wl))
         t = time.perf_counter()
         wl = workload.with_recompute(res.best_policy)
-        plan, sim_t, moves = refine(res.best_plan, res.best_s, cluster, model, wl, tick=tick)
+        plan, sim_t, moves = refine(res.best_plan, res.best_s, cluster, model, wl, tick=tick, options=options)
         stages["III refine"] = time.perf_counter() - t
     finally:
         if bar is not None:

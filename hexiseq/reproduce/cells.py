@@ -23,11 +23,13 @@ import time
 from typing import Any
 
 from .. import planner  # planner.plan_cluster looked up at call time: tests replace it
-from ..costmodel import estimate
+from ..costmodel import CostOptions, estimate
+from ..costmodel.kernels import rates
 from ..costmodel.step import estimate_step
 from ..errors import HexiSeqError
 from ..planner.joint import to_dict as joint_to_dict
 from ..specs import ClusterSpec, ModelSpec, Workload, get_model, load_cluster
+from ..specs.stacks import get_stack
 
 HEXISEQ = "hexiseq"
 DP1 = "hexiseq dp=1"  # a joint cell's DP = 1 planner at the same global batch
@@ -69,7 +71,15 @@ def _paper_sharding(workload: Any) -> str:
     return "zero3 over all devices" if workload.param_sharding == "zero3" else "replicated"
 
 
-def _result_system(name: str, result: Any, cluster: ClusterSpec, model: ModelSpec, wl: Workload, **extra: Any) -> dict:
+def _result_system(
+    name: str,
+    result: Any,
+    cluster: ClusterSpec,
+    model: ModelSpec,
+    wl: Workload,
+    options: CostOptions,
+    **extra: Any,
+) -> dict:
     """The row of a planner's result (a PlanResult): its plan under its recompute policy, as planned."""
     return _system(
         name,
@@ -77,6 +87,7 @@ def _result_system(name: str, result: Any, cluster: ClusterSpec, model: ModelSpe
         cluster,
         model,
         wl.with_recompute(result.recompute),
+        options,
         result.estimate,
         tokens_per_s=result.tokens_per_s,
         step_time_s=result.iteration_time_s,
@@ -89,10 +100,11 @@ def _result_system(name: str, result: Any, cluster: ClusterSpec, model: ModelSpe
 
 
 def _system(
-    name: str, plan: Any, cluster: Any, model: Any, workload: Any, est: Any = None, **fields: Any
+    name: str, plan: Any, cluster: Any, model: Any, workload: Any, options: CostOptions, est: Any = None, **fields: Any
 ) -> dict[str, Any]:
-    """The row facts of one system that fits: its estimate's memory and phase times."""
-    est = est if est is not None else estimate(plan, cluster, model, workload)
+    """The row facts of one system that fits: its estimate's memory and phase times (on the
+    options' stack, the one it was planned on)."""
+    est = est if est is not None else estimate(plan, cluster, model, workload, options)
     crit = est.ranks[est.critical_rank]
     headroom = min(r.capacity_gib - r.memory_gib for r in est.ranks)
     return {
@@ -110,9 +122,15 @@ def _system(
     }
 
 
-def systems_of(result: Any, cluster: Any, model: Any, wl: Any) -> list[dict[str, Any]]:
-    """One dict per system of a PlanResult: HexiSeq first, then every baseline it holds."""
-    systems = [_result_system(HEXISEQ, result, cluster, model, wl, gap=result.gap, lower_bound_s=result.lower_bound_s)]
+def systems_of(
+    result: Any, cluster: Any, model: Any, wl: Any, options: CostOptions | None = None
+) -> list[dict[str, Any]]:
+    """One dict per system of a PlanResult: HexiSeq first, then every baseline it holds; `options`
+    are the cost options it was planned with (default CostOptions(): the default stack)."""
+    options = options if options is not None else CostOptions()
+    systems = [
+        _result_system(HEXISEQ, result, cluster, model, wl, options, gap=result.gap, lower_bound_s=result.lower_bound_s)
+    ]
     for name, b in result.baselines.items():
         if b.feasible:
             systems.append(
@@ -122,6 +140,7 @@ def systems_of(result: Any, cluster: Any, model: Any, wl: Any) -> list[dict[str,
                     cluster,
                     model,
                     wl.with_recompute(b.recompute),
+                    options,
                     tokens_per_s=b.tokens_per_s,
                     step_time_s=b.iteration_time_s,
                     recompute=b.recompute,
@@ -141,19 +160,34 @@ def systems_of(result: Any, cluster: Any, model: Any, wl: Any) -> list[dict[str,
     return systems
 
 
+def stack_options(stack: str | None = None) -> CostOptions:
+    """The cost options of a cell or a setting: the defaults on the named stack (None: the default
+    stack). An unknown name fails here, with the known ones."""
+    return CostOptions(stack=get_stack(stack))
+
+
 def plan_setting(
-    cluster_name: str, model_name: str, seq_len: int, recompute: str = "auto", sharding: str = "zero3"
+    cluster_name: str,
+    model_name: str,
+    seq_len: int,
+    recompute: str = "auto",
+    sharding: str = "zero3",
+    stack: str | None = None,
 ) -> tuple[ClusterSpec, ModelSpec, Workload, Any]:
-    """One setting (a bundled cluster, a model, a length) planned as the plan explorer plans it:
-    (cluster, model, workload, PlanResult). Planner errors (nothing fits, a bad name) propagate."""
+    """One setting (a bundled cluster, a model, a length) planned as the plan explorer plans it, on
+    the software stack `stack` (None: the default): (cluster, model, workload, PlanResult). Planner
+    errors (nothing fits, a bad name) propagate."""
+    options = stack_options(stack)
     cluster, model = load_cluster(cluster_name), get_model(model_name)
     wl = Workload(seq_len=seq_len, activation_checkpointing=recompute, param_sharding=sharding)
-    return cluster, model, wl, planner.plan_cluster(cluster, model, wl, progress=False)
+    return cluster, model, wl, planner.plan_cluster(cluster, model, wl, progress=False, options=options)
 
 
-def _joint_system(name: str, plan: Any, cluster: Any, model: Any, workload: Any, **fields: Any) -> dict[str, Any]:
+def _joint_system(
+    name: str, plan: Any, cluster: Any, model: Any, workload: Any, options: CostOptions, **fields: Any
+) -> dict[str, Any]:
     """The row facts of one joint plan: its step, replicas, strategy and fullest rank."""
-    st = estimate_step(plan, cluster, model, workload)
+    st = estimate_step(plan, cluster, model, workload, options)
     return {
         "system": name,
         "feasible": True,
@@ -170,11 +204,13 @@ def _joint_system(name: str, plan: Any, cluster: Any, model: Any, workload: Any,
     }
 
 
-def run_joint_cell(cell: Any, record: dict[str, Any], cluster: Any, model: Any, wl: Any) -> dict[str, Any]:
+def run_joint_cell(
+    cell: Any, record: dict[str, Any], cluster: Any, model: Any, wl: Any, options: CostOptions
+) -> dict[str, Any]:
     """A global-batch cell (module doc): the joint plan, the DP = 1 plan, the DP x family baselines."""
     t0 = time.perf_counter()
     try:
-        res = planner.plan_joint(cluster, model, wl)
+        res = planner.plan_joint(cluster, model, wl, options=options)
     except HexiSeqError as e:
         record.update(
             status="infeasible",
@@ -191,6 +227,7 @@ def run_joint_cell(cell: Any, record: dict[str, Any], cluster: Any, model: Any, 
             cluster,
             model,
             wl.with_recompute(res.recompute),
+            options,
             recompute=res.recompute,
             config=res.partition,
             plan_time_s=res.plan_time_s,
@@ -201,16 +238,23 @@ def run_joint_cell(cell: Any, record: dict[str, Any], cluster: Any, model: Any, 
     d1 = res.dp1
     if d1 is None:  # the joint planner proved it slower without running it: planned here for the row
         try:
-            d1 = planner.plan_cluster(cluster, model, wl, progress=False)
+            d1 = planner.plan_cluster(cluster, model, wl, progress=False, options=options)
         except HexiSeqError:
             d1 = None
     if d1 is not None:
-        systems.append(_result_system(DP1, d1, cluster, model, wl))
+        systems.append(_result_system(DP1, d1, cluster, model, wl, options))
     for name, b in res.baselines.items():
         if b.feasible:
             systems.append(
                 _joint_system(
-                    name, b.plan, cluster, model, wl.with_recompute(b.recompute), recompute=b.recompute, config=b.config
+                    name,
+                    b.plan,
+                    cluster,
+                    model,
+                    wl.with_recompute(b.recompute),
+                    options,
+                    recompute=b.recompute,
+                    config=b.config,
                 )
             )
         else:
@@ -238,18 +282,22 @@ def joint_setting(
     global_batch: int,
     recompute: str = "auto",
     sharding: str = "zero3",
+    stack: str | None = None,
 ) -> tuple[ClusterSpec, ModelSpec, Workload, Any]:
-    """One setting with a global batch planned as a whole step (planner.plan_joint):
-    (cluster, model, workload, JointResult)."""
+    """One setting with a global batch planned as a whole step (planner.plan_joint) on the
+    software stack `stack` (None: the default): (cluster, model, workload, JointResult)."""
+    options = stack_options(stack)
     cluster, model = load_cluster(cluster_name), get_model(model_name)
     wl = Workload(
         seq_len=seq_len, global_batch=global_batch, activation_checkpointing=recompute, param_sharding=sharding
     )
-    return cluster, model, wl, planner.plan_joint(cluster, model, wl)
+    return cluster, model, wl, planner.plan_joint(cluster, model, wl, options=options)
 
 
 def run_cell(cell: Any) -> dict[str, Any]:
-    """Plan one cell (HexiSeq and every baseline) and return its record (module doc)."""
+    """Plan one cell (HexiSeq and every baseline) on the cell's software stack (`Cell.stack`) and
+    return its record (module doc)."""
+    options = stack_options(cell.stack)
     cluster, model, wl = cell.cluster.build(), get_model(cell.model), cell.workload_spec()
     record: dict[str, Any] = {
         "inputs": cell.compute_params(),
@@ -259,20 +307,22 @@ def run_cell(cell: Any) -> dict[str, Any]:
             "nodes": len(cluster.nodes),
             "types": cluster.gpu_types,
             "peak_pflops": cluster.peak_pflops,
-            "matmul_pflops": sum(d.gpu.matmul_flops for d in cluster.devices) / 1e15,
+            # the layers' GEMM rate on the cell's stack (FP8 stacks raise it; the default's is the catalog's)
+            "matmul_pflops": float(rates([d.gpu for d in cluster.devices], options.stack).layer_matmul.sum()) / 1e15,
             "memory_gib": cluster.memory_gib,
         },
         "model": cell.model,
         "seq_len": cell.seq_len,
         "global_batch": wl.global_batch,
+        "stack": cell.stack,
         "machine": machine_info(),
         "computed_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
     if getattr(cell, "joint", False):
-        return run_joint_cell(cell, record, cluster, model, wl)
+        return run_joint_cell(cell, record, cluster, model, wl, options)
     t0 = time.perf_counter()
     try:
-        result = planner.plan_cluster(cluster, model, wl, progress=False)
+        result = planner.plan_cluster(cluster, model, wl, progress=False, options=options)
     except HexiSeqError as e:
         record.update(
             status="infeasible",
@@ -282,7 +332,7 @@ def run_cell(cell: Any) -> dict[str, Any]:
         )
         return _clean(record)
     wall = time.perf_counter() - t0
-    systems = systems_of(result, cluster, model, wl)
+    systems = systems_of(result, cluster, model, wl, options)
     summary = result.to_dict(include_plan=False)
     summary.pop("estimate", None)  # per-rank detail: large, and the rows keep what the figures need
     bs, bb = result.best_symmetric_baseline, result.best_baseline

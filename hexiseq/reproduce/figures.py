@@ -19,7 +19,7 @@ from .cells import DP1, HEXISEQ
 from .palette import BEST_BASELINE_COLOR, HEXISEQ_COLOR, PAPER_COLOR, phase_colors, series_colors
 from .sensitivity import SWEEPS
 from .style import empty, legend_outside, new_figure, note, si_label, styled, throughput_axis, token_axis, tokens_label
-from .table import grid_rows, hexiseq_rows, pair_ratios
+from .table import grid_rows, hexiseq_rows, pair_ratios, table_stack
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
@@ -276,8 +276,10 @@ def fig_pairs(df: pd.DataFrame) -> Figure:
         )
     f = paper.figure("pair_a_ratio")
     ax_r.axvline(f.value, color=PAPER_COLOR, ls="--", lw=1.1, label=f.legend)
+    stack = table_stack(df)
     bound = [  # the compute-bound ratio of each row: no plan on the mixed side can pass it
-        compute_ceiling_time(p.split(" vs ")[1], m, int(n)) / compute_ceiling_time(p.split(" vs ")[0], m, int(n))
+        compute_ceiling_time(p.split(" vs ")[1], m, int(n), 1, stack)
+        / compute_ceiling_time(p.split(" vs ")[0], m, int(n), 1, stack)
         for p, m, n in zip(pr["pair"], pr["model"], pr["seq_len"])
     ]
     ax_r.scatter(bound, y, marker="|", s=220, color="k", zorder=3, label="_compute-bound ratio")

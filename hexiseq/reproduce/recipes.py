@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import SpecError
 from ..specs import DATA_DIR, ClusterSpec, Workload, get_model, load_cluster
+from ..specs.stacks import DEFAULT_STACK_NAME
 from .style import tokens_label
 
 CLUSTER_DIR = DATA_DIR / "clusters"
@@ -134,6 +135,7 @@ class Cell:
     sweep: str = ""
     sweep_value: float | None = None
     joint: bool = False  # the whole step planned (replicas x sharding: planner/joint.py), not one sequence
+    stack: str = DEFAULT_STACK_NAME  # the software stack it is planned and judged on (data/stacks.yaml)
 
     @property
     def label(self) -> str:
@@ -151,6 +153,9 @@ class Cell:
             "seq_len": self.seq_len,
             "workload": dict(self.workload),
             **({"joint": True} if self.joint else {}),  # (absent for the paper's cells: their cache keys stay)
+            # the stack's factors enter the version (data/stacks.yaml); its name tells the cells apart.
+            # Absent on the default stack, so the default grid's cache keys stay.
+            **({"stack": self.stack} if self.stack != DEFAULT_STACK_NAME else {}),
         }
 
 

@@ -6,8 +6,9 @@ Cell-level columns (`speedup`, `best_symmetric`, ...) repeat on every row of the
 (the paper's measure, `PlanResult.speedup_vs_best_symmetric`), `speedup_vs_all` over every baseline
 including the proportional heuristic; `hexiseq_over_system` is HexiSeq's tokens/s over this row's.
 Phase columns (`time_<phase>_s`, the critical rank's time by phase) follow the cost model's phase list.
-`replicas` and `sharding` say each row's data parallelism and strategy: the paper's cells are one
-replica under ZeRO-3 over all devices (its setting); the global-batch scenario's rows (`sweep`
+`stack` is the software stack every system of the cell was planned and judged on (data/stacks.yaml;
+one per results directory). `replicas` and `sharding` say each row's data parallelism and strategy:
+the paper's cells are one replica under ZeRO-3 over all devices (its setting); the global-batch scenario's rows (`sweep`
 "global_batch", `sweep_value` = G) plan whole steps, their `speedup` is over the best DP x symmetric baseline.
 """
 
@@ -36,6 +37,7 @@ BASE_COLUMNS = (
     "model",
     "seq_len",
     "global_batch",
+    "stack",
     "pair",
     "pair_role",
     "sweep",
@@ -92,6 +94,7 @@ def rows_of(cell: Any, record: dict[str, Any], version: str) -> list[dict[str, A
         "model": cell.model,
         "seq_len": cell.seq_len,
         "global_batch": record.get("global_batch"),
+        "stack": cell.stack,
         "pair": cell.pair,
         "pair_role": cell.role,
         "sweep": cell.sweep,
@@ -187,6 +190,13 @@ def read_csv(path: Path | str) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- summaries
+
+
+def table_stack(df: pd.DataFrame) -> str | None:
+    """The software stack a results table was computed on (one per results directory); None (the
+    default stack) for a table written before the `stack` column."""
+    named = [s for s in dict.fromkeys(df["stack"]) if s] if "stack" in df.columns else []
+    return named[0] if named else None
 
 
 def hexiseq_rows(df: pd.DataFrame) -> pd.DataFrame:
