@@ -288,6 +288,7 @@ def resolve(plan: Plan, settings: RunSettings, workdir: Path) -> RunConfig:
     warmup = train.warmup
     if warmup >= train.steps and warmup > 0:
         raise HexiSeqError(f"--warmup-steps ({warmup}) must be fewer than --steps ({train.steps})")
+    refuse_conflicting_fsdp(plan, par.fsdp)
     policy = par.recompute or plan_recompute(plan) or "none"
     notes: list[str] = []
     if data.path:
@@ -313,7 +314,8 @@ def resolve(plan: Plan, settings: RunSettings, workdir: Path) -> RunConfig:
             f"replicas: {plan.num_replicas}, sequences per step {shares} (replica i reads the next share of the "
             f"step's samples, in order), sharding {plan.sharding.describe()}"
         )
-    refuse_conflicting_fsdp(plan, par.fsdp)
+    elif runs_as_replicas(plan):
+        notes.append(f"sharding: the plan's own, {plan.sharding.describe()} (a version-2 plan file)")
     cfg, name, model_notes = resolve_model(plan, model.name, model.init_from, spec.vocab)
     notes = model_notes + notes
     if spec.kind != "synthetic":
