@@ -92,6 +92,11 @@ def test_unequal_replicas_shares_3_1(world5, index, within):
     assert [r["replica"] for r in ranks] == [0, 0, 0, 1, 1]
     assert len(ranks[0]["steps"]) == 3
     check(jobs[index], ranks, within, "unequal replicas {}/{}".format(*UNEQUAL[index]))
+    layout = ReplicaLayout.from_dict(jobs[index].layout)
+    params = len(ranks[0]["params"])
+    if layout.stage == "zero1":  # each parameter's states held by one rank of each shard set
+        assert [sum(ranks[r]["states"] for r in s) for s in layout.shard_sets()] == [params] * len(layout.shard_sets())
+        assert all(0 < r["states"] < params for r in ranks)
 
 
 @pytest.mark.parametrize("index", range(len(EQUAL)), ids=[f"{a}-{b}-{c[0]}{c[1]}" for a, b, c in EQUAL])

@@ -307,6 +307,7 @@ def _joint_job(rank: int, job: JointJob) -> dict[str, Any]:
     if job.collect:
         out["grads"] = grads
         out["params"] = {n: _full(p.detach()) for n, p in model.named_parameters()}
+        out["states"] = len(opt.state)  # parameters whose AdamW states this rank holds (ZeRO-1: its own)
     return portable(out)
 
 

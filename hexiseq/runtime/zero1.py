@@ -96,9 +96,3 @@ class Zero1AdamW(torch.optim.AdamW):
             for p in ps:
                 p.detach().copy_(flat[offset : offset + p.numel()].view_as(p))
                 offset += p.numel()
-
-    def state_bytes(self) -> int:
-        """Bytes of the AdamW states this rank holds (its share of the set's)."""
-        return sum(
-            t.numel() * t.element_size() for s in self.state.values() for t in s.values() if isinstance(t, Tensor)
-        )
