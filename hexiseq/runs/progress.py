@@ -52,9 +52,10 @@ def replica_line(x: dict[str, Any]) -> str:
     """One replica of a step: its sequences and ranks, step and compute time, and its waiting for the
     slowest replica (the straggler waits 0)."""
     tok = f"{x['tokens_per_s']:,.0f} tokens/s" if x.get("tokens_per_s") else "no tokens"
+    seqs, ranks = x["sequences"], x["ranks"]
     return (
-        f"  replica {x['replica']}: {x['sequences']} sequences on {x['ranks']} ranks  step {x['step_time_s']:.3f} s  "
-        f"compute {x['compute_s']:.3f} s ({tok})  waiting {x['waiting_s']:.3f} s"
+        f"  replica {x['replica']}: {seqs} sequence{'s' * (seqs != 1)} on {ranks} rank{'s' * (ranks != 1)}  "
+        f"step {x['step_time_s']:.3f} s  compute {x['compute_s']:.3f} s ({tok})  waiting {x['waiting_s']:.3f} s"
     )
 
 
