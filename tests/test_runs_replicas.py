@@ -131,7 +131,8 @@ def test_zero1_checkpoints_and_resumes_across_strategies(work, joint_run, within
     """ZeRO-1 (Zero1AdamW) runs, checkpoints and resumes: the first run's checkpoint of step 2 (ZeRO-3
     over unequal shard sets: replicas of 2 and 1 ranks, FSDP per set) resumed under ZeRO-1 inside the
     same unequal replicas; its step 3 under a one-replica plan of ZeRO-3 over all devices; its step 4
-    under DP = 1 replicated. Every session continues the first run's losses (float64)."""
+    under DP = 1 replicated, whose step 5 back under ZeRO-1. Every session continues the first run's
+    losses (float64)."""
     ref = losses(joint_run)
     z1 = work / "zero1"
     shutil.copytree(joint_run, z1)
@@ -141,9 +142,11 @@ def test_zero1_checkpoints_and_resumes_across_strategies(work, joint_run, within
     assert got[:2] == ref[:2] and len(got) == 6
     within(max(abs(a - b) / abs(b) for a, b in zip(got[2:], ref[2:])), FP64, "ZeRO-3 unequal sets -> ZeRO-1: steps 3-6")
     assert "replica 1: 1 sequence on 1 rank  step " in (z1 / "console.log").read_text()  # per-replica console lines
-    for plan, at, what in (("one-zero3", 3, "ZeRO-1 -> ZeRO-3 (one replica)"), ("dp1", 4, "ZeRO-1 -> replicated")):
-        out = work / f"from-zero1-{plan}"
-        shutil.copytree(z1, out)
+    chain = (("zero1", "one-zero3", 3, "ZeRO-1 -> ZeRO-3 (one replica)"), ("zero1", "dp1", 4, "ZeRO-1 -> replicated"),
+             ("from-zero1-dp1", "zero1", 5, "replicated -> ZeRO-1"))  # fmt: skip
+    for source, plan, at, what in chain:  # the resumed runs checkpoint every step (as z1 was told)
+        out = work / f"from-{source}-{plan}"
+        shutil.copytree(work / source, out)
         assert main(["run", "--resume", str(out), "--checkpoint", f"step-{at:08d}", "--plan",
                      str(work / f"{plan}.json")]) == 0  # fmt: skip
         got = losses(out)
