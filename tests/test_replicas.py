@@ -92,6 +92,11 @@ def test_unequal_replicas_shares_3_1(world5, index, within):
     assert [r["replica"] for r in ranks] == [0, 0, 0, 1, 1]
     assert len(ranks[0]["steps"]) == 3
     check(jobs[index], ranks, within, "unequal replicas {}/{}".format(*UNEQUAL[index]))
+    layout = ReplicaLayout.from_dict(jobs[index].layout)
+    params = len(ranks[0]["params"])
+    if layout.stage == "zero1":  # each parameter's states held by one rank of each shard set
+        assert [sum(ranks[r]["states"] for r in s) for s in layout.shard_sets()] == [params] * len(layout.shard_sets())
+        assert all(0 < r["states"] < params for r in ranks)
 
 
 @pytest.mark.parametrize("index", range(len(EQUAL)), ids=[f"{a}-{b}-{c[0]}{c[1]}" for a, b, c in EQUAL])
@@ -146,13 +151,32 @@ def test_synthetic_sequences_pad_and_ignore():
     assert len(counts) > 3  # uneven token counts across sequences
 
 
-def test_runs_refuse_zero1_and_a_batch_the_replicas_do_not_share():
+def test_runs_refuse_a_conflicting_fsdp_and_a_batch_the_replicas_do_not_share():
     from hexiseq.plan import Plan, Sharding
-    from hexiseq.runs.config import joint_global_batch, refuse_zero1
+    from hexiseq.runs.config import joint_global_batch, pass_sharding, refuse_conflicting_fsdp
 
-    joint = Plan.joint([CP_HP, HP], [3, 1], Sharding("zero1", "all"))
-    with pytest.raises(PlanError, match="ZeRO-1"):
-        refuse_zero1(joint)
+    joint = Plan.joint([CP_HP, HP], [3, 1], Sharding("zero1", "all"), name="z1")
+    with pytest.raises(PlanError, match=r"plan 'z1' shards by its own strategy, zero1 over all devices, but --fsdp"):
+        refuse_conflicting_fsdp(joint, fsdp=True)
+    refuse_conflicting_fsdp(joint, fsdp=False)
+    refuse_conflicting_fsdp(Plan.joint([CP_HP, HP], [3, 1], Sharding("zero3", "all")), fsdp=True)  # the same
+    refuse_conflicting_fsdp(CP_HP, fsdp=True)  # a version-1 plan: --fsdp decides
     assert joint_global_batch(joint, 1) == 4 and joint_global_batch(joint, 4) == 4
     with pytest.raises(PlanError, match="global batch is 6"):
         joint_global_batch(joint, 6)
+    # the cost model's pass shape: a version-2 plan's own stage, a version-1 plan's --fsdp
+    one = Plan.joint([CP_HP], [4], Sharding("replicated", "all"))
+    assert pass_sharding(one, fsdp=True) == "replicated" and pass_sharding(joint, fsdp=True) == "replicated"
+    assert pass_sharding(Plan.joint([CP_HP], [4], Sharding("zero2", "all")), fsdp=False) == "zero3"
+    assert (pass_sharding(CP_HP, fsdp=True), pass_sharding(CP_HP, fsdp=False)) == ("zero3", "replicated")
+
+
+def test_zero1_owners_balanced_and_deterministic():
+    from hexiseq.runtime.zero1 import assign_owners
+
+    sizes = [64 * 128, 64, 64 * 64, 64 * 64, 96 * 64, 64, 96 * 64, 64 * 96, 64]
+    owners = assign_owners(sizes, 3)
+    assert owners == assign_owners(sizes, 3) and set(owners) == {0, 1, 2}
+    loads = [sum(s for s, o in zip(sizes, owners) if o == r) for r in range(3)]
+    assert max(loads) - min(loads) <= max(sizes)  # greedy largest-first: within one parameter of even
+    assert assign_owners([5, 5], 1) == [0, 0] and assign_owners([1, 9, 9], 2) == [0, 0, 1]

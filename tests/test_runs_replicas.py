@@ -3,7 +3,8 @@ resume across plans with different replica counts and strategies continuing the 
 
 A float64 run of a joint plan (two unequal replicas, shares 3:1, ZeRO-3 inside each replica) on a
 packed token stream; resumed at step 2 under a one-replica plan (DP = 1, replicated), then at step 4
-under two equal replicas (HSDP, ZeRO-2, shares 2:2): every session continues the first run's losses
+under two equal replicas (HSDP, ZeRO-2, shares 2:2); and resumed at step 2 under ZeRO-1 (Zero1AdamW),
+whose checkpoints resume under ZeRO-3 and replicated: every session continues the first run's losses
 (the step's samples do not depend on the plan; the update is the one of one process).
 """
 
@@ -56,12 +57,22 @@ EQUAL = Plan.joint(
     name="equal",
 )
 DP1 = random_plan(3, 256, 8, 4, seed=5, block_size=8)
+# ZeRO-1 inside each of the unequal replicas (shard sets of 2 and 1 ranks), and a one-replica version-2
+# plan under its own sharding (ZeRO-3 over all devices; no --fsdp given)
+ZERO1 = replace(UNEQUAL, sharding=Sharding("zero1", "replica"), name="zero1")
+ONE_ZERO3 = Plan.joint([DP1], [4], Sharding("zero3", "all"), name="one-zero3")
 
 
 @pytest.fixture(scope="module")
 def work(tmp_path_factory):
     d = tmp_path_factory.mktemp("replicas")
-    for name, plan in (("unequal", UNEQUAL), ("equal", EQUAL), ("dp1", DP1)):
+    for name, plan in (
+        ("unequal", UNEQUAL),
+        ("equal", EQUAL),
+        ("dp1", DP1),
+        ("zero1", ZERO1),
+        ("one-zero3", ONE_ZERO3),
+    ):
         plan.save(d / f"{name}.json")
     np.save(d / "tokens.npy", np.random.default_rng(0).integers(0, 500, 256 * 40 + 1).astype(np.int64))
     return d
@@ -113,6 +124,44 @@ def test_resume_joint_to_dp1_and_back(work, joint_run, within):
     got = losses(back)
     assert len(got) == 6
     within(max(abs(a - b) / abs(b) for a, b in zip(got[4:], ref[4:])), FP64, "DP = 1 -> HSDP: losses of steps 5-6")
+
+
+@pytest.mark.numerics
+def test_zero1_checkpoints_and_resumes_across_strategies(work, joint_run, within):
+    """ZeRO-1 (Zero1AdamW) runs, checkpoints and resumes: the first run's checkpoint of step 2 (ZeRO-3
+    over unequal shard sets: replicas of 2 and 1 ranks, FSDP per set) resumed under ZeRO-1 inside the
+    same unequal replicas; its step 3 under a one-replica plan of ZeRO-3 over all devices; its step 4
+    under DP = 1 replicated, whose step 5 back under ZeRO-1. Every session continues the first run's
+    losses (float64)."""
+    ref = losses(joint_run)
+    z1 = work / "zero1"
+    shutil.copytree(joint_run, z1)
+    assert main(["run", "--resume", str(z1), "--checkpoint", "step-00000002", "--plan", str(work / "zero1.json"),
+                 "--checkpoint-every", "1", "--keep-checkpoints", "6"]) == 0  # fmt: skip
+    got = losses(z1)
+    assert got[:2] == ref[:2] and len(got) == 6
+    within(max(abs(a - b) / abs(b) for a, b in zip(got[2:], ref[2:])), FP64, "ZeRO-3 unequal sets -> ZeRO-1: steps 3-6")
+    assert "replica 1: 1 sequence on 1 rank  step " in (z1 / "console.log").read_text()  # per-replica console lines
+    chain = (("zero1", "one-zero3", 3, "ZeRO-1 -> ZeRO-3 (one replica)"), ("zero1", "dp1", 4, "ZeRO-1 -> replicated"),
+             ("from-zero1-dp1", "zero1", 5, "replicated -> ZeRO-1"))  # fmt: skip
+    for source, plan, at, what in chain:  # the resumed runs checkpoint every step (as z1 was told)
+        out = work / f"from-{source}-{plan}"
+        shutil.copytree(work / source, out)
+        assert main(["run", "--resume", str(out), "--checkpoint", f"step-{at:08d}", "--plan",
+                     str(work / f"{plan}.json")]) == 0  # fmt: skip
+        got = losses(out)
+        assert len(got) == 6
+        within(max(abs(a - b) / abs(b) for a, b in zip(got[at:], ref[at:])), FP64, f"{what}: steps {at + 1}-6")
+    last = json.loads((work / "from-zero1-one-zero3" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert [(x["sequences"], x["ranks"]) for x in last["replicas"]] == [(4, 3)]  # ran under the plan's sharding
+
+
+def test_a_conflicting_fsdp_is_refused(work, capsys):
+    assert main(["run", "--plan", str(work / "zero1.json"), "--model", "tiny", "--fsdp", "--steps", "1", "--out",
+                 str(work / "refused")]) != 0  # fmt: skip
+    err = capsys.readouterr().err
+    assert "plan 'zero1' shards by its own strategy, zero1 inside each replica (hybrid), but --fsdp" in err
+    assert not (work / "refused" / "metrics.jsonl").exists()
 
 
 def test_verify_accepts_a_joint_plan(work, capsys):

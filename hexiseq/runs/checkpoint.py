@@ -28,6 +28,7 @@ import torch.distributed as dist
 from ..atomic import fsync_dir, fsync_files, fsync_tree, publish
 from ..errors import SpecError
 from ..runtime.failures import storage_error, unwrap
+from ..runtime.zero1 import Zero1AdamW
 
 PREFIX = "step-"
 MANIFEST, TRAINER = "manifest.json", "trainer.json"
@@ -258,15 +259,23 @@ def _save(
 def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """Load a (verified) checkpoint into this rank's model and optimizer, resharding to this world;
     restore this rank's RNG when the world size is the one that saved. Returns the trainer state."""
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_state_dict,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
 
     from .checkpoint_files import dcp_load, load_rng
 
     trainer = read_trainer(path)
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optim": optim_sd}
-    dcp_load(state, path)  # no code from the checkpoint's pickles (checkpoint_files)
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    dcp_load(state, path)  # no code from the checkpoint's pickles (checkpoint_files); every asked key must be there
+    set_model_state_dict(model, state["model"])
+    # ZeRO-1 asks for (and holds) the states of its own parameters only: the others' are not missing
+    partial = StateDictOptions(strict=not isinstance(optimizer, Zero1AdamW))
+    set_optimizer_state_dict(model, optimizer, state["optim"], options=partial)
     rank = dist.get_rank() if dist.is_initialized() else 0
     world = dist.get_world_size() if dist.is_initialized() else 1
     rng = path / f"rng-{rank:05d}.pt"

@@ -17,11 +17,13 @@ from typing import Any
 from ..costmodel import simulate
 from ..errors import HexiSeqError, PlanError, SpecError
 from ..links import ring_allreduce_s
-from ..plan import Plan
+from ..plan import Plan, Sharding
+from ..planfile import ShardingScope, ShardingStage
 from ..runtime.emulation import Emulation
 from ..runtime.hf_checkpoint import inspect_checkpoint
 from ..runtime.llama import LlamaConfig
 from ..runtime.parallel import ParallelOptions
+from ..runtime.replicas import runs_as_replicas
 from ..runtime.train import TrainConfig
 from ..runtime.verify import proxy_config, scale_for_check
 from ..specs import RECOMPUTE_POLICIES, ModelSpec, Workload, load_cluster
@@ -189,7 +191,7 @@ def predict(plan: Plan, cfg, name: str, global_batch: int, recompute: str, fsdp:
         return predict_replicas(plan, cfg, name, global_batch, recompute)
     try:
         cluster = load_cluster(plan.cluster)
-        wl = Workload(plan.seq_len, global_batch, recompute, "zero3" if fsdp else "replicated", plan.block_size)
+        wl = Workload(plan.seq_len, global_batch, recompute, pass_sharding(plan, fsdp), plan.block_size)
         sim = simulate(plan, cluster, model_spec(cfg, name), wl)
     except HexiSeqError as e:
         return {"step_time_s": None, "cluster": plan.cluster, "note": f"no prediction: {e}"}
@@ -210,7 +212,7 @@ def predict_replicas(plan: Plan, cfg, name: str, global_batch: int, recompute: s
     try:
         cluster = load_cluster(plan.cluster)
         spec = model_spec(cfg, name)
-        sharding = "replicated" if str(plan.sharding.stage) == "replicated" else "zero3"
+        sharding = pass_sharding(plan, False)
         parts = []
         for i, n in enumerate(plan.sequences_of(global_batch)):
             part = plan.replica(i)
@@ -237,12 +239,22 @@ def predict_replicas(plan: Plan, cfg, name: str, global_batch: int, recompute: s
     }
 
 
-def refuse_zero1(plan: Plan) -> None:
-    """A run checkpoints through DCP, which cannot save ZeroRedundancyOptimizer's sharded states."""
-    if str(plan.sharding.stage) == "zero1":
+def pass_sharding(plan: Plan, fsdp: bool) -> str:
+    """The cost model's pass shape (Workload.param_sharding) of a run of `plan`: a version-2 plan's own
+    stage (ZeRO-2/3 gather parameters per pass, ZeRO-1 and replicated hold them whole — as
+    costmodel.step shapes a replica's passes), a version-1 plan's the --fsdp option."""
+    if runs_as_replicas(plan):
+        return "zero3" if plan.sharding.stage in (ShardingStage.ZERO2, ShardingStage.ZERO3) else "replicated"
+    return "zero3" if fsdp else "replicated"
+
+
+def refuse_conflicting_fsdp(plan: Plan, fsdp: bool) -> None:
+    """A version-2 plan runs under its own sharding: --fsdp (ZeRO-3 over all devices) asking another
+    one is refused, naming both."""
+    if fsdp and runs_as_replicas(plan) and plan.sharding != Sharding(ShardingStage.ZERO3, ShardingScope.ALL):
         raise PlanError(
-            f"plan {plan.name!r} shards optimizer states by ZeRO-1: hexiseq run cannot checkpoint "
-            "ZeroRedundancyOptimizer through DCP yet; plan zero2 (states and gradients sharded)"
+            f"plan {plan.name!r} shards by its own strategy, {plan.sharding.describe()}, but --fsdp asks for "
+            "zero3 over all devices: drop --fsdp (a version-2 plan runs under its sharding) or plan that sharding"
         )
 
 
@@ -276,6 +288,7 @@ def resolve(plan: Plan, settings: RunSettings, workdir: Path) -> RunConfig:
     warmup = train.warmup
     if warmup >= train.steps and warmup > 0:
         raise HexiSeqError(f"--warmup-steps ({warmup}) must be fewer than --steps ({train.steps})")
+    refuse_conflicting_fsdp(plan, par.fsdp)
     policy = par.recompute or plan_recompute(plan) or "none"
     notes: list[str] = []
     if data.path:
@@ -301,8 +314,8 @@ def resolve(plan: Plan, settings: RunSettings, workdir: Path) -> RunConfig:
             f"replicas: {plan.num_replicas}, sequences per step {shares} (replica i reads the next share of the "
             f"step's samples, in order), sharding {plan.sharding.describe()}"
         )
-    if plan.num_replicas > 1:
-        refuse_zero1(plan)
+    elif runs_as_replicas(plan):
+        notes.append(f"sharding: the plan's own, {plan.sharding.describe()} (a version-2 plan file)")
     cfg, name, model_notes = resolve_model(plan, model.name, model.init_from, spec.vocab)
     notes = model_notes + notes
     if spec.kind != "synthetic":
@@ -373,7 +386,6 @@ def for_resume(
         plan.check()
         if plan.num_replicas > 1:
             plan.sequences_of(cfg.global_batch)  # the run's global batch stays: the replicas must share it
-            refuse_zero1(plan)
         notes.append(
             f"plan: resuming under {plan.name!r} ({plan.world_size} ranks, {plan.num_groups} groups), was "
             f"{old.name!r} ({old.world_size} ranks, {old.num_groups} groups); the checkpoint is resharded"

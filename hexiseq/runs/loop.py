@@ -30,8 +30,8 @@ from ..runtime.groups import build_context
 from ..runtime.hf_checkpoint import load_hf_checkpoint
 from ..runtime.llama import Llama, shift_labels
 from ..runtime.parallel import PlanParallel, Shard
-from ..runtime.replicas import ReplicaLayout, build_joint_context
-from ..runtime.sharding import JointParallel, joint_train_step, param_groups, train_hyper
+from ..runtime.replicas import ReplicaLayout, build_joint_context, runs_as_replicas
+from ..runtime.sharding import JointParallel, param_groups, train_hyper
 from ..runtime.train import check_world, compute_device, lr_at, make_optimizer, make_tokens, train_step
 from ..specs import load_cluster
 from . import checkpoint as ckpt
@@ -122,7 +122,9 @@ def run_worker(
     plan = cfg.plan
     check_world(plan, strict=cfg.strict_gpus)
     train = cfg.train
-    joint = replica_layout(plan, cfg.global_batch) if plan.num_replicas > 1 else None
+    # a version-2 plan (replicas, or a sharding of its own) runs under its sharding; a version-1 plan
+    # as one replica, replicated or (--fsdp) FSDP2 over the world
+    joint = replica_layout(plan, cfg.global_batch) if runs_as_replicas(plan) else None
     if joint is not None:
         jctx = build_joint_context(joint, rank, timeout_s=train.timeout_s)
     else:
@@ -185,17 +187,14 @@ def run_worker(
         data_s = time.perf_counter() - t0
         lr = lr_at(train, step, cfg.steps)
         with emulation.activate(None, rank, pacer):  # off without an emulation
-            if joint is not None:
-                stats = joint_train_step(runner, opt, batch, train.grad_clip, lr, B * S, S * share, step)
-            else:
-                stats = train_step(runner, opt, batch, train, step, lr=lr, tokens=B * S)
+            stats = train_step(runner, opt, batch, train, step, lr=lr, tokens=B * S)
         # outside the timed step: peak memory of every rank, whether any was asked to stop, its timing
         mine = torch.tensor(
             [
                 peak_memory_mb(device),
                 float(_STOP["asked"] or (lead and stop_file.exists())),
                 stats.seconds,
-                getattr(stats, "compute_s", stats.seconds),
+                stats.compute_s,
             ],
             dtype=torch.float64,
             device=device,

@@ -38,10 +38,24 @@ class Console:
 
 
 def step_line(r: dict[str, Any], steps: int) -> str:
-    return (
+    """A step's line; a run of several replicas adds one line per replica (its record in metrics.jsonl)."""
+    line = (
         f"step {r['step']}/{steps}  loss {r['loss']:.5f}  grad_norm {r['grad_norm']:.3f}  {r['tokens_per_s']:,.0f} "
         f"tokens/s  "
         f"({r['step_time_s']:.3f} s)  lr {r['lr']:.2e}"
+    )
+    replicas = r.get("replicas") or ()
+    return "\n".join([line, *(replica_line(x) for x in replicas)]) if len(replicas) > 1 else line
+
+
+def replica_line(x: dict[str, Any]) -> str:
+    """One replica of a step: its sequences and ranks, step and compute time, and its waiting for the
+    slowest replica (the straggler waits 0)."""
+    tok = f"{x['tokens_per_s']:,.0f} tokens/s" if x.get("tokens_per_s") else "no tokens"
+    seqs, ranks = x["sequences"], x["ranks"]
+    return (
+        f"  replica {x['replica']}: {seqs} sequence{'s' * (seqs != 1)} on {ranks} rank{'s' * (ranks != 1)}  "
+        f"step {x['step_time_s']:.3f} s  compute {x['compute_s']:.3f} s ({tok})  waiting {x['waiting_s']:.3f} s"
     )
 
 

@@ -122,7 +122,9 @@ class ParallelSettings:
         choices=tuple(str(p) for p in RECOMPUTE_POLICIES),
         bare=str(RecomputePolicy.SELECTIVE),
     )
-    fsdp: bool = option(False, "shard parameters with FSDP2 (for large models on GPUs)")
+    fsdp: bool = option(
+        False, "shard parameters with FSDP2 (version-1 plans; a version-2 plan runs under its own sharding)"
+    )
     loss_chunk: int = option(4096, "tokens per chunk of the LM head + loss (default 4096)", number=LossChunk)
     strict_gpus: bool = option(
         False, "refuse (not just warn) when a rank's GPU model differs from the plan's device", fixed_on_resume=False

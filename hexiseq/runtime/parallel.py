@@ -18,6 +18,7 @@ On rank r (the layout: hexiseq/plan.py; the exchange: hexiseq/schedule.py):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -84,6 +85,7 @@ class Runner(Protocol):
     def label_count(self, batch: list[Shard]) -> float: ...
     def shard_loss(self, shard: Shard, count: float) -> Tensor: ...
     def global_sum(self, value: Tensor) -> Tensor: ...
+    def micro_steps(self, batch: list[Shard]) -> Iterator[Shard]: ...
     def sync_gradients(self) -> None: ...
     def output(self, tokens: Tensor) -> tuple[Tensor, Tensor]: ...
 
@@ -116,6 +118,10 @@ class SingleDevice:
 
     def global_sum(self, value: Tensor) -> Tensor:
         return value
+
+    def micro_steps(self, batch: list[Shard]) -> Iterator[Shard]:
+        """The step's micro-steps: one per sequence."""
+        yield from batch
 
     def loss(self, tokens: Tensor) -> tuple[Tensor, float]:
         """(mean loss of one whole sequence, for backward; its value)."""
@@ -194,6 +200,13 @@ class PlanParallel:
         total = value.detach().clone().double().reshape(1)
         dist.all_reduce(total)
         return total[0] / (dist.get_world_size() if self.options.fsdp else 1)
+
+    def micro_steps(self, batch: list[Shard]) -> Iterator[Shard]:
+        """One micro-step per sequence; under FSDP2 gradients reduce-scatter on the last one only."""
+        for i, shard in enumerate(batch):
+            if self.options.fsdp:
+                self.model.set_requires_gradient_sync(i == len(batch) - 1)  # type: ignore[operator]
+            yield shard
 
     def loss(self, tokens: Tensor) -> tuple[Tensor, float]:
         """(this rank's share of the global mean loss of one sequence, for backward; the global mean loss)."""

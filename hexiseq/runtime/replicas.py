@@ -30,6 +30,12 @@ STAGES = ("replicated", "zero1", "zero2", "zero3")
 SCOPES = ("all", "replica", "node")
 
 
+def runs_as_replicas(plan: Plan) -> bool:
+    """Does `plan` run under its own sharding (a version-2 plan: replicas, or a sharding other than
+    the default)? A version-1 plan runs as one replica, replicated or FSDP2 as the run's options say."""
+    return bool(plan.replicas) or not plan.sharding.is_default
+
+
 @dataclass(frozen=True)
 class ReplicaLayout:
     """The runtime's view of a joint plan: one-replica `plans` (ranks from 0 each), the `sequences`

@@ -1,4 +1,4 @@
-"""Sharding strategies of data-parallel replicas, on torch's own parts, and the joint training step.
+"""Sharding strategies of data-parallel replicas, on torch's own parts (the step: `train.train_step`).
 
 The update is the one of one process stepping over the whole global batch: every rank divides its
 loss sum by the labelled positions of the whole global batch (all replicas, padding and ignored
@@ -8,8 +8,8 @@ unevenly the sequences and tokens are shared; clipping then uses the global norm
 Strategies (`ReplicaLayout.stage` over `ReplicaLayout.shard_sets()`):
 - replicated: full parameters and AdamW everywhere; gradients summed by a flat all-reduce over
   the world (in buckets).
-- zero1: the same gradients, the optimizer states sharded inside each shard set
-  (`torch.distributed.optim.ZeroRedundancyOptimizer`, which broadcasts the updated parameters).
+- zero1: the same gradients, the optimizer states sharded inside each shard set by whole parameters
+  (`zero1.Zero1AdamW`: each rank steps the parameters it owns and broadcasts them; DCP checkpoints it).
 - zero2 / zero3: FSDP2 `fully_shard` on each block and the root, `reshard_after_forward` False /
   True; zero2 also keeps the parameters gathered through the step's micro-steps
   (`set_reshard_after_backward(False)` until the last one), so it gathers once per step.
@@ -22,7 +22,7 @@ Strategies (`ReplicaLayout.stage` over `ReplicaLayout.shard_sets()`):
   tokens, no attention traffic, zero gradient) — the waiting of an uneven share under ZeRO-2/3.
 
 On CPU/gloo (torch 2.13) every part used here works: `fully_shard` on 1-D and 2-D meshes,
-`DeviceMesh.from_group`, `set_reshard_after_backward`, `ZeroRedundancyOptimizer`. What gloo lacks is
+`DeviceMesh.from_group`, `set_reshard_after_backward`. What gloo lacks is
 PREMUL_SUM (FSDP's divide factors), so the backward loss is scaled by the mesh size instead (FSDP
 averages, the update needs the sum) and the logged loss is the unscaled one.
 """
@@ -30,8 +30,7 @@ averages, the update needs the sum) and the logged loss is the unscaled one.
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
 from typing import Any
@@ -45,6 +44,7 @@ from .llama import IGNORE_INDEX, Llama, LlamaConfig, shift_labels
 from .parallel import ParallelOptions, PlanParallel, Shard, SingleDevice
 from .replicas import JointContext, ReplicaLayout, build_joint_context
 from .train import TrainConfig, _full, compute_device, make_optimizer, portable, train_step
+from .zero1 import Zero1AdamW
 
 _BUCKET_ELEMS = 32 * 2**20  # flat reductions in buckets of this many elements (bounded extra memory)
 
@@ -137,9 +137,7 @@ class Strategy:
         """AdamW over `groups`; under zero1 its states sharded inside the shard set."""
         if self.stage != "zero1":
             return torch.optim.AdamW(groups, **hyper)
-        from torch.distributed.optim import ZeroRedundancyOptimizer
-
-        return ZeroRedundancyOptimizer(groups, optimizer_class=torch.optim.AdamW, process_group=self.set_group, **hyper)
+        return Zero1AdamW(groups, group=self.set_group, **hyper)
 
     def micro_steps(self) -> int:
         """Micro-steps this rank runs per step: its replica's sequences, or under FSDP the most of any
@@ -217,70 +215,33 @@ class JointParallel(PlanParallel):
         none = torch.zeros(0, dtype=torch.long, device=device)
         return Shard(none, none.clone(), none.clone())
 
+    def micro_steps(self, batch: list[Shard]) -> Iterator[Shard]:
+        """This replica's sequences, then under FSDP empty micro-steps up to the busiest replica of
+        the shard set (FSDP's collectives run on every micro-step over the whole set)."""
+        strategy = self.strategy
+        n = strategy.micro_steps()
+        device = batch[0].tokens.device if batch else torch.device("cpu")
+        try:
+            for i in range(n):
+                strategy.before_micro(self.model, i, n)
+                self.idle = i >= len(batch)
+                yield batch[i] if i < len(batch) else self.empty_shard(device)
+        finally:
+            self.idle = False
+
+    def shard_loss(self, shard: Shard, count: float) -> Tensor:
+        """This rank's share of the global batch's mean loss, for backward: times the strategy's
+        factor (FSDP averages over its mesh, the update needs the sum)."""
+        loss = super().shard_loss(shard, count)
+        return loss * self.strategy.loss_scale if self.strategy.loss_scale != 1.0 else loss
+
+    def global_sum(self, value: Tensor) -> Tensor:
+        """The logged loss: the per-rank sums over the world, each rank's factor undone before the sum
+        (unequal shard sets scale by their own sizes)."""
+        return super().global_sum(value / self.strategy.loss_scale)
+
     def sync_gradients(self) -> None:
         self.strategy.reduce(self.model)
-
-
-@dataclass
-class JointStepStats:
-    """One step of one rank: the global loss and norm, and this replica's own timing."""
-
-    step: int
-    loss: float
-    grad_norm: float
-    tokens: int  # tokens the whole world processed
-    replica_tokens: int  # tokens this rank's replica processed
-    seconds: float  # the whole step
-    compute_s: float  # up to the end of its last micro-step (the rest: waiting + the reduction)
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else float("inf")
-
-
-def joint_train_step(
-    runner: JointParallel,
-    optimizer: Any,
-    batch: Sequence[Shard],
-    max_norm: float | None,
-    lr: float | None = None,
-    tokens: int = 0,
-    replica_tokens: int = 0,
-    step: int = 0,
-    grads_hook: Callable[[torch.nn.Module], None] | None = None,
-) -> JointStepStats:
-    """One optimizer step of this rank over its replica's shards (one per sequence of its share):
-    the update of one process over the whole global batch (module doc)."""
-    model, strategy = runner.model, runner.strategy
-    device = batch[0].tokens.device if batch else torch.device("cpu")
-    t0 = time.perf_counter()
-    if lr is not None:
-        for g in optimizer.param_groups:
-            g["lr"] = lr
-    optimizer.zero_grad(set_to_none=True)
-    count = runner.label_count(list(batch))
-    total = torch.zeros((), dtype=torch.float64, device=device)
-    n = strategy.micro_steps()
-    for i in range(n):
-        strategy.before_micro(model, i, n)
-        runner.idle = i >= len(batch)
-        shard = batch[i] if i < len(batch) else runner.empty_shard(device)
-        loss = runner.shard_loss(shard, count)
-        (loss * strategy.loss_scale if strategy.loss_scale != 1.0 else loss).backward()
-        total += loss.detach().double()
-    runner.idle = False
-    compute_s = time.perf_counter() - t0
-    runner.sync_gradients()
-    value = float(runner.global_sum(total))
-    if grads_hook is not None:
-        grads_hook(model)
-    params = [p for p in model.parameters() if p.grad is not None]
-    norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm is not None else float("inf"))
-    optimizer.step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
-    return JointStepStats(step, value, norm, tokens, replica_tokens, time.perf_counter() - t0, compute_s)
 
 
 # ------------------------------------------------------------------------- spawned ranks
@@ -339,13 +300,14 @@ def _joint_job(rank: int, job: JointJob) -> dict[str, Any]:
         data = [synthetic_sequence(job.model, seq_len, k * layout.global_batch + first + j, job.seed)
                 for j in range(joint.sequences)]  # fmt: skip
         batch = [runner.shard(t.to(device), y.to(device)) for t, y in data]
-        s = joint_train_step(runner, opt, batch, job.train.grad_clip, job.train.lr, seq_len * layout.global_batch,
-                             seq_len * joint.sequences, k, keep if job.collect else None)  # fmt: skip
+        s = train_step(runner, opt, batch, job.train, step=k, grads_hook=keep if job.collect else None,
+                       lr=job.train.lr, tokens=seq_len * layout.global_batch)  # fmt: skip
         steps.append(asdict(s))
     out: dict[str, Any] = {"rank": rank, "replica": joint.replica, "steps": steps}
     if job.collect:
         out["grads"] = grads
         out["params"] = {n: _full(p.detach()) for n, p in model.named_parameters()}
+        out["states"] = len(opt.state)  # parameters whose AdamW states this rank holds (ZeRO-1: its own)
     return portable(out)
 
 

@@ -123,8 +123,9 @@ class StepStats:
     step: int
     loss: float
     grad_norm: float
-    tokens: int
-    seconds: float
+    tokens: int  # tokens the whole world processed
+    seconds: float  # the whole step
+    compute_s: float = 0.0  # up to the end of the last micro-step (the rest: waiting, the reduction, AdamW)
 
     @property
     def tokens_per_s(self) -> float:
@@ -141,15 +142,18 @@ def train_step(
     lr: float | None = None,
     tokens: int | None = None,
 ) -> StepStats:
-    """One optimizer step over a batch: forward + backward of every sequence (this rank's shards;
-    a whole-sequence tensor is one sequence), gradients accumulated and summed over ranks, clipping,
-    AdamW at `lr` (default: the optimizer's). The loss is the mean over the batch's labelled positions.
-    `tokens`: tokens the whole world processed (for tokens/s; default the whole-sequence length)."""
+    """One optimizer step over a batch, the one step function of every runner and strategy: forward +
+    backward of each micro-step the runner yields (`runner.micro_steps`: this rank's shards, one per
+    sequence; a whole-sequence tensor is one sequence; under a joint plan's FSDP also the empty
+    micro-steps of a smaller share), gradients summed over ranks (`runner.sync_gradients`), global-norm
+    clipping, AdamW at `lr` (default: the optimizer's). The loss is the mean over the labelled positions
+    of the whole global batch. `tokens`: tokens the whole world processed (for tokens/s; default the
+    whole-sequence length)."""
     model = runner.model
     if isinstance(batch, Tensor):
         tokens = int(batch.numel()) if tokens is None else tokens
         batch = [runner.shard(batch)]
-    device = batch[0].tokens.device
+    device = batch[0].tokens.device if batch else torch.device("cpu")
     t0 = time.perf_counter()
     if lr is not None:
         for g in optimizer.param_groups:
@@ -157,13 +161,12 @@ def train_step(
     optimizer.zero_grad(set_to_none=True)
     count = runner.label_count(list(batch))
     total = torch.zeros((), dtype=torch.float64, device=device)
-    for i, shard in enumerate(batch):
-        if hasattr(model, "set_requires_gradient_sync"):  # FSDP2: reduce-scatter on the last sequence only
-            model.set_requires_gradient_sync(i == len(batch) - 1)
+    for shard in runner.micro_steps(list(batch)):
         with autocast(device):
             loss = runner.shard_loss(shard, count)
         loss.backward()
         total += loss.detach().double()
+    compute_s = time.perf_counter() - t0
     runner.sync_gradients()
     value = float(runner.global_sum(total))
     if grads_hook is not None:
@@ -175,7 +178,7 @@ def train_step(
     if device.type == "cuda":
         torch.cuda.synchronize()
     norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
-    return StepStats(step, value, norm, int(tokens or 0), time.perf_counter() - t0)
+    return StepStats(step, value, norm, int(tokens or 0), time.perf_counter() - t0, compute_s)
 
 
 def train(

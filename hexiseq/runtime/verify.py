@@ -21,6 +21,7 @@ from ..specs import ModelSpec
 from ..specs.identity import model_named
 from .capacity import check_local_world
 from .llama import LlamaConfig
+from .replicas import runs_as_replicas
 
 # Largest relative error accepted, by compute dtype: fp32 reorders sums only (~1e-7 seen), bf16
 # rounds every matmul input (~1e-2 typical between two bf16 runs).
@@ -106,7 +107,7 @@ def verify_plan(
     plan = setup.plan
     backend = local_backend(plan.world_size)
     dtype = "bf16" if backend == "nccl" else "fp32"
-    if plan.num_replicas > 1:
+    if runs_as_replicas(plan):  # a version-2 plan: its replicas under its own sharding
         return _verify_joint(setup, seed, timeout_s, tolerance, time_limit_s, backend, dtype)
     job = StepJob(
         plan=plan.to_dict(), model=setup.model, steps=1, seed=seed, collect=True, train=TrainConfig(timeout_s=timeout_s)
@@ -164,7 +165,7 @@ def _verify_joint(
     from .world import spawn_world
 
     plan = setup.plan
-    layout = ReplicaLayout.from_plan(plan, sum(r.sequences for r in plan.replicas))
+    layout = ReplicaLayout.from_plan(plan, sum(r.sequences for r in plan.replicas) or 1)
     job = JointJob(layout.to_dict(), setup.model, steps=1, seed=seed, collect=True,
                    train=TrainConfig(timeout_s=timeout_s))  # fmt: skip
     t0 = time.perf_counter()
