@@ -103,3 +103,17 @@ def test_bad_input_fails_before_work(tmp_path):
     assert e.value.code == 2
     with pytest.raises(ValueError, match="variant 'top'"):
         RS.variant_catalog(load_gpu_catalog(), "top")
+
+
+def test_reproduce_rate_sensitivity_writes_the_report(tmp_path, capsys):
+    """`hexiseq reproduce --rate-sensitivity --quick` is the module's report; it refuses what it ignores."""
+    from hexiseq.cli import main
+
+    out = tmp_path / "rs"
+    assert main(["reproduce", "--rate-sensitivity", "--quick", "--out", str(out)]) == 0
+    assert {p.name for p in out.iterdir()} >= {"rate_sensitivity.md", "rate_sensitivity.csv", "rate_sensitivity.png"}
+    rows = list(csv.DictReader((out / "rate_sensitivity.csv").open()))
+    assert {r["variant"] for r in rows} == set(RS.VARIANTS)
+    assert main(["reproduce", "--rate-sensitivity", "--stack", "te-fp8", "--out", str(tmp_path / "x")]) != 0
+    assert "takes no SCENARIO" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()

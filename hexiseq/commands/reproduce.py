@@ -21,6 +21,11 @@ writes to out/reproduce-NAME (out/reproduce-quick-NAME with --quick).
 (none named: every stack; stacks with equal factors on those GPUs computed once) into DIR/<stack>/
 and writes DIR/stacks.md, DIR/stacks.csv and DIR/figures/stack_headlines.* (DIR defaults to
 out/reproduce-stacks, out/reproduce-stacks-quick with --quick).
+
+--rate-sensitivity plans the simulation cells whose clusters hold a GPU with a ranged rate
+(`ranges` in data/gpus.yaml) at the low end, the midpoint (the catalog) and the high end, beside the
+rates they borrowed before (hexiseq.reproduce.rate_sensitivity): DIR/rate_sensitivity.md, .csv, .png
+(DIR defaults to out/rate-sensitivity, out/rate-sensitivity-quick with --quick: one cell).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import shlex
 import sys
 
 from ..errors import HexiSeqError
-from ..reproduce import default_out, load_results, redraw, reproduce
+from ..reproduce import default_out, load_results, rate_sensitivity, redraw, reproduce
 from ..reproduce.stack_report import default_stacks_out, stack_report
 from ..specs.stacks import get_stack
 from .common import add_stack_arg, load_stack_arg
@@ -70,6 +75,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="the stacks report: the headline cells on each named stack (none named: every stack of "
         "data/stacks.yaml), DIR/stacks.md, stacks.csv and figures/stack_headlines.*",
     )
+    p.add_argument(
+        "--rate-sensitivity",
+        action="store_true",
+        help="the simulations at both ends of every ranged catalog rate: DIR/rate_sensitivity.md, .csv, .png",
+    )
     p.set_defaults(func=run)
 
 
@@ -86,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
         if sys.argv[1:2] == ["reproduce"]
         else None
     )
+    if args.rate_sensitivity:
+        return _rate_sensitivity(args)
     if args.stacks is not None:
         return _stacks(args, command)
     if args.figures_only:
@@ -123,6 +135,18 @@ def run(args: argparse.Namespace) -> int:
             f"{c.status}"
         )
     return 0
+
+
+def _rate_sensitivity(args: argparse.Namespace) -> int:
+    """`--rate-sensitivity`: the simulations at the ends of the ranged rates (module doc)."""
+    if args.scenarios or args.figures_only or args.stack or args.stacks is not None:
+        raise HexiSeqError(
+            "--rate-sensitivity plans the simulation cells on the default stack at each end of the ranged rates: "
+            "it takes no SCENARIO, no --figures-only, no --stack and no --stacks"
+        )
+    out = args.out or ("out/rate-sensitivity-quick" if args.quick else "out/rate-sensitivity")
+    argv = ["--out", str(out), *(["--quick"] if args.quick else [])]
+    return rate_sensitivity.main(argv)
 
 
 def _stacks(args: argparse.Namespace, command: str | None) -> int:
