@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml
 # on this machine (spawned CPU ranks, a proxy model, the plan scaled to a short sequence). Then a
 # real run: the uneven plan of the emulated cpu-4 cluster, trained on the bundled text (run directory
 # out/run-text: metrics, summary with measured vs predicted step time, loss.png), and the planned plan
-# measured against the best even-share plan and DP = 1 on the same emulation (out/dp.txt).
+# measured against the best DP x symmetric baseline and DP = 1 on the same emulation (out/dp.txt).
 DEMO_ARGS ?= --cluster testbed-8 --model llama2-7b --seq-len 128K --recompute auto
 demo: setup
 	@mkdir -p out
@@ -42,8 +42,9 @@ demo: setup
 	$(VENV)/bin/hexiseq plan --cluster cpu-4 --model tiny --seq-len 256 --out out/plan-cpu-4.json
 	$(VENV)/bin/hexiseq run --plan out/plan-cpu-4.json --model tiny --data data/text/tinyshakespeare.txt \
 		--steps 12 --lr 3e-3 --warmup-steps 2 --out out/run-text --plot
-	@# The planned plan against the best even-share plan and DP = 1, each measured on the emulation
-	$(PY) benchmarks/bench_dp.py --clusters cpu-4 --seq-len 256 --global-batch 4 --steps 4 --out out/dp.txt
+	@# This machine calibrated (cpu-4, short), then the joint plan against the best DP x symmetric baseline and
+	@# DP = 1, each measured on the emulation and predicted by the step model with the calibrated figures
+	$(PY) benchmarks/bench_dp.py --clusters cpu-4 --seq-len 1024 --global-batch 4 --steps 4 --quick --out out/dp.txt
 
 test: setup
 	$(PY) -m pytest -q -ra

@@ -65,6 +65,25 @@ def test_hybrid_replicas_are_their_own_replays_plus_the_copies_allreduce():
     assert "replica 1: 4x A100-80GB; 3 sequences" in st.summary()
 
 
+def test_zero1_inside_one_device_replicas_pays_the_copies_allreduce():
+    """ZeRO-1 inside replicas of one device each: its shard groups have one rank (no reduction inside),
+    so the whole gradient reduction is the all-reduce across the copies; the replay charges it (it was
+    dropped when only the in-group reduction switched the reduction passes on)."""
+    one = [ring_plan([d], S, H, HKV) for d in (0, 4)]  # an H100 and an A100: the copies cross the nodes
+    w = Workload(seq_len=S, global_batch=2, activation_checkpointing="full")
+    z1_plan = Plan.joint(one, [1, 1], Sharding("zero1", "replica"))
+    z1 = estimate_step(z1_plan, TESTBED, MODEL, w)
+    bw, lat = link_matrices(TESTBED)
+    link = float(bw[0, 4]), float(lat[0, 4])
+    P_layer = MODEL.params_per_layer
+    P_root = MODEL.param_count - MODEL.layers * P_layer
+    xr, xr_root = (ring_allreduce_s(2.0 * p, 2, *link) for p in (P_layer, P_root))
+    for i, rep in enumerate(z1.replicas):
+        own = simulate(replace(z1_plan.replica(i), replicas=()), TESTBED, MODEL, replace(w, global_batch=1))
+        # at least the exposed tail of the copies' all-reduce is on the replica's time
+        assert rep.time_s + rep.optimizer_s >= own.iteration_time_s + xr + xr_root - 1e-9
+
+
 def test_regather_of_zero1_and_zero2_and_no_sync_without_communication():
     w = Workload(seq_len=S, global_batch=8, activation_checkpointing="full")
     bw, lat = link_matrices(TESTBED)

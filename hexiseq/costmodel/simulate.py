@@ -373,7 +373,9 @@ def pass_schedule(d: IterationShape) -> list[Step]:
         if copies:
             out.append(Barrier("all-reduce last layer + root across copies", 1, p.xr_layer + p.xr_root))
         return out
-    ddp = d.comm and p.sharding == "replicated" and p.ar_layer > 0
+    # the gradient reduction of whole-parameter passes: inside a shard group (ar) and/or across its copies
+    # (xr; a shard group of one rank has only the latter: ZeRO-1 inside one-device replicas or nodes)
+    ddp = d.comm and p.sharding == "replicated" and (p.ar_layer > 0 or p.xr_layer > 0)
     out = [
         Pass("forward", "f", B * d.layers, 0.0),
         Pass("LM head", "h", B, 0.0),

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from ..costmodel import simulate
+from ..costmodel.step import estimate_step
 from ..errors import HexiSeqError, PlanError, SpecError
-from ..links import ring_allreduce_s
 from ..plan import Plan, Sharding
 from ..planfile import ShardingScope, ShardingStage
 from ..runtime.emulation import Emulation
@@ -187,7 +187,7 @@ def predict(plan: Plan, cfg, name: str, global_batch: int, recompute: str, fsdp:
     judge of a plan). `step_time_s` None, with the reason, when the plan names no usable cluster."""
     if not plan.cluster:
         return {"step_time_s": None, "cluster": None, "note": "the plan names no cluster: no prediction"}
-    if plan.num_replicas > 1:
+    if runs_as_replicas(plan):
         return predict_replicas(plan, cfg, name, global_batch, recompute)
     try:
         cluster = load_cluster(plan.cluster)
@@ -206,36 +206,24 @@ def predict(plan: Plan, cfg, name: str, global_batch: int, recompute: str, fsdp:
 
 
 def predict_replicas(plan: Plan, cfg, name: str, global_batch: int, recompute: str) -> dict[str, Any]:
-    """A joint plan: each replica simulated on its own over its sequences (its one-replica plan), the
-    step the slowest replica's. The cross-replica gradient reduction and the sharding's gathers are not
-    in it (a joint step's cost model would add them)."""
+    """A version-2 plan: the step model (costmodel/step.py, what the joint planner optimises) under the
+    plan's own sharding: each replica's micro-steps, the synchronisation terms after the slowest one
+    (cross-replica reduction, gathers) and the optimizer."""
     try:
         cluster = load_cluster(plan.cluster)
-        spec = model_spec(cfg, name)
-        sharding = pass_sharding(plan, False)
-        parts = []
-        for i, n in enumerate(plan.sequences_of(global_batch)):
-            part = plan.replica(i)
-            sim = simulate(part, cluster, spec, Workload(plan.seq_len, n, recompute, sharding, plan.block_size))
-            parts.append({"replica": i, "sequences": n, "step_time_s": float(sim.iteration_time_s)})
+        wl = Workload(plan.seq_len, global_batch, recompute, pass_sharding(plan, False), plan.block_size)
+        est = estimate_step(plan, cluster, model_spec(cfg, name), wl)
     except HexiSeqError as e:
         return {"step_time_s": None, "cluster": plan.cluster, "note": f"no prediction: {e}"}
     gpus = ", ".join(f"{n}x {t}" for t, n in cluster.gpu_types.items())
-    # the gradients summed over the world once per step, a ring over its slowest link (bf16 bytes, as the
-    # cost model and the emulation count them)
-    ranks = plan.rank_devices
-    bw = min(cluster.bandwidth_gbps(a, b) for a in ranks for b in ranks if a != b) * 1e9
-    lat = max(cluster.latency_s(a, b) for a in ranks for b in ranks if a != b)
-    reduce_s = ring_allreduce_s(2.0 * spec.param_count, plan.world_size, bw, lat)
-    slowest = max(p["step_time_s"] for p in parts)
     return {
-        "step_time_s": slowest + reduce_s,
+        "step_time_s": float(est.step_time_s),
         "cluster": cluster.name,
         "gpus": gpus,
-        "replicas": parts,
-        "reduce_s": reduce_s,
-        "note": f"each of the {len(parts)} replicas simulated over its own sequences on {cluster.name} ({gpus}); "
-        "the step is the slowest replica's plus one ring all-reduce of the gradients over the world",
+        "replicas": [{"replica": r.index, "sequences": r.sequences, "step_time_s": r.time_s} for r in est.replicas],
+        "sync_s": dict(est.sync_s),
+        "note": f"the step model of this plan's {len(est.replicas)} replica(s) under {est.sharding} on "
+        f"{cluster.name} ({gpus}): the slowest replica's micro-steps, then the synchronisation and the optimizer",
     }
 
 
