@@ -12,13 +12,18 @@ Two gaps are reported: "gap" against the bound over every plan the executor can 
 grouping, ring order and split: PlanResult.lower_bound_s) and "search gap" against the bound over
 the search's candidate layouts (PlanResult.search_lower_bound_s).
 
-A joint-plan mode plugs in at `planner_call`: it maps one cell's plan_cluster keyword arguments to
-a PlanResult; `MODES` names every mode the benchmark runs (DP = 1 today).
+Joint targets (issue 18): <= 2 s per sim-128 cell and <= 20 s per 1024-GPU cell at G = 8
+(`--modes joint`: the joint planner, replicas x sharding x CP x HP, on each cell at a global batch
+of 8; its gap is against the bound of every joint plan, its "search gap" against the bound of the
+partitions it did not plan in full).
+
+    .venv/bin/python benchmarks/bench_planner.py --modes "DP = 1,joint" --once
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -26,18 +31,21 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hexiseq.errors import InfeasibleError  # noqa: E402
-from hexiseq.planner import plan_cluster  # noqa: E402
+from hexiseq.planner import JointResult, plan_cluster, plan_joint  # noqa: E402
 from hexiseq.reproduce.scenarios import load_scenarios  # noqa: E402
 from hexiseq.specs import get_model  # noqa: E402
 
 K = 1024
 TARGET_S = {"sim-128": 1.0, "1024 GPUs": 10.0}
+JOINT_TARGET_S = {"sim-128": 2.0, "1024 GPUs": 20.0}
+JOINT_BATCH = 8
 TARGET_GAP = 0.005
 
 
@@ -46,8 +54,33 @@ def planner_call(**kwargs: Any) -> Any:
     return plan_cluster(**kwargs)
 
 
+@dataclass
+class JointAsResult:
+    """A JointResult read with the fields plan_once takes of a PlanResult."""
+
+    r: JointResult
+
+    iteration_time_s = property(lambda self: self.r.step_time_s)
+    lower_bound_s = property(lambda self: self.r.lower_bound_s)
+    gap = property(lambda self: self.r.gap)
+    # against the bound of the partitions not planned in full (0 when none was left)
+    search_gap = property(
+        lambda self: max(0.0, 1.0 - min(self.r.searched_bound_s, self.r.step_time_s) / self.r.step_time_s)
+    )
+    recompute = property(lambda self: self.r.recompute)
+    source = property(lambda self: self.r.partition)
+    stage_times_s = property(lambda self: self.r.stage_times_s)
+    plan = property(lambda self: self.r.plan)
+
+
+def joint_call(**kwargs: Any) -> Any:
+    """The joint planner on the cell at a global batch of JOINT_BATCH sequences."""
+    wl = kwargs.pop("workload")
+    return JointAsResult(plan_joint(workload=dataclasses.replace(wl, global_batch=JOINT_BATCH), **kwargs))
+
+
 # mode name -> the function that plans one cell from plan_cluster's keyword arguments
-MODES: dict[str, Callable[..., Any]] = {"DP = 1": planner_call}
+MODES: dict[str, Callable[..., Any]] = {"DP = 1": planner_call, "joint": joint_call}
 
 
 def grid_cells() -> list[tuple[str, Any]]:
@@ -106,12 +139,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--once", action="store_true", help="plan each cell once (no determinism check)")
     ap.add_argument("--json", help="also write every row to this JSON file")
+    ap.add_argument("--modes", default="DP = 1,joint", help=f"comma-separated, of: {', '.join(MODES)}")
     args = ap.parse_args()
     t_all = time.perf_counter()
     cells = grid_cells()
     print(f"machine: {machine()} at the start; {len(cells)} cells")
     rows: list[dict[str, Any]] = []
-    for mode_name, mode in MODES.items():
+    unknown = [m for m in args.modes.split(",") if m not in MODES]
+    if unknown:
+        ap.error(f"unknown mode(s) {unknown}; choose from {list(MODES)}")
+    for mode_name in args.modes.split(","):
+        mode = MODES[mode_name]
         print(f"\n== {mode_name}")
         print(f"{'cell':>34} {'time s':>7} {'2nd s':>7} {'step s':>9} {'gap':>7} {'search':>7} {'same':>5}  rec")
         for family, cell in cells:
@@ -133,7 +171,7 @@ def main() -> int:
                 f"{a['search_gap']:>7.2%} {same:>5}  {a['recompute']}"
             )
             sys.stdout.flush()
-        for family, target in TARGET_S.items():
+        for family, target in (JOINT_TARGET_S if mode_name == "joint" else TARGET_S).items():
             mine = [r for r in rows if r["mode"] == mode_name]
             print(f"  {family}: time {summary(mine, family, 'time_s')} (target <= {target:g} s)")
             print(f"  {family}: gap {summary(mine, family, 'gap')} (target <= {TARGET_GAP:.1%})")
