@@ -19,6 +19,11 @@ import sys
 
 import pytest
 
+from hexiseq.errors import HexiSeqError
+from hexiseq.planner import plan_cluster
+from hexiseq.planner.layout_model import LayoutModel
+from hexiseq.specs import Workload, get_model, load_cluster
+
 SCRIPT = """
 import json, sys
 from hexiseq.errors import InfeasibleError
@@ -72,3 +77,16 @@ def test_the_same_plan_whatever_the_process_solved_before(alone, before):
     after = _plan_b(before)
     assert after["iteration_time_s"] == alone["iteration_time_s"]
     assert after == alone
+
+
+def test_a_solver_failure_is_an_error_not_a_dropped_layout(monkeypatch):
+    """An LP the solver fails on (here: every one, as when HiGHS refused to start) stops the planner
+    with an error naming the layout; the search does not drop the node and return a baseline."""
+    monkeypatch.setattr(LayoutModel, "solve_lp", lambda self: ("unknown", None))
+    with pytest.raises(HexiSeqError, match="the LP solver failed on layout .*: unknown"):
+        plan_cluster(
+            load_cluster("mixed-4"),
+            get_model("llama2-7b"),
+            Workload(seq_len=32 * 1024, activation_checkpointing="auto"),
+            progress=False,
+        )
