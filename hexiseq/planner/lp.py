@@ -14,6 +14,18 @@ costs of the generic interface dominate and are removed here (measured on sim-12
   level through reader threads while the model was handed over, to swallow HiGHS's banner; HiGHS
   prints it only when the process's first instance is made, so only that one is captured here
   (measured on sim-128, gpt-70b, 128K: 131 instances, 15 % of the search's time).
+
+One thread, whatever ran before: HiGHS keeps one task scheduler per process, made by the process's
+first solve with that solve's `threads` option (its default: 2 on this 2-core machine). A later
+solve asking for another count fails before it starts (HighsStatus.kError, model status "not set",
+which appsi reports as termination "unknown"). So whether the planner's LPs (threads = 1) were
+solved depended on what the process had solved before: a solve with HiGHS's defaults first
+(planner/explain.py's memory LP, run by pyomo.contrib.solver when a replica shape cannot fit; any
+user code) and every LP of the planner failed, each node of the search was dropped as an "error" and
+a baseline won (sim-128, gpt-13b, 1M, global batch 8: 591.154 s in a fresh joint plan, 549.420 s
+when a 512K plan ran first). A solve that finds the scheduler made for another count remakes it for
+one thread and runs again (the same LP on the same thread count: the same answer); a run that still
+fails is an error, never a silently dropped node.
 """
 
 from __future__ import annotations
@@ -87,6 +99,12 @@ class QuietHighs(Highs):
         for key, option in self.highs_options.items():
             highs.setOptionValue(key, option)
         timer.start("optimize")
-        highs.run()
+        status = highs.run()
+        if status == highspy.HighsStatus.kError and highs.getModelStatus() == highspy.HighsModelStatus.kNotset:
+            # the process's scheduler was made for another thread count (module doc): remake it for ours
+            highspy.Highs.resetGlobalScheduler(True)
+            status = highs.run()
         timer.stop("optimize")
+        if status == highspy.HighsStatus.kError and highs.getModelStatus() == highspy.HighsModelStatus.kNotset:
+            raise RuntimeError("HiGHS refused to start the solve (HighsStatus.kError, model status not set)")
         return self._postsolve(timer)

@@ -8,8 +8,9 @@ policy is recorded in the plan (meta["recompute"]).
 
 Determinism: no wall-clock limit decides anything. The search stops at a gap or after a number of
 cutting-plane rounds, the refinement after a number of moves; candidates are listed and visited in
-a fixed order; every LP is solved by HiGHS on one thread. The same input gives the same plan on any
-machine, under any load.
+a fixed order; every LP is solved by HiGHS on one thread, whatever the process solved before
+(planner/lp.py), and an LP the solver fails on stops the planner (planner/search.py). The same input
+gives the same plan on any machine, under any load, after any other plan.
 """
 
 from __future__ import annotations

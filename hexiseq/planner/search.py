@@ -72,7 +72,7 @@ class Node:
     policy: str
     index: int
     bound: float
-    status: str = "screened"  # screened | open | final | branched | infeasible | error
+    status: str = "screened"  # screened | open | final | branched | infeasible
     model: LayoutModel | None = None
     rounds: int = 0
     best_s: float = math.inf  # the fastest plan this node produced
@@ -211,10 +211,12 @@ class Search:
             node.status = "final" if math.isfinite(node.box_ub) else "infeasible"
             return
         if not sol.ok:
-            if sol.status.startswith("error"):  # the solver failed: a bug to report, not a property of the layout
-                raise HexiSeqError(f"the LP solver failed on layout {node.cand.label!r} ({node.policy}): {sol.status}")
-            node.status = "error"
-            return
+            # Every LP here has an optimum (bounded variables, a box that is not empty) or is
+            # infeasible (above): any other status is the solver failing, a bug to report, not a
+            # property of the layout. Dropping the node instead made the plan depend on it (issue 18:
+            # HiGHS refused every solve after another thread count's, every node was dropped and a
+            # baseline won, planner/lp.py).
+            raise HexiSeqError(f"the LP solver failed on layout {node.cand.label!r} ({node.policy}): {sol.status}")
         node.bound = max(node.bound, min(sol.bound_s, node.box_ub))
         if sol.status == "above":  # no plan of the box beats the incumbent: final for every later target
             node.status = "final"
