@@ -73,7 +73,10 @@ def memory_report(cluster: ClusterSpec, model: ModelSpec, workload: Workload) ->
             m.c.add(e / GIB <= m.lam * f["capacity"] / GIB)
         exprs.append(pieces)
     m.obj = pyo.Objective(expr=m.lam)
-    res = SolverFactory("highs").solve(m, load_solutions=False, raise_exception_on_nonoptimal_result=False)
+    # one thread, as every planner LP (planner/lp.py): HiGHS keeps the first solve's thread scheduler
+    res = SolverFactory("highs").solve(
+        m, load_solutions=False, raise_exception_on_nonoptimal_result=False, solver_options={"threads": 1}
+    )
     if res.incumbent_objective is None:
         return MemoryReport(math.inf, math.inf, cap_total, [])
     res.solution_loader.load_vars()
