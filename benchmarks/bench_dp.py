@@ -1,6 +1,6 @@
 """Data-parallel replicas measured on the CPU emulation (issue 19, part 6).
 
-    python benchmarks/bench_dp.py [--clusters cpu-4,cpu-8] [--seq-len 2048] [--global-batch 6] [--steps 5]
+    python benchmarks/bench_dp.py [--clusters cpu-4,cpu-8] [--seq-len 2048] [--global-batch 6] [--steps 8]
                                   [--calibration DIR] [--quick] [--out data/results/dp.txt]
 
 First this machine's figures of the emulated CPU types: `hexiseq calibrate` on cpu-4 (a profile and
@@ -35,8 +35,11 @@ def main() -> int:
     ap.add_argument("--clusters", default="cpu-4,cpu-8")
     ap.add_argument("--seq-len", type=int, default=2048)
     ap.add_argument("--global-batch", type=int, default=6)
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--calibration", help="a calibration.json of cpu-4 (or its directory) to reuse")
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument(
+        "--calibration",
+        help="a calibration.json of cpu-4 (or its directory) to reuse, e.g. data/results/dp-calibration",
+    )
     ap.add_argument("--quick", action="store_true", help="a short calibration (3 steps per plan)")
     ap.add_argument("--out", default="data/results/dp.txt")
     args = ap.parse_args()

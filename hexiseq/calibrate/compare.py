@@ -107,15 +107,15 @@ class Comparison:
 def on_emulated(plan: Any, spec: ClusterSpec, cost: ClusterSpec) -> Any:
     """`plan`, made on `cost` (`spec` with this machine's calibrated figures), recorded as a plan of
     `spec`, the cluster its runs emulate: the same devices and links, whose measured figures (a
-    profiled link bandwidth among them) change the fingerprint. A plan without the record stays as it is; one of
-    another cluster is refused."""
+    profiled link bandwidth among them) change the fingerprint. A plan without the record (a baseline's) takes
+    `spec`'s name only; one of another cluster is refused."""
     recorded = plan.meta.get("cluster_fingerprint")
     if recorded is None:  # a plan without the record (a baseline's) is checked by its devices only
-        return plan
+        return replace(plan, cluster=spec.name)
     differs = fingerprint_mismatch(recorded, cost)
     if differs:
         raise HexiSeqError(f"plan {plan.name!r} was not made on the calibrated {spec.name}: {differs}")
-    return replace(plan, meta={**plan.meta, "cluster_fingerprint": cluster_fingerprint(spec)})
+    return replace(plan, cluster=spec.name, meta={**plan.meta, "cluster_fingerprint": cluster_fingerprint(spec)})
 
 
 def run_plan(

@@ -16,6 +16,7 @@ and each run's pacing overrun (1.00: the emulation held).
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from ..runs.rundir import default_run_dir
 from ..specs import ClusterSpec, ModelSpec, Workload, get_model, load_cluster, write_text_atomic
 from .calibrate import calibrate, pacing_overrun, scaled_cluster
 from .compare import on_emulated, read_calibration, run_plan
-from .emulated_clusters import check_emulated
+from .emulated_clusters import HEADROOM, check_emulated, cpu_factor
 from .profile import DEFAULT_MODEL, Profile, _load
 
 CALIBRATION_CLUSTER = "cpu-4"  # calibrate runs four ranks: the cluster whose device types it fits
@@ -51,6 +52,8 @@ class DPComparison:
     factors: dict[str, float]
     calibration: str
     load_average: dict[str, list[float]] = field(default_factory=dict)
+    cores_needed: float = 0.0  # Σ 1/f over the cluster's emulated devices: the cores its ranks take
+    cores: int = 0  # this machine's
 
     def row(self, system: str) -> dict[str, Any]:
         return next(r for r in self.rows if r["system"] == system)
@@ -77,7 +80,14 @@ class DPComparison:
         lines = [
             f"{self.cluster} (emulated CPU ranks), {self.model}, S = {self.seq_len:,}, global batch "
             f"{self.global_batch}, {self.steps} steps per run (median after {WARMUP_EXCLUDED} warm-up steps); load "
-            f"average {self.load_average.get('before', [0])[0]:.2f} -> {self.load_average.get('after', [0])[0]:.2f}",
+            f"average {self.load_average.get('before', [0])[0]:.2f} -> {self.load_average.get('after', [0])[0]:.2f}; "
+            f"the ranks need {self.cores_needed:.2f} of {self.cores} cores"
+            + (
+                f" (more than 1/{HEADROOM:g} of them: the emulation's room for other load, emulated_clusters.HEADROOM, "
+                "is not kept)"
+                if self.cores_needed > self.cores / HEADROOM
+                else ""
+            ),
             f"{'plan':<12} {'shares':<10} {'sharding':<22} {'predicted s':>11} {'measured s':>10} {'error':>7} "
             f"{'overrun':>7}",
         ]
@@ -119,6 +129,8 @@ class DPComparison:
             "factors": self.factors,
             "calibration": self.calibration,
             "load_average": self.load_average,
+            "cores_needed": self.cores_needed,
+            "cores": self.cores,
             "emulated": True,
         }
 
@@ -264,6 +276,7 @@ def compare_dp(
     cmp = DPComparison(
         spec.name, mspec.name, seq_len, global_batch, steps, rows, str(root), factors, source,
         {"before": load0, "after": _load()},
+        sum(1.0 / (cpu_factor(d.gpu) or 1.0) for d in spec.devices), os.cpu_count() or 1,
     )  # fmt: skip
     write_text_atomic(root / "comparison-dp.json", json.dumps(cmp.to_dict(), indent=2, default=float) + "\n")
     return cmp
