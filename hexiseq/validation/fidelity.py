@@ -459,6 +459,11 @@ def fa2_fwd_bwd(fwd: float, bwd: float) -> float:
     return 3.5 / (1.0 / fwd + 2.5 / bwd)
 
 
+def _midpoint_rate(lo: float, hi: float, why: str) -> Rate:
+    """A rate known as the range [lo, hi]: the catalog holds its midpoint."""
+    return Rate(round((lo + hi) / 2, 6), (lo, hi), RATE_KEY, why)
+
+
 def catalog_rates(kernels: Mapping, catalog: Mapping[str, GPUType], tile: int = 128) -> dict[str, dict[str, Rate]]:
     """eff_matmul and eff_attention of the RATE_GPUS (no published training run) from kernel measurements.
 
@@ -495,10 +500,9 @@ def catalog_rates(kernels: Mapping, catalog: Mapping[str, GPUType], tile: int = 
             c = 1 + tile + 2 * catalog[name].attn_block_half_keys
             lo, hi = r / catalog[name].peak_bf16_tflops, r * (n + c) / n / catalog[name].peak_bf16_tflops
             lo, hi = round(lo, 4), round(hi, 4)
-            d["eff_attention"] = Rate(
-                round((lo + hi) / 2, 6),
-                (lo, hi),
-                RATE_KEY,
+            d["eff_attention"] = _midpoint_rate(
+                lo,
+                hi,
                 f"FA2 causal hd128 fwd+bwd at {n} keys ({fa2}): {r:.2f} TFLOP/s as measured .. the long-block "
                 f"rate with the catalog's block model (c = {c:g}); the midpoint",
             )
@@ -511,10 +515,9 @@ def catalog_rates(kernels: Mapping, catalog: Mapping[str, GPUType], tile: int = 
             continue
         em = d["eff_matmul"].value
         lo, hi = round(em * lo_r, 4), round(em * hi_r, 4)
-        d["eff_attention"] = Rate(
-            round((lo + hi) / 2, 6),
-            (lo, hi),
-            RATE_KEY,
+        d["eff_attention"] = _midpoint_rate(
+            lo,
+            hi,
             f"no FA2 measurement: eff_matmul {em} x the attention-to-GEMM ratios {lo_r:.3f}-{hi_r:.3f} of the "
             f"measured GPUs ({basis}); the midpoint",
         )
