@@ -394,18 +394,7 @@ def report(kernels: dict, published: dict, record: dict) -> tuple[str, bool]:
         st = F.statistics(all_loso)
         met = st.median <= 0.10 and st.worst <= 0.30
         w(f"  all: {st.line()}; target median <= 10%, worst <= 30%: {'MET' if met else 'FAILED'}\n")
-    hp = [q for q in preds["after"] if q.point.family in ("hp", "hybrid")]
-    judged_hp = [q for q in hp if q.point.judged]
-    hp_st = F.statistics((q.point.id, q.ratio) for q in judged_hp)
-    hp_met = hp_st.n >= 6 and hp_st.median <= 0.15
-    w(
-        f"\nHead-parallel and hybrid points, judged apart from ring/CP: {len(hp)} published, {len(judged_hp)} judged "
-        f"(target >= 6 judged, median <= 15%: {'MET' if hp_met else 'FAILED'}): "
-        + (hp_st.line() if judged_hp else "none judged")
-        + "; reported: "
-        + ", ".join(f"{q.point.id} {q.ratio:.2f}" for q in hp)
-        + "\n"
-    )
+    w(_layout_section(preds["after"]))
     w(_unseen_section(preds["after"], cals["after"]))
     w(_public_section(points, cals["after"], preds["after"]))
     fails = verdicts["after"].failures
@@ -415,6 +404,27 @@ def report(kernels: dict, published: dict, record: dict) -> tuple[str, bool]:
         + "\n"
     )
     return o.getvalue(), not fails
+
+
+def _layout_section(preds: list[F.Prediction]) -> str:
+    """Judged points per layout group (fidelity.by_layout): head-parallel / hybrid apart from ring/CP
+    and from no split, never-fitted and fit points apart, with issue 20's head-parallel target."""
+    groups = F.by_layout(preds)
+    hp = groups[F.HEAD_PARALLEL]
+    t = F.HP_TARGET
+    lines = ["\nJudged points by layout, apart (never fitted = split holdout or unseen; fit points beside):"]
+    for g, s in groups.items():
+        lines.append(f"  {g:24s} never fitted {s.never_fitted.line()}")
+        lines.append(f"  {'':24s} fit          {s.fit.line()}")
+    lines.append(
+        f"  head-parallel / hybrid target (>= {t['points']} judged never-fitted points, median <= {t['median']:.0%}): "
+        + ("MET" if F.head_parallel_met(hp) else "FAILED")
+    )
+    lines.append(
+        "  head-parallel / hybrid, reported only (grade C or not modelled): "
+        + (", ".join(f"{i} {r:.2f}" for i, r in hp.reported) or "none")
+    )
+    return "\n".join(lines) + "\n"
 
 
 def _unseen_section(preds: list[F.Prediction], cal: F.Calibration) -> str:

@@ -25,8 +25,7 @@ def figures():
     cmp = F.compare_flop_only(preds, after.gpus)
     loso = [abs(r - 1) for run in rec["leave_one_source_out"]["runs"] for r in run["ratios"].values()]
     st = rec["fit"]["statistics"]["holdout"]
-    hp = [q for q in preds if q.point.judged and q.point.family in ("hp", "hybrid")]
-    hp_st = F.statistics((q.point.id, q.ratio) for q in hp)
+    hp_st = F.by_layout(preds)[F.HEAD_PARALLEL].never_fitted
     points = F.load_points(pub)
     public = sum(public_reason(p) is None for p in points)
     return {
@@ -38,7 +37,7 @@ def figures():
         "held worst": f"{st['worst']:.1%}",
         "loso median": f"{median(loso):.0%}",
         "loso worst": f"{max(loso):.0%}",
-        "head-parallel judged": f"{len(hp)} judged",
+        "head-parallel judged": f"{hp_st.n} judged",
         "head-parallel median": f"median {hp_st.median:.1%}",
         "head-parallel worst": f"worst {hp_st.worst:.1%}",
         "public path": f"{public} of {len(points)}",

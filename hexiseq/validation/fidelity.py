@@ -29,15 +29,17 @@ The mapping (one replica of the job is one Plan; the replicas run in parallel):
     stack       every point runs on its source's software stack (data/stacks.yaml, `used_by`),
                 through the cost model's own CostOptions.stack: FP8 GEMMs of the transformer layers
                 (te-fp8, torchtitan-2412-fp8: a kernel measurement, cuBLASLt FP8 over the best bf16
-                GEMM on H100; the LM head stays bf16), llm-foundry's 2023 Triton attention
-                (llmfoundry-triton-2023: one attention factor, fitted on the fit split jointly with
-                the GPU that has points of both kernels, shared by every GPU), torchtitan's
+                GEMM on H100; the LM head stays bf16), the 2023 Triton attention of llm-foundry and
+                of the DeepSpeed-Ulysses release (llmfoundry-triton-2023: one attention factor,
+                fitted on the fit split jointly with the GPU that has points of both kernels, shared
+                by every GPU), torchtitan's
                 power-capped HBM2e H100 (two factors on that GPU entry, fitted). No correction is
                 private to this module: `hexiseq estimate --stack NAME` applies the same factors
 Unpublished configuration (Ulysses degree, batch, recompute, NIC) is filled from ASSUMED, each
 entry with its reason; the bench prints them. Points of the sources the fit never sees (split
 unseen, published.yaml `unseen_sources`) are predicted and judged only; head-parallel and hybrid
-points are judged apart from ring/CP ones. `validation/public_path.py` runs every point that the
+points are judged apart from ring/CP ones (`by_layout`: per LAYOUT_GROUPS, never-fitted and fit
+points apart; `head_parallel_met`: issue 20's target). `validation/public_path.py` runs every point that the
 public path can express through `hexiseq estimate` and says why the others cannot be.
 
 The fit (`fit_catalog`, deterministic): priors from kernels.yaml (`kernel_priors`); then per GPU
@@ -837,6 +839,54 @@ def verdict(preds: Sequence[Prediction], targets: Mapping[str, float] = TARGETS)
         tuple(pairs),
         dict(targets),
     )
+
+
+# Layout groups reported apart (data/validation/README.md, `layout.family`): head parallelism by
+# all-to-all, alone or with a ring (USP), against ring/all-gather context parallelism and no split.
+LAYOUT_GROUPS: dict[str, tuple[str, ...]] = {
+    "head-parallel / hybrid": ("hp", "hybrid"),
+    "ring / CP": ("cp",),
+    "no sequence split": ("none",),
+}
+HEAD_PARALLEL = "head-parallel / hybrid"
+HP_TARGET = {"points": 6, "median": 0.15}  # issue 20: judged head-parallel or hybrid points and their median
+
+
+def layout_group(p: Point) -> str:
+    """The LAYOUT_GROUPS name of a point's layout family."""
+    return next(g for g, fams in LAYOUT_GROUPS.items() if p.family in fams)
+
+
+@dataclass(frozen=True)
+class LayoutStats:
+    """One layout group's judged points: never fitted (held-out and unseen splits) and fit, apart."""
+
+    group: str
+    never_fitted: Stats
+    fit: Stats
+    reported: tuple[tuple[str, float], ...]  # (id, ratio) of the group's points that are not judged
+
+
+def by_layout(preds: Sequence[Prediction]) -> dict[str, LayoutStats]:
+    """Statistics of the judged points per layout group (LAYOUT_GROUPS order), never-fitted and fit
+    points apart; the group's unjudged points (grade C, not modelled) listed with their ratios."""
+    out = {}
+    for g in LAYOUT_GROUPS:
+        mine = [q for q in preds if layout_group(q.point) == g]
+        judged = [q for q in mine if q.point.judged]
+        out[g] = LayoutStats(
+            g,
+            statistics((q.point.id, q.ratio) for q in judged if q.point.split != "fit"),
+            statistics((q.point.id, q.ratio) for q in judged if q.point.split == "fit"),
+            tuple((q.point.id, q.ratio) for q in mine if not q.point.judged),
+        )
+    return out
+
+
+def head_parallel_met(s: LayoutStats, target: Mapping[str, float] = HP_TARGET) -> bool:
+    """Issue 20's head-parallel target on the never-fitted judged points: at least `points` of them,
+    median |pred/pub - 1| at most `median`."""
+    return s.never_fitted.n >= target["points"] and s.never_fitted.median <= target["median"]
 
 
 # ------------------------------------------------------------------------------ the fit
