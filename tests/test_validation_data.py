@@ -202,6 +202,16 @@ def test_conversions_can_be_redone(points, models):
         if conv["formula"] == "direct":
             assert p["tokens_per_s_per_gpu"] == pytest.approx(float(p["measured"]["value"])), p["id"]
             continue
+        if conv["formula"] == "elapsed":  # seconds over timed steps: tokens x steps / (seconds x GPUs)
+            assert conv["args"]["gpus"] == p["num_gpus"], p["id"]
+            for value, c in ((p["tokens_per_s_per_gpu"], conv), (p.get("tokens_per_s_per_gpu_alt"), conv.get("alt"))):
+                if c is None:
+                    continue
+                a = c["args"]
+                want = a["tokens_per_step"] * a["timed_steps"] / (p["measured"]["value"] * a["gpus"])
+                assert value == pytest.approx(want, rel=1e-4), p["id"]
+            assert conv["args"]["tokens_per_step"] == p["batch"]["global_tokens"], p["id"]
+            continue
         args = conv.get("args") or _arch(p, models)
         f = _flops_per_token(conv["formula"], args, p["seq_len"])
         assert f == pytest.approx(conv["flops_per_token"], rel=1e-4), f"{p['id']}: flops_per_token"

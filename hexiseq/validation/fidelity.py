@@ -131,6 +131,11 @@ ASSUMED: dict[str, dict[str, Any]] = {
         "70B do not fit 80 GB otherwise), DGX-A100 NICs (8 x HDR 200 Gb/s: 25 GB/s per GPU; only multi-node rows "
         "use it)",
     },
+    "odysseus_bench": {
+        "nic_gbps": 25.0,
+        "sharding": "zero3",
+        "why": "one 8-GPU node (the NIC value is never used); torch FSDP FULL_SHARD over the 8 ranks (train.py)",
+    },
     "llama3_herd": {
         "recompute": "none",
         "sharding": "zero3",
