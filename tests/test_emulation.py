@@ -61,10 +61,36 @@ def test_a_slowed_rank_sleeps_its_factor_of_cpu_time(world):
     assert fast["compute_sleep_s"] == 0.0 and fast["ops"] == 0  # f = 1: nothing is paced
     f = 2.5
     assert slow["ops"] >= 120 and slow["cpu_s"] > 0
-    paced = slow["wall_s"] + slow["compute_sleep_s"]
+    paced = slow["wall_s"] + slow["host_s"] + slow["compute_sleep_s"]
     assert paced >= f * slow["cpu_s"] - 1e-3  # never faster than f x its CPU time
     if slow["wall_s"] <= f * slow["cpu_s"]:  # the machine left it its share: the sleep made up exactly the rest
         assert paced <= f * slow["cpu_s"] + 0.05  # (the last sleep may overshoot by a scheduler tick)
+
+
+def test_host_time_between_operators_runs_behind_the_device_work():
+    """The host's own time between operators (here a Python sleep) pays off what the slowed device
+    still owes instead of adding to it (a GPU's launch queue), and never runs ahead of the device:
+    in-process, one rank, no communication."""
+    import time
+
+    f, gap, n = 10.0, 2e-3, 30
+    a = torch.randn(160, 160, generator=torch.Generator().manual_seed(0))
+    with E.activate(E.Emulation((f,)), 0) as pacer:
+        torch.mm(a, a)  # the dispatch mode's one-time set-up
+        pacer.stats, pacer.debt = E.PacerStats(), 0.0
+        t0 = time.monotonic()
+        for _ in range(n):
+            a = torch.tanh(a @ a)  # ~0.5 ms of CPU: ~5 ms owed, more than the host gap after it
+            time.sleep(gap)
+        pacer.settle(0.0)
+        elapsed = time.monotonic() - t0
+    st = pacer.stats
+    device = f * st.cpu_s
+    assert st.host_s >= 0.5 * n * gap  # the gaps were hidden behind owed device time ...
+    assert st.wall_s + st.host_s + st.compute_sleep_s >= device - 1e-3  # ... never faster than the device
+    # hidden, not added: the block took its device time plus only the host time nothing could hide
+    # (serial pacing took device + every gap), and the last sleep's overshoot
+    assert elapsed < device + st.host_exposed_s + 0.02
 
 
 def test_emulated_link_holds_messages_and_keeps_them_intact(world):

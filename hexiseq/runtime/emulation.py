@@ -10,6 +10,14 @@ The method (every figure it produces is labelled "emulated", with its factors):
   other ranks; pacing by CPU time, not wall time, keeps the emulated rate when ranks briefly share a
   core (an operator slowed by a neighbour owes less sleep). An emulated rank runs one torch thread.
   The rank is a device of 1/f of a core as long as Σ 1/f over the ranks stays within the cores.
+- **Host time.** The emulated device runs the operators asynchronously from its host, as a GPU's
+  launch queue does: the host's own wall time between operators (Python, the autograd engine, the
+  dispatch, waiting on an asynchronous collective) pays off what the device still owes instead of
+  adding to it, so a step takes max(host, device) between two communications, not their sum. Host
+  time never creates credit (a device cannot run work it has not been given), and the wait inside a
+  communication is not host time (the device's queue is drained before it). Without this, every
+  rank ran f·(operator CPU) + (host time at 1x): a per-operator cost the cost model (a GPU's) does not
+  have, largest on the fast ranks (least sleep to hide it) and on plans with many small operators.
 - **Links.** A pair (a, b) may have an emulated link of β bytes/s and α seconds (two "nodes" joined by
   a slower network). Bytes are counted as the cost model counts them: 2 bytes per element (bf16),
   whatever dtype the CPU run uses, so β is in the cost model's units. A batched P2P exchange
@@ -113,12 +121,16 @@ class Emulation:
 
 @dataclass
 class PacerStats:
-    """What the emulation did on one rank (seconds): the operators' CPU and wall time, the sleep that
-    made them f times slower, and the sleep that emulated links."""
+    """What the emulation did on one rank (seconds): the operators' CPU and wall time, the host time
+    between them (hidden behind the device's work, or exposed), the sleep that made them f times
+    slower, and the sleep that emulated links. Held pacing: wall_s + host_s + compute_sleep_s =
+    f x cpu_s."""
 
     ops: int = 0
     cpu_s: float = 0.0
     wall_s: float = 0.0
+    host_s: float = 0.0  # host time between operators that ran while the device still owed (module doc)
+    host_exposed_s: float = 0.0  # host time between operators with nothing owed: the rank was host-bound
     compute_sleep_s: float = 0.0
     link_sleep_s: float = 0.0
     messages: int = 0
@@ -137,6 +149,8 @@ class Pacer(TorchDispatchMode):
         self.emulation, self.rank = emulation, rank
         self.factor = emulation.slowdown[rank]
         self.debt = 0.0
+        self.mark: float | None = None  # time.monotonic() up to which the rank's wall time is accounted
+        self.bookkeeping = False  # True while the emulation's own operators run (message stamps): not paced
         self.stats = PacerStats()
 
     # ------------------------------------------------------------------ compute
@@ -144,10 +158,13 @@ class Pacer(TorchDispatchMode):
         kwargs = kwargs or {}
         if func.namespace in _COMM_NAMESPACES:
             self.settle()  # a message leaves at the emulated time
+            out = func(*args, **kwargs)
+            self.mark = time.monotonic()  # the wait inside a communication is not host time
+            return out
+        if self.factor == 1.0 or self.bookkeeping:  # the emulation's own work is host time, not the device's
             return func(*args, **kwargs)
-        if self.factor == 1.0:
-            return func(*args, **kwargs)
-        w0, c0 = time.monotonic(), time.thread_time()
+        w0 = self.host()
+        c0 = time.thread_time()
         out = func(*args, **kwargs)
         dc, dw = time.thread_time() - c0, time.monotonic() - w0
         st = self.stats
@@ -155,19 +172,46 @@ class Pacer(TorchDispatchMode):
         st.cpu_s += dc
         st.wall_s += dw
         self.debt = max(-CREDIT_S, self.debt + self.factor * dc - dw)
+        self.mark = w0 + dw
         if self.debt > QUANTUM_S:
             self.settle()
         return out
 
+    def host(self) -> float:
+        """Account the host's wall time since `mark` (module doc, host time): what the device still
+        owes runs meanwhile; the rest of it was host-bound. Returns now (time.monotonic), the new mark."""
+        now = time.monotonic()
+        if self.mark is not None and now > self.mark:
+            gap = now - self.mark
+            hidden = min(gap, max(self.debt, 0.0))
+            self.debt -= hidden
+            self.stats.host_s += hidden
+            self.stats.host_exposed_s += gap - hidden
+        self.mark = now
+        return now
+
     def settle(self, at_least: float = MIN_SLEEP_S) -> None:
         """Sleep off what the rank owes, when it is at least `at_least` seconds (before it communicates,
         and whenever it exceeds QUANTUM_S); a smaller debt stays owed."""
+        if self.factor != 1.0:
+            self.host()
         if self.debt > 0 and self.debt >= at_least:
             t0 = time.monotonic()
             time.sleep(self.debt)
             slept = time.monotonic() - t0
             self.stats.compute_sleep_s += slept
             self.debt -= slept  # an oversleep is owed back
+            self.mark = t0 + slept
+
+    @contextlib.contextmanager
+    def unpaced(self) -> Iterator[None]:
+        """A block of the emulation's own operators (stamping and unpacking messages over an emulated
+        link): no device would run them, so they are not paced (their time is host time)."""
+        was, self.bookkeeping = self.bookkeeping, True
+        try:
+            yield
+        finally:
+            self.bookkeeping = was
 
     # ------------------------------------------------------------------ links
     def hold_until(self, deadline: float) -> None:
@@ -176,11 +220,13 @@ class Pacer(TorchDispatchMode):
         if wait > 0:
             time.sleep(wait)
             self.stats.link_sleep_s += wait
+        self.mark = time.monotonic()  # a link's time is not host time
 
     def hold(self, seconds: float) -> None:
         if seconds > 0:
             time.sleep(seconds)
             self.stats.link_sleep_s += seconds
+        self.mark = time.monotonic()
 
     def a2a_seconds(self, ranks: Sequence[int], send_elems: Sequence[int], recv_elems: Sequence[int]) -> float:
         """Emulated time of this rank's part of an all-to-all among `ranks` (global, group order):
@@ -228,6 +274,7 @@ def activate(emulation: Emulation | dict | None, rank: int, pacer: Pacer | None 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     _ACTIVE.append(pacer)
+    pacer.mark = None  # the host's time before the block is not the device's
     try:
         with pacer:
             yield pacer
@@ -286,8 +333,9 @@ class P2PLinks:
         bw, lat = link
         self.send_s += t.numel() * MODEL_BYTES_PER_ELEMENT / bw
         self.latency_s = max(self.latency_s, lat)
-        flat = t.reshape(-1)
-        out = torch.cat([flat, flat.new_zeros(self.tail(t.dtype))])
+        with self.pacer.unpaced():
+            flat = t.reshape(-1)
+            out = torch.cat([flat, flat.new_zeros(self.tail(t.dtype))])
         self.stamps.append((out, flat.numel()))
         return out
 
@@ -299,7 +347,8 @@ class P2PLinks:
         bw, lat = link
         self.recv_s += t.numel() * MODEL_BYTES_PER_ELEMENT / bw
         self.latency_s = max(self.latency_s, lat)
-        buf = t.new_empty(t.numel() + self.tail(t.dtype))
+        with self.pacer.unpaced():
+            buf = t.new_empty(t.numel() + self.tail(t.dtype))
         self.recvs.append((buf, t.numel()))
         return buf
 
@@ -307,19 +356,21 @@ class P2PLinks:
         """Stamp the messages with the post time (after the rank's owed compute sleep)."""
         self.pacer.settle()
         self.posted = time.monotonic()
-        stamp = torch.tensor([self.posted], dtype=torch.float64)
-        for buf, n in self.stamps:
-            buf[n:] = stamp.view(buf.dtype)
+        with self.pacer.unpaced():
+            stamp = torch.tensor([self.posted], dtype=torch.float64)
+            for buf, n in self.stamps:
+                buf[n:] = stamp.view(buf.dtype)
 
     def complete(self) -> None:
         """After the real transfers: hold until the emulated links would have delivered."""
         if not (self.stamps or self.recvs):
             return
         start = self.posted
-        for buf, n in self.recvs:
-            start = max(
-                start, float(buf[n:].clone().view(torch.float64)[0])
-            )  # clone: an odd offset cannot be viewed as float64
+        with self.pacer.unpaced():
+            for buf, n in self.recvs:
+                start = max(
+                    start, float(buf[n:].clone().view(torch.float64)[0])
+                )  # clone: an odd offset cannot be viewed as float64
         self.pacer.stats.messages += len(self.stamps) + len(self.recvs)
         self.pacer.hold_until(start + self.latency_s + max(self.send_s, self.recv_s))
 
