@@ -1,9 +1,9 @@
 """The joint planner's certificate against every joint plan of small clusters (tests/_joint_plans.py):
-every replica partition (devices may be left out), every layout of each replica (uneven groupings
-inside a node included), every sharding strategy and every integer batch share of G = 1..4
-sequences (G = 1 and 3 on the two largest cases), judged by the step model. The joint planner's
-reported lower bound must be below every one of them (so its reported gap is true), its plan within that gap of the best, and its plan must
-replay to the time it reports. Nodes of 3, 5 and 7 GPUs and mixed node sizes and GPU types."""
+every replica partition (devices may be left out), every layout of each replica (uneven groupings inside
+a node included), every sharding strategy and every integer batch share of G = 1..4 sequences (G = 1 and
+3 on the two largest cases), judged by the step model. The joint planner's reported lower bound must be
+below every one of them (so its reported gap is true), its plan within that gap of the best, and its
+plan must replay to the time it reports. Nodes of 3, 5 and 7 GPUs and mixed node sizes and GPU types."""
 
 from __future__ import annotations
 
