@@ -135,3 +135,29 @@ def test_the_replay_refuses_plans_of_several_replicas():
     for judge in (estimate, simulate):
         with pytest.raises(PlanError, match="2 data-parallel replicas: time its step with"):
             judge(_pair(), TESTBED, MODEL, w)
+
+
+def test_replica_lines_shared_across_strategies_are_each_strategys_own_replay():
+    """The cache's shared layer passes, durations and memory give every strategy the lines (and
+    step times) a fresh replay gives, bit for bit, and a full replay's iteration time."""
+    from hexiseq.costmodel.durations import durations
+    from hexiseq.costmodel.simulate import layer_chains, simulate_durations
+    from hexiseq.costmodel.step import replica_lines, step_time
+    from hexiseq.planner import STRATEGIES
+
+    w = Workload(seq_len=S, global_batch=8, activation_checkpointing="selective")
+    cache: dict = {}
+    for sharding in STRATEGIES:
+        j = replace(_pair(), sharding=sharding)
+        shared = replica_lines(j, TESTBED, MODEL, w, cache=cache)
+        assert shared == replica_lines(j, TESTBED, MODEL, w)
+        assert step_time(j, TESTBED, MODEL, shared, cache=cache) == step_time(j, TESTBED, MODEL, shared)
+    p = symmetric_plan(range(8), S, H, HKV, cp=2, hp=4)
+    d1 = durations(p, TESTBED, MODEL, replace(w, global_batch=1))
+    d3 = durations(p, TESTBED, MODEL, replace(w, global_batch=3))
+    full = simulate_durations(d3)
+    quick = simulate_durations(d3, chains=layer_chains(d1), phases=False)
+    assert quick.iteration_time_s == full.iteration_time_s and quick.passes == full.passes
+    assert not quick.phases
+    with pytest.raises(ValueError):
+        simulate_durations(d3, trace=True, chains=layer_chains(d1))

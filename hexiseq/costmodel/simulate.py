@@ -351,6 +351,13 @@ def _pass(
     return D, ph, r, False
 
 
+def _pass_seconds(end: np.ndarray, comm: float, window: np.ndarray, slowdown: np.ndarray) -> float:
+    """`_pass`'s duration alone (the same arithmetic, bit for bit), without the phases."""
+    if comm > 0:
+        return float(max((end + (np.maximum(0.0, comm - window) + slowdown * comm)).max(), comm))
+    return float(end.max())
+
+
 def pass_schedule(d: IterationShape) -> list[Step]:
     """The passes of one iteration (module doc): layer passes with their prefetched collective and
     the exposed collectives between them. The planner's model and the bounds read the same list."""
@@ -389,21 +396,53 @@ def pass_schedule(d: IterationShape) -> list[Step]:
     return out
 
 
-def simulate_durations(d: Durations, trace: bool = False) -> SimResult:
-    """Replay one iteration from precomputed durations (module doc); with `trace`, each pass kind's
-    critical path (the planner's model turns them into constraints)."""
+@dataclass(frozen=True, eq=False)
+class LayerChains:
+    """One forward and one backward layer pass replayed from a synchronized start (`_Chain`): every
+    rank's finish and phases. They depend on the durations of the layer only, not on the parameter
+    collectives, the optimizer or the batch (which only schedule the passes), so a caller replaying
+    the same layout under several strategies or batches replays its layer passes once. Read-only."""
+
+    chain: _Chain
+    end_f: np.ndarray
+    own_f: dict[str, np.ndarray]
+    end_b: np.ndarray
+    own_b: dict[str, np.ndarray]
+
+
+def layer_chains(d: Durations, trace: bool = False) -> LayerChains:
+    """The layer passes of durations `d` (LayerChains)."""
     R = d.a.R
     chain = _Chain(d, trace)
     own_f, own_b = _zeros(R), _zeros(R)
     end_f = chain.forward(np.zeros(R), own_f)
     end_b = chain.backward(np.zeros(R), own_b)
+    return LayerChains(chain, end_f, own_f, end_b, own_b)
+
+
+def simulate_durations(
+    d: Durations, trace: bool = False, chains: LayerChains | None = None, phases: bool = True
+) -> SimResult:
+    """Replay one iteration from precomputed durations (module doc); with `trace`, each pass kind's
+    critical path (the planner's model turns them into constraints). `chains`: `layer_chains` of
+    durations whose layer terms are d's (the same layout; the collectives, optimizer and batch may
+    differ), replayed once by the caller; without a trace only. `phases=False`: the times only
+    (iteration and passes, the same numbers), `SimResult.phases` left empty."""
+    R = d.a.R
+    if chains is None:
+        chains = layer_chains(d, trace)
+    elif trace:
+        raise ValueError("a traced replay replays its own layer passes (chains only without trace)")
+    if trace and not phases:
+        raise ValueError("a traced replay keeps its phases")
+    chain, end_f, own_f, end_b, own_b = chains.chain, chains.end_f, chains.own_f, chains.end_b, chains.own_b
     own_h = _zeros(R)
     own_h["lm_head"] += d.head
     slow = d.slowdown
     total = _zeros(R)
     passes: dict[str, tuple[float, float]] = {}
     paths: dict[str, list[PathItem]] = {}
-    chains = {
+    kinds = {
         "f": (end_f, own_f, chain.forward_path),
         "b": (end_b, own_b, chain.backward_path),
         "h": (d.head, own_h, lambda r: [OwnWork("head", r)]),
@@ -413,10 +452,13 @@ def simulate_durations(d: Durations, trace: bool = False) -> SimResult:
     def add(name: str, kind: str, count: float, comm: float = 0.0) -> None:
         if count <= 0:
             return
-        end, own, path_of = chains[kind]
-        D, ph, r, exposed = _pass(end, own, comm, windows[kind], slow)
-        for key in PHASES:
-            total[key] += count * ph[key]
+        end, own, path_of = kinds[kind]
+        if not phases:
+            D = _pass_seconds(end, comm, windows[kind], slow)
+        else:
+            D, ph, r, exposed = _pass(end, own, comm, windows[kind], slow)
+            for key in PHASES:
+                total[key] += count * ph[key]
         c0, _ = passes.get(name, (0.0, D))
         passes[name] = (c0 + count, D)
         if trace:
@@ -428,7 +470,8 @@ def simulate_durations(d: Durations, trace: bool = False) -> SimResult:
 
     def barrier(name: str, count: float, seconds: float) -> None:
         if count > 0 and seconds > 0:
-            total["param_comm"] += count * seconds
+            if phases:
+                total["param_comm"] += count * seconds
             c0, _ = passes.get(name, (0.0, seconds))
             passes[name] = (c0 + count, seconds)
             if trace:
@@ -441,13 +484,14 @@ def simulate_durations(d: Durations, trace: bool = False) -> SimResult:
             barrier(step.name, step.count, step.seconds)
     r = int(np.argmax(d.optimizer))
     opt = float(d.optimizer[r])
-    total["optimizer"] += d.optimizer
-    total["wait"] += opt - d.optimizer
+    if phases:
+        total["optimizer"] += d.optimizer
+        total["wait"] += opt - d.optimizer
     passes["optimizer"] = (1.0, opt)
     if trace:
         paths["optimizer"] = [Constant(opt)]
     t = float(sum(c * s for c, s in passes.values()))
-    return SimResult(t, total, passes, paths)
+    return SimResult(t, total if phases else {}, passes, paths)
 
 
 def path_length(d: Durations, items: list[PathItem]) -> float:

@@ -26,6 +26,7 @@ strategy over its shard group (memory.sharded_state_bytes).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -41,7 +42,7 @@ from .durations import coefficients, evaluate
 from .kernels import CostOptions
 from .memory import MEMORY_KEYS, memory_bytes, sharded_state_bytes
 from .policy import rule_of
-from .simulate import simulate_durations
+from .simulate import layer_chains, simulate_durations
 
 STATE_KEYS = ("weights", "grads", "optimizer", "param_buffers")
 
@@ -115,8 +116,10 @@ def shard_groups(plan: Plan, cluster: ClusterSpec) -> list[np.ndarray]:
     return [np.flatnonzero(node == n) for n in dict.fromkeys(node.tolist())]
 
 
+@functools.lru_cache(maxsize=4096)
 def _pass_shape_workload(workload: Workload, stage: ShardingStage, sequences: int) -> Workload:
-    """The workload a replica's replay reads: its sequences, the zero3 or replicated pass shape."""
+    """The workload a replica's replay reads: its sequences, the zero3 or replicated pass shape
+    (memoized: a validated Workload is immutable and costly to build)."""
     shape = "zero3" if stage in (ShardingStage.ZERO3, ShardingStage.ZERO2) else "replicated"
     return replace(workload, global_batch=sequences, param_sharding=shape)
 
@@ -135,7 +138,30 @@ class _Strategy:
     sync: StepCollectives
 
 
-def _strategy(plan: Plan, cluster: ClusterSpec, model: ModelSpec, options: CostOptions) -> _Strategy:
+def _strategy(
+    plan: Plan, cluster: ClusterSpec, model: ModelSpec, options: CostOptions, cache: dict | None = None
+) -> _Strategy:
+    """The plan's sharding over its ranks; `cache` (replica_lines' dict, one cluster and model)
+    keeps it per (sharding, devices, replica ranks, options): the sequence counts do not change it."""
+    key = None
+    if cache is not None:
+        key = (
+            "strategy",
+            plan.sharding,
+            plan.rank_devices,
+            tuple(g.size for g in plan.groups),
+            tuple(r.groups for r in plan.replicas),  # with the group sizes: each replica's ranks
+            options,
+        )
+        if key in cache:
+            return cache[key]
+    st = _build_strategy(plan, cluster, model, options)
+    if key is not None:
+        cache[key] = st
+    return st
+
+
+def _build_strategy(plan: Plan, cluster: ClusterSpec, model: ModelSpec, options: CostOptions) -> _Strategy:
     stage = plan.sharding.stage
     bw_all, lat_all = link_matrices(cluster)
     dev = np.array(plan.rank_devices, dtype=np.int64)
@@ -167,10 +193,12 @@ def _replica_coefficients(
     options: CostOptions,
     st: _Strategy,
     base: tuple | None = None,
+    ranks: range | None = None,
 ):
     """(arrays, coefficients, workload) of replica i's `sequences` micro-steps under the strategy
-    (`base`: the replica's arrays and coefficients already built, under the same pass shape)."""
-    ranks = plan.replica_ranks(i)
+    (`base`: the replica's arrays and coefficients already built, under the same pass shape;
+    `ranks`: its global ranks, plan.replica_ranks(i), when the caller has them)."""
+    ranks = plan.replica_ranks(i) if ranks is None else ranks
     wl = _pass_shape_workload(workload, st.stage, sequences)
     if base is None:
         a = plan_arrays(plan.replica(i), cluster, model, wl, options)
@@ -216,31 +244,36 @@ def replica_lines(
 ) -> list[ReplicaLine]:
     """Every replica's `ReplicaLine` under the plan's sharding, whatever sequence counts the plan
     holds (the replay is linear in B: replayed at B = 1 and 2). Identical replicas (same GPUs, node
-    pattern, layout and collectives) are replayed once; `cache` (a dict the caller keeps) shares the
-    replicas' arrays and coefficients across calls (other strategies, other partitions)."""
+    pattern, layout and collectives) are replayed once; `cache` (a dict the caller keeps, for one
+    cluster, model and block size) shares across calls (other strategies, other partitions) the
+    replicas' arrays, coefficients, durations, layer passes (simulate.layer_chains: the collectives,
+    optimizer and batch only schedule them) and memory, the plans' strategies and validity checks."""
     cache = {} if cache is None else cache
     rule_of(workload)
-    plan.check(cluster, model)
-    st = _strategy(plan, cluster, model, options)
+    if ("checked", plan) not in cache:  # the same plan is scored under each of its batch shares' callers
+        plan.check(cluster, model)
+        cache[("checked", plan)] = True
+    st = _strategy(plan, cluster, model, options, cache)
     out: list[ReplicaLine] = []
     seen: dict[tuple, ReplicaLine] = {}
+    if ("devices",) not in cache:  # what a replica's key reads of each device
+        cache[("devices",)] = [(d.gpu.name, d.nic_gbps, d.link_bandwidth_gbps, d.node) for d in cluster.devices]
+    info = cache[("devices",)]
+    pass_shape = (_pass_shape_workload(workload, st.stage, 1).param_sharding, str(workload.recompute), workload.seq_len)
+    start = 0
     for i in range(plan.num_replicas):
-        sub = plan.replica(i)
-        nodes = [cluster.devices[d].node for d in sub.rank_devices]
-        first = {n: j for j, n in reversed(list(enumerate(nodes)))}
-        ranks = plan.replica_ranks(i)
+        span = plan.replica_groups(i)
+        groups = plan.groups[span.start : span.stop]
+        devices = [d for g in groups for d in g.devices]
+        ranks = range(start, start + len(devices))  # = plan.replica_ranks(i): replicas hold consecutive ranks
+        start = ranks.stop
+        first: dict[int, int] = {}
+        for j, d in enumerate(devices):
+            first.setdefault(info[d][3], j)
         key = (
-            tuple(
-                (
-                    cluster.devices[d].gpu.name,
-                    cluster.devices[d].nic_gbps,
-                    cluster.devices[d].link_bandwidth_gbps,
-                    first[n],
-                )
-                for d, n in zip(sub.rank_devices, nodes)
-            ),
-            tuple((g.size, g.chunk_len, g.shards, g.heads) for g in sub.groups),
-            (_pass_shape_workload(workload, st.stage, 1).param_sharding, str(workload.recompute), workload.seq_len),
+            tuple((info[d][0], info[d][1], info[d][2], first[info[d][3]]) for d in devices),
+            tuple((g.size, g.chunk_len, g.shards, g.heads) for g in groups),
+            pass_shape,
             tuple(int(x) for x in st.shards_of[ranks.start : ranks.stop]),
             None
             if st.today
@@ -254,20 +287,27 @@ def replica_lines(
         if key not in seen and ("line", key) in cache:
             seen[key] = cache[("line", key)]
         if key not in seen:
+            sub = plan.replica(i)
             own = sub.replicas[0].sequences if sub.replicas else workload.global_batch  # what its check expects
             shape = key[:3]  # the replica without its strategy
             if shape not in cache:
                 cache[shape] = _replica_coefficients(
                     plan, i, own, cluster, model, workload, options, replace(st, today=True)
                 )[:2]
-            a, c, _ = _replica_coefficients(plan, i, own, cluster, model, workload, options, st, cache[shape])
-            d = evaluate(c, a.s, a.L)
+            if ("layer", shape) not in cache:  # its durations, layer passes and memory, whatever the strategy
+                a0, c0 = cache[shape]
+                d0 = evaluate(c0, a0.s, a0.L)
+                mem0 = memory_bytes(a0, model, _pass_shape_workload(workload, st.stage, 1), d0.recv_bytes, options)
+                cache[("layer", shape)] = (d0, layer_chains(d0), mem0)
+            d0, chains, mem0 = cache[("layer", shape)]
+            a, c, _ = _replica_coefficients(plan, i, own, cluster, model, workload, options, st, cache[shape], ranks)
+            d = replace(d0, c=c, optimizer=c.optimizer)  # = evaluate(c, a.s, a.L): c differs in params, optimizer
             t = []
             for B in (1, 2):
-                sim = simulate_durations(replace(d, c=replace(c, batch=B)))
+                sim = simulate_durations(replace(d, c=replace(c, batch=B)), chains=chains, phases=False)
                 opt = sim.passes["optimizer"][1]
                 t.append(sim.iteration_time_s - opt)
-            total = _replica_memory(a, d, model, workload, options, st, ranks)
+            total = _replica_memory(a, d, model, workload, options, st, ranks, mem0)
             worst = int(np.argmax(total - a.capacity))
             seen[key] = cache[("line", key)] = ReplicaLine(
                 2 * t[0] - t[1], t[1] - t[0], opt, bool((total <= a.capacity).all()), float(total[worst] / GIB)
@@ -293,10 +333,11 @@ def step_time(
     model: ModelSpec,
     lines: list[ReplicaLine],
     options: CostOptions = CostOptions(),
+    cache: dict | None = None,
 ) -> float:
     """`estimate_step`'s step time from the replicas' lines at the plan's sequence counts (no
-    replay: the planner scores batch shares with it)."""
-    st = _strategy(plan, cluster, model, options)
+    replay: the planner scores batch shares with it; `cache`: replica_lines' dict)."""
+    st = _strategy(plan, cluster, model, options, cache)
     seqs = [r.sequences for r in plan.replicas] if plan.replicas else None
     if seqs is None:
         raise PlanError("step_time needs a plan with replicas (their sequence counts)")
@@ -304,9 +345,21 @@ def step_time(
     return compose_step([ln.time_s(b) for ln, b in zip(lines, seqs)], [ln.optimizer_s for ln in lines], sync.total_s)
 
 
-def _replica_memory(a, d, model: ModelSpec, workload: Workload, options: CostOptions, st: _Strategy, ranks: range):
-    """[R] bytes per rank of a replica: memory.py's categories, the strategy's model states."""
-    mem = memory_bytes(a, model, _pass_shape_workload(workload, st.stage, 1), d.recv_bytes, options)
+def _replica_memory(
+    a,
+    d,
+    model: ModelSpec,
+    workload: Workload,
+    options: CostOptions,
+    st: _Strategy,
+    ranks: range,
+    base: dict[str, np.ndarray] | None = None,
+):
+    """[R] bytes per rank of a replica: memory.py's categories, the strategy's model states
+    (`base`: memory_bytes of the replica under its pass shape, already computed; not modified)."""
+    if base is None:
+        base = memory_bytes(a, model, _pass_shape_workload(workload, st.stage, 1), d.recv_bytes, options)
+    mem = dict(base)
     if not st.today:
         states = sharded_state_bytes(model, st.stage, st.shards_of[ranks.start : ranks.stop].astype(np.float64))
         for key in STATE_KEYS:

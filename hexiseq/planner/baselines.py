@@ -295,7 +295,7 @@ def evaluate_family(
         if np.any(mem > d.a.capacity):
             continue  # memory first: a plan that does not fit is never replayed
         fitting += 1
-        t = simulate_durations(d).iteration_time_s
+        t = simulate_durations(d, phases=False).iteration_time_s
         if best is None or t < best[0]:
             best = (t, label, p, policy)
     if best is None:

@@ -86,7 +86,7 @@ def judge(
     s = np.array([t for tok in ints for t in tok], dtype=float)
     L = workload.block_size * np.asarray(blocks, dtype=float)
     d = evaluate(coef, s, L)
-    t = simulate_durations(d).iteration_time_s
+    t = simulate_durations(d, phases=False).iteration_time_s
     a = replace(coef.a, s=s, L=L)
     mem = sum(memory_bytes(a, model, workload, d.recv_bytes, options).values())
     return t, bool(np.all(mem <= a.capacity))

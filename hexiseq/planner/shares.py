@@ -98,7 +98,7 @@ def best_over_strategies(
                 continue
         else:
             lines = [lines[i] for i in used]
-        t = step_time(plan, cluster, model, lines, options)
+        t = step_time(plan, cluster, model, lines, options, cache)
         if t < best[0]:
             best = (t, plan)
     return best[0], best[1], all_fit
