@@ -338,7 +338,7 @@ def _pass(
     that sets it (None: the collective itself) and whether that rank's exposed part is comm - window."""
     ph = {p: v.copy() for p, v in own.items()}
     if comm > 0:
-        exposed = np.maximum(0.0, comm - window) + slowdown * comm
+        exposed = _exposed(comm, window, slowdown)
         total = end + exposed
         r = int(np.argmax(total))
         D = float(max(total[r], comm))
@@ -351,10 +351,15 @@ def _pass(
     return D, ph, r, False
 
 
+def _exposed(comm: float, window: np.ndarray, slowdown: np.ndarray) -> np.ndarray:
+    """[R] seconds of a prefetched collective each rank does not hide behind its window."""
+    return np.maximum(0.0, comm - window) + slowdown * comm
+
+
 def _pass_seconds(end: np.ndarray, comm: float, window: np.ndarray, slowdown: np.ndarray) -> float:
     """`_pass`'s duration alone (the same arithmetic, bit for bit), without the phases."""
     if comm > 0:
-        return float(max((end + (np.maximum(0.0, comm - window) + slowdown * comm)).max(), comm))
+        return float(max((end + _exposed(comm, window, slowdown)).max(), comm))
     return float(end.max())
 
 

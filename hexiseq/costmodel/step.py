@@ -260,13 +260,11 @@ def replica_lines(
         cache[("devices",)] = [(d.gpu.name, d.nic_gbps, d.link_bandwidth_gbps, d.node) for d in cluster.devices]
     info = cache[("devices",)]
     pass_shape = (_pass_shape_workload(workload, st.stage, 1).param_sharding, str(workload.recompute), workload.seq_len)
-    start = 0
     for i in range(plan.num_replicas):
         span = plan.replica_groups(i)
         groups = plan.groups[span.start : span.stop]
         devices = [d for g in groups for d in g.devices]
-        ranks = range(start, start + len(devices))  # = plan.replica_ranks(i): replicas hold consecutive ranks
-        start = ranks.stop
+        ranks = plan.replica_ranks(i)
         first: dict[int, int] = {}
         for j, d in enumerate(devices):
             first.setdefault(info[d][3], j)
