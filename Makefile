@@ -47,7 +47,7 @@ demo: setup
 	$(PY) benchmarks/bench_dp.py --clusters cpu-4 --seq-len 1024 --global-batch 4 --steps 4 --quick --out out/dp.txt
 
 test: setup
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra --durations=40
 
 # Lint and format (ruff, configured in pyproject.toml) and the layer contracts (import-linter, .importlinter;
 # tests/test_architecture.py runs them inside `make test` too). .ci/run calls this.
