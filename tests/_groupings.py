@@ -103,11 +103,24 @@ def best_plan(
     return best, best_plan_, n
 
 
+# lp_plan's results for this pytest process, keyed by the inputs' full values (reprs: ClusterSpec
+# compares by identity): test_planner_exhaustive and test_bound_joint enumerate the same layouts of
+# the same clusters, and the answer is a pure function of its inputs.
+_LP_PLANS: dict[tuple[str, ...], tuple[float, Plan | None]] = {}
+
+
 def lp_plan(cluster: ClusterSpec, model: ModelSpec, wl: Workload, groups, heads) -> tuple[float, Plan | None]:
     """The fastest plan that fits found for one layout through its relaxation: the layout model's
     optimum (planner/layout_model.py) rounded to whole blocks and tokens (a few roundings, the shards chosen
     again under memory when a rounding does not fit), each judged by the step replay. (inf, None)
     when none fits. The planner's code finds the plans; only the replay judges them."""
+    key = (repr(cluster), repr(model), repr(wl), repr(groups), repr(heads))
+    if key not in _LP_PLANS:
+        _LP_PLANS[key] = _lp_plan(cluster, model, wl, groups, heads)
+    return _LP_PLANS[key]
+
+
+def _lp_plan(cluster: ClusterSpec, model: ModelSpec, wl: Workload, groups, heads) -> tuple[float, Plan | None]:
     try:
         lm = LayoutModel(cluster, model, wl, Layout(tuple(groups), tuple(heads)))
     except HexiSeqError:

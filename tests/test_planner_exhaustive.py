@@ -133,13 +133,15 @@ def test_planner_bound_holds_against_an_exhaustive_search(name, cluster, S, poli
 
 TINY = ModelSpec("tiny-gqa", layers=4, hidden=1024, heads=8, kv_heads=2, ffn=2816, vocab=32000)
 
+# The same clusters, lengths and policies as test_bound_joint's CASES where they overlap: the layouts'
+# plans (tests/_groupings.lp_plan) are computed once per pytest process for both.
 GROUPING_CASES = [
     # name, nodes, seq_len, policy, slow
-    ("node of 5", [("A100-80GB", 5, 25)], 16 * 1024, "none", False),
+    ("node of 5", [("A100-80GB", 5, 25)], 16 * 1024, "full", False),
     ("nodes of 3 and 2", [("H100-SXM", 3, 25), ("A100-80GB", 2, 25)], 16 * 1024, "none", False),
     ("nodes of 3 and 2, selective", [("H100-SXM", 3, 25), ("A100-80GB", 2, 25)], 32 * 1024, "selective", False),
     ("nodes of 3, 1 and 2", [("H100-SXM", 3, 50), ("A100-80GB", 1, 25), ("L40S", 2, 12.5)], 16 * 1024, "none", True),
-    ("node of 7", [("H100-SXM", 7, 50)], 16 * 1024, "full", True),
+    ("node of 7", [("H100-SXM", 7, 50)], 16 * 1024, "selective", True),
 ]
 
 
