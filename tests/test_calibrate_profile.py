@@ -8,13 +8,14 @@ import pytest
 import yaml
 
 from hexiseq.calibrate import Profile, profile
-from hexiseq.calibrate.cpu_types import catalog_text
+from hexiseq.calibrate.compare_dp import cost_cluster
+from hexiseq.calibrate.cpu_types import catalog_text, with_derived_types
 from hexiseq.calibrate.profile import resolve_world
 from hexiseq.cli import main
 from hexiseq.costmodel import simulate
 from hexiseq.errors import HexiSeqError, SpecError
 from hexiseq.plan import ring_plan
-from hexiseq.specs import ClusterSpec, Workload, get_model, load_gpu_catalog, load_profile
+from hexiseq.specs import ClusterSpec, Workload, get_model, load_cluster, load_gpu_catalog, load_profile
 from hexiseq.specs.files import data_path
 from hexiseq.specs.gpus import numeric_fields
 
@@ -116,6 +117,23 @@ def test_the_cpu_catalog_is_written_from_the_reference_profile():
             base.eff_attention,
             base.link_bandwidth_gbps,
         )
+
+
+def test_a_profile_describes_the_cpu_types_it_did_not_measure_by_the_catalogs_rule():
+    """cpu-8's CPU-x8 and CPU-x20 from a profile of cpu-4 (CPU-x4, CPU-x10): the catalog's figures of
+    them (written from that profile, 4 significant digits), and the profile's own figures untouched;
+    a type that is not an emulated CPU type is not invented."""
+    prof = Profile.load(data_path("profiles") / "cpu-4.yaml")
+    cat = load_gpu_catalog(data_path("gpus-cpu.yaml"))
+    ext = with_derived_types(prof, ["CPU-x4", "CPU-x8", "CPU-x20", "H100-SXM"])
+    assert set(ext.gpus) == {"CPU-x4", "CPU-x10", "CPU-x8", "CPU-x20"} and ext.gpus["CPU-x4"] == prof.gpus["CPU-x4"]
+    for name in ("CPU-x8", "CPU-x20"):
+        for key, value in ext.gpus[name].items():
+            assert value == pytest.approx(getattr(cat[name], key), rel=1e-3), (name, key)
+    assert ext.gpus["CPU-x8"]["peak_bf16_tflops"] == pytest.approx(2.5 * ext.gpus["CPU-x20"]["peak_bf16_tflops"])
+    assert with_derived_types(prof, ["CPU-x4"]) is prof
+    cpu8 = cost_cluster(load_cluster("cpu-8"), prof, {"peak_bf16_tflops": 0.5})
+    assert cpu8.devices[0].gpu.peak_bf16_tflops == pytest.approx(0.5 * ext.gpus["CPU-x8"]["peak_bf16_tflops"])
 
 
 def test_bad_worlds_are_refused_before_any_work(tmp_path):

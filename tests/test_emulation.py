@@ -145,8 +145,9 @@ def test_local_world_leaves_room_on_the_cores():
     assert local_factor(2, cores=2) == 2.0
     assert local_factor(1, cores=8) == 1.0
     assert local_cluster(4, cores=2).gpu_types == {"CPU-x4": 4}
-    with pytest.raises(HexiSeqError, match="use at most 10 ranks"):
-        local_factor(11, cores=2)
+    assert local_factor(6, cores=2) == 8.0
+    with pytest.raises(HexiSeqError, match="use at most 20 ranks"):
+        local_factor(21, cores=2)
     with pytest.raises(HexiSeqError, match="positive number of ranks"):
         local_cluster(0)
 

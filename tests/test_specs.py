@@ -32,7 +32,7 @@ EXPECTED_CLUSTERS = {
     "scale-1024": {"H100-SXM": 256, "A100-80GB": 256, "A800": 256, "L40S": 256},
     "mixed-4": {"H100-SXM": 2, "A100-80GB": 2},
     "cpu-4": {"CPU-x4": 2, "CPU-x10": 2},
-    "cpu-8": {"CPU-x4": 4, "CPU-x10": 4},
+    "cpu-8": {"CPU-x8": 4, "CPU-x20": 4},
 }
 
 

@@ -32,6 +32,7 @@ from ..runs.rundir import default_run_dir
 from ..specs import ClusterSpec, ModelSpec, Workload, get_model, load_cluster, write_text_atomic
 from .calibrate import calibrate, pacing_overrun, scaled_cluster
 from .compare import on_emulated, read_calibration, run_plan
+from .cpu_types import with_derived_types
 from .emulated_clusters import HEADROOM, check_emulated, cpu_factor
 from .profile import DEFAULT_MODEL, Profile, _load
 
@@ -163,7 +164,9 @@ def calibrated_figures(
 
 
 def cost_cluster(spec: ClusterSpec, profile: Profile, factors: dict[str, float]) -> ClusterSpec:
-    """`spec` with the calibrated figures of its CPU types (refused when the profile lacks a type)."""
+    """`spec` with the calibrated figures of its CPU types: the profile's, with any CPU type it did not
+    measure derived from those it did (cpu_types.with_derived_types); refused when it lacks another type."""
+    profile = with_derived_types(profile, spec.gpu_types)
     missing = [t for t in spec.gpu_types if t not in profile.gpus]
     if missing:
         raise HexiSeqError(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+from collections.abc import Iterable
 
 from ..specs import GPUType
 from ..specs.files import data_path, write_text_atomic
@@ -21,7 +22,9 @@ from ..specs.gpus import catalog_field_order, numeric_fields
 from .emulated_clusters import RATE_FIELDS, cpu_factor, derived_type
 from .profile import Profile
 
-FACTORS = (1.0, 2.0, 4.0, 10.0)  # the CPU types the catalog holds (local worlds and cpu-4 use them)
+# the CPU types the catalog holds: local worlds and cpu-4 use 1-10; cpu-8 uses 8 and 20 (twice cpu-4's
+# factors: eight ranks in the 0.7 of a core cpu-4's four take)
+FACTORS = (1.0, 2.0, 4.0, 8.0, 10.0, 20.0)
 SOURCE_KEY = "hexiseq_cpu_profile"
 
 
@@ -44,6 +47,26 @@ def base_type(profile: Profile) -> GPUType:
         sources={k: SOURCE_KEY for k in numeric_fields()},
         **{k: float(v) for k, v in med.items()},
     )
+
+
+def with_derived_types(profile: Profile, types: Iterable[str]) -> Profile:
+    """`profile` with figures for each emulated CPU type of `types` it did not measure, by the
+    catalog's own rule (module doc): CPU-x1 from the types it measured, then the rates divided by f.
+    A calibration of cpu-4 (CPU-x4, CPU-x10) so describes cpu-8's CPU-x8 and CPU-x20: the same ranks
+    of the same machine, slowed by other factors."""
+    missing = [t for t in types if t not in profile.gpus and cpu_factor(t) is not None]
+    if not missing:
+        return profile
+    base = base_type(profile)
+    keys = list(next(iter(profile.gpus.values())))
+    gpus = dict(profile.gpus)
+    for name in missing:
+        derived = derived_type(base, cpu_factor(name) or 1.0, name=name)
+        gpus[name] = {k: float(getattr(derived, k)) for k in keys}
+    notes = (profile.notes + " " if profile.notes else "") + (
+        f"{', '.join(missing)} derived from the measured types (hexiseq.calibrate.cpu_types.with_derived_types)."
+    )
+    return Profile(gpus, profile.measured, notes)
 
 
 def catalog_text(profile: Profile, where: str) -> str:
