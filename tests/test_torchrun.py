@@ -37,6 +37,21 @@ def torchrun(args: list[str], nproc: int, cwd: Path, extra: list[str] = ()) -> s
     return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def finish(agents: list[subprocess.Popen], timeout: float = 180) -> list[str]:
+    """The agents' outputs once all have exited; past `timeout` every agent is killed and the test
+    fails with the tail of each one's output (where a run stalls shows in it), not a bare TimeoutExpired."""
+    outs = []
+    for a in agents:
+        try:
+            outs.append(a.communicate(timeout=timeout)[0])
+        except subprocess.TimeoutExpired:
+            for b in agents:
+                b.kill()
+            tails = [f"--- agent {i} ---\n{(b.communicate()[0] or '')[-3000:]}" for i, b in enumerate(agents)]
+            pytest.fail(f"the torchrun agents did not finish within {timeout:g} s:\n" + "\n".join(tails))
+    return outs
+
+
 def ours(output: str) -> list[str]:
     """The lines our processes print about a failure."""
     return [ln for ln in output.splitlines() if re.match(r"(\[rank\d+\]:)?hexiseq run: (rank|error)", ln)]
@@ -133,7 +148,7 @@ def test_two_torchrun_agents_run_a_two_node_plan(tmp_path, within):
 
     _cross_node_plan(tmp_path)
     port = free_port()
-    args = ["run", "--plan", "plan.json", "--out", "run", "--steps", "3", "--model", "tiny"]
+    args = ["run", "--plan", "plan.json", "--out", "run", "--steps", "3", "--model", "tiny", "--timeout", "60"]
     agents = [
         torchrun(
             args,
@@ -143,7 +158,7 @@ def test_two_torchrun_agents_run_a_two_node_plan(tmp_path, within):
         )
         for n in (0, 1)
     ]
-    outs = [a.communicate(timeout=180)[0] for a in agents]
+    outs = finish(agents)
     assert [a.returncode for a in agents] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
     for s in (
         "0=node 0/local 0 (device 0",
@@ -200,7 +215,7 @@ def test_two_torchrun_agents_run_a_two_replica_plan_one_replica_per_node(tmp_pat
     node1 = Plan(groups=(Group((2,), 48, (96,), (8,)), Group((3,), 80, (160,), (8,))), **one)
     Plan.joint([node0, node1], [3, 1], Sharding("zero2", "replica"), name="joint").check().save(tmp_path / "plan.json")
     port = free_port()
-    args = ["run", "--plan", "plan.json", "--out", "run", "--steps", "2", "--model", "tiny"]
+    args = ["run", "--plan", "plan.json", "--out", "run", "--steps", "2", "--model", "tiny", "--timeout", "60"]
     agents = [
         torchrun(
             args,
@@ -210,7 +225,7 @@ def test_two_torchrun_agents_run_a_two_replica_plan_one_replica_per_node(tmp_pat
         )
         for n in (0, 1)
     ]
-    outs = [a.communicate(timeout=180)[0] for a in agents]
+    outs = finish(agents)
     assert [a.returncode for a in agents] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
     summary = load_summary(tmp_path / "run")
     assert summary["status"] == "completed" and summary["world_size"] == 4 and summary["global_batch"] == 4
