@@ -4,7 +4,8 @@ step of `global_batch` sequences.
 - Candidates: the DP x family baselines (planner/dp_baselines.py, the first incumbent), today's
   plan of one replica (`plan_cluster`, DP = 1: skipped when a proven bound of its search space is
   above the best plan found) and the replica partitions of
-  the cluster's structure (planner/replicas.py). Each replica shape is planned once (`plan_cluster`
+  the cluster's structure (planner/replicas.py: families of identical nodes, fast+slow pairings,
+  rate-balanced unions of nodes). Each replica shape is planned once (`plan_cluster`
   on the shape as a cluster of its own, one sequence, ZeRO-3 inside it) and its plan moved onto
   every replica of that shape.
 - Strategies: every parameter-sharding stage over every scope (`STRATEGIES`), scored by the step
@@ -52,7 +53,17 @@ from ..specs.identity import cluster_fingerprint, model_record
 from .baselines import policies_of
 from .candidates import EXHAUSTIVE_DEVICES, device_subsets
 from .dp_baselines import DPBaseline, dp_baselines
-from .replicas import Partition, Replica, partitions, replica_devices, shape_key, sub_cluster
+from .replicas import (
+    Partition,
+    Piece,
+    Replica,
+    balanced_unions,
+    partition_key,
+    partitions,
+    replica_devices,
+    shape_key,
+    sub_cluster,
+)
 from .result import PlanResult
 from .scheduler import plan_cluster
 from .search import DEFAULT_GAP
@@ -160,6 +171,9 @@ class _Shapes:
         self.plans: dict[tuple, tuple[Plan, str] | None] = {}
         self.seconds = 0.0  # spent planning shapes
         self.bounds: dict[tuple, float] = {}
+        # per planned shape of whole nodes: their specs and its plan's seconds per sequence (node_rate)
+        self.times: dict[tuple, tuple[tuple, float]] = {}
+        self._compute_rate: dict[tuple, float] = {}
 
     def per_sequence_bound(self, rep: Replica) -> float:
         """A lower bound of the shape's seconds per sequence: its balanced compute (costmodel.bound)."""
@@ -176,6 +190,35 @@ class _Shapes:
             self.bounds[key] = max(0.0, two - one)  # the compute of one more sequence (no optimizer)
         return self.bounds[key]
 
+    def partition_bound(self, part: Partition, global_batch: int) -> float:
+        """A lower bound of the partition's step: its shapes' balanced compute, with exact shares."""
+        return lower_shares_bound([self.per_sequence_bound(r) for r in part.replicas], global_batch)
+
+    def node_rate(self, n: int) -> float:
+        """Sequences per second one node n adds to a replica: the best per-node rate of the shapes of
+        its spec planned so far (whole nodes of that spec only), else its balanced compute's rate
+        scaled by the median planned / compute ratio of the specs that were planned."""
+        spec = self._spec(n)
+        compute = 1.0 / max(self.per_sequence_bound((Piece(n, 0, self.cluster.nodes[n].count),)), 1e-12)
+        planned: dict[tuple, float] = {}
+        ratios = []
+        for nodes, seconds in self.times.values():
+            if len(set(nodes)) == 1 and math.isfinite(seconds) and seconds > 0:
+                planned[nodes[0]] = max(planned.get(nodes[0], 0.0), 1.0 / (seconds * len(nodes)))
+        for sp, r in planned.items():
+            ratios.append(r / self._compute_rate[sp])
+        if spec in planned:
+            return planned[spec]
+        return compute * (sorted(ratios)[len(ratios) // 2] if ratios else 1.0)
+
+    def _spec(self, n: int) -> tuple:
+        node = self.cluster.nodes[n]
+        spec = (node.gpu.name, node.count, node.nic_gbps, node.link_bandwidth_gbps)
+        if spec not in self._compute_rate:
+            bound = self.per_sequence_bound((Piece(n, 0, node.count),))
+            self._compute_rate[spec] = 1.0 / max(bound, 1e-12)
+        return spec
+
     def plan(self, rep: Replica) -> tuple[Plan, str] | None:
         key = shape_key(self.cluster, rep)
         if key not in self.plans:
@@ -187,6 +230,8 @@ class _Shapes:
                     sub, self.model, wl, progress=False, options=self.options, work=SHAPE_WORK, gap=SHAPE_GAP
                 )
                 self.plans[key] = (res.plan, res.recompute)
+                if all(p.count == self.cluster.nodes[p.node].count for p in rep):  # whole nodes only
+                    self.times[key] = (tuple(self._spec(p.node) for p in rep), res.iteration_time_s)
             except (InfeasibleError, HexiSeqError):
                 self.plans[key] = None
             self.seconds += time.perf_counter() - t0
@@ -274,13 +319,27 @@ def plan_joint(
         for i, part in enumerate(partitions(cluster)):
             if len(part.replicas) < 2 or (isinstance(dp, int) and len(part.replicas) < dp):
                 continue
-            bounds = [shapes.per_sequence_bound(r) for r in part.replicas]
-            parts.append((lower_shares_bound(bounds, G), i, part))
+            parts.append((shapes.partition_bound(part, G), i, part))
     elif cluster.overrides:
         notes.append("the cluster has link overrides: replica partitions are not searched (one replica only)")
     parts.sort(key=lambda x: (x[0], x[1]))
     visited = 0
     searched_lb = math.inf
+
+    def visit(part: Partition) -> None:
+        nonlocal best_s, best_plan, best_label, best_policy
+        planned = [shapes.plan(r) for r in part.replicas]
+        if any(p is None for p in planned):
+            return
+        for pol in sorted({pol for _, pol in planned}):
+            wl = workload.with_recompute(pol)
+            reps = [p for p, _ in planned]
+            t, plan, _ = best_over_strategies(reps, cluster, model, wl, strategies, options, "hexiseq", cache)
+            if plan is not None and isinstance(dp, int) and plan.num_replicas != dp:
+                continue
+            if plan is not None and t < best_s * (1 - 1e-12):
+                best_s, best_plan, best_label, best_policy = t, plan, part.label, pol
+
     for lb, _, part in parts:
         if lb >= best_s * (1 - gap):
             searched_lb = min(searched_lb, lb)
@@ -290,18 +349,22 @@ def plan_joint(
             notes.append(f"the search stopped after {visited} partitions planned in full: the bound covers the rest")
             break
         visited += 1
-        planned = [shapes.plan(r) for r in part.replicas]
-        if any(p is None for p in planned):
-            continue
-        policies = {pol for _, pol in planned}
-        for pol in sorted(policies):
-            wl = workload.with_recompute(pol)
-            reps = [p for p, _ in planned]
-            t, plan, _ = best_over_strategies(reps, cluster, model, wl, strategies, options, "hexiseq", cache)
-            if plan is not None and isinstance(dp, int) and plan.num_replicas != dp:
-                continue
-            if plan is not None and t < best_s * (1 - 1e-12):
-                best_s, best_plan, best_label, best_policy = t, plan, part.label, pol
+        visit(part)
+    # then rate-balanced unions of nodes, dealt by the rates of the shapes planned so far (replicas.py)
+    if parts:
+        known = {partition_key(part.replicas) for _, _, part in parts}
+        more = [
+            (shapes.partition_bound(part, G), len(parts) + i, part)
+            for i, part in enumerate(balanced_unions(cluster, G, shapes.node_rate))
+            if partition_key(part.replicas) not in known and not (isinstance(dp, int) and len(part.replicas) < dp)
+        ]
+        for lb, _, part in sorted(more, key=lambda x: (x[0], x[1])):
+            if lb >= best_s * (1 - gap):
+                searched_lb = min(searched_lb, lb)
+                break
+            visited += 1
+            visit(part)
+        parts += more
     # the DP = 1 planner (today's problem at this batch), unless a proven bound of its whole search
     # space is above the best plan found: it can then be neither faster nor the answer
     t_dp1 = time.perf_counter()
@@ -361,7 +424,8 @@ def plan_joint(
     if parts:
         covers += (
             f"; of the {len(parts)} replica partitions of the cluster's structure (whole nodes, node groups of "
-            f"one type, GPUs inside a node, fast+slow node pairs) {visited} were planned in full"
+            f"one type, GPUs inside a node, fast+slow node pairs, rate-balanced unions of nodes) {visited} were "
+            "planned in full"
             + (
                 f" and no plan of the others beats {searched_lb:.4g} s (their shapes' balanced compute)"
                 if math.isfinite(searched_lb)

@@ -7,14 +7,20 @@ on — the node specs in order and the inter-node latency — so replicas of one
 and their plan is moved onto each one's devices. The partitions (`partitions`) combine, per family:
 nothing (left out), replicas of m whole nodes (m dividing the family's nodes) or replicas of c GPUs
 inside a node (c dividing the node's GPUs: pure data parallelism at c = 1); and fast+slow pairings:
-one node of a family with k nodes of another that has k times as many, per replica.
+one node of a family with k nodes of another that has k times as many, per replica; and
+rate-balanced unions of whole nodes (`balanced_unions`): for each replica count R, the batch's
+shares as even as possible and the nodes dealt fastest first, each to the replica furthest behind
+its share — replicas of mixed GPU types whose integer shares finish together (a fast pair of nodes
+with one slower node, say, where the pair alone would take one sequence too many or too few).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from ..specs import ClusterSpec, NodeSpec
 
@@ -111,6 +117,52 @@ class Partition:
     replicas: tuple[Replica, ...]
 
 
+def balanced_unions(cluster: ClusterSpec, global_batch: int, node_rate: Callable[[int], float]) -> Iterator[Partition]:
+    """Partitions of rate-balanced unions of whole nodes (module doc): the nodes in order of
+    `node_rate` (sequences per second, fastest first; ties by node) cut into R = 2 .. min(G, nodes)
+    runs, each run a replica with an integer share, minimising the slowest share / rate (a dynamic
+    program over the cuts and shares; the slowest nodes may be left out). Runs keep a type's nodes
+    together, so a replica mixes types only where a share needs it; its nodes are in cluster order."""
+    nodes = cluster.nodes
+    order = sorted(range(len(nodes)), key=lambda n: (-node_rate(n), n))
+    N, G = len(order), global_batch
+    P = np.concatenate([[0.0], np.cumsum([node_rate(n) for n in order])])
+    Rmax = min(G, N)
+    # f[r][i, s]: the least slowest time of r runs covering the first i nodes with s sequences
+    f = np.full((Rmax + 1, N + 1, G + 1), np.inf)
+    f[0, 0, 0] = 0.0
+    arg = np.zeros((Rmax + 1, N + 1, G + 1, 2), dtype=np.int64)  # (j, b): the last run's start, share
+    for r in range(1, Rmax + 1):
+        for i in range(r, N + 1):
+            seg = P[i] - P[:i]  # the rate of the run j .. i-1, for each start j
+            for s in range(r, G + 1):
+                best, at = np.inf, (0, 0)
+                for b in range(1, s - r + 2):
+                    t = np.maximum(f[r - 1, :i, s - b], b / np.maximum(seg, 1e-300))
+                    j = int(np.argmin(t))
+                    if t[j] < best:
+                        best, at = float(t[j]), (j, b)
+                f[r, i, s], arg[r, i, s] = best, at
+    for R in range(2, Rmax + 1):
+        i = int(np.argmin(f[R, :, G]))  # the slowest nodes after i are left out
+        if not np.isfinite(f[R, i, G]):
+            continue
+        runs, s = [], G
+        for r in range(R, 0, -1):
+            j, b = (int(x) for x in arg[r, i, s])
+            runs.append((order[j:i], b))
+            i, s = j, s - b
+        runs.reverse()
+        reps = [tuple(Piece(n, 0, nodes[n].count) for n in sorted(run)) for run, _ in runs]
+        shares = ":".join(str(b) for _, b in runs)
+        yield Partition(f"{R} rate-balanced unions of nodes (shares {shares})", tuple(reps))  # in run order
+
+
+def partition_key(replicas: Sequence[Replica]) -> tuple[Replica, ...]:
+    """The replicas in the order `partitions` holds them (by first node and GPU): equal partitions, equal keys."""
+    return tuple(sorted(replicas, key=lambda r: (r[0].node, r[0].first)))
+
+
 def partitions(cluster: ClusterSpec, max_replicas: int | None = None) -> Iterator[Partition]:
     """Every partition of the families (module doc), each family's nodes used or left out whole;
     `max_replicas` drops partitions with more replicas (they could not all take a sequence)."""
@@ -121,7 +173,7 @@ def partitions(cluster: ClusterSpec, max_replicas: int | None = None) -> Iterato
     def emit(label_parts: list[str], reps: list[Replica]) -> Iterator[Partition]:
         if not reps or (max_replicas is not None and len(reps) > max_replicas):
             return
-        key = tuple(sorted(reps, key=lambda r: (r[0].node, r[0].first)))
+        key = partition_key(reps)
         if key in seen:
             return
         seen.add(key)
