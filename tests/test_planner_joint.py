@@ -60,7 +60,7 @@ def test_partitions_of_a_two_type_cluster():
 
 def _contiguous_best(rates: list[float], R: int, G: int) -> float:
     """Brute force: the least slowest share / rate over every cut of the rate order into R runs
-    (the slowest nodes may be left out) and every integer share."""
+    (leaving the slowest nodes out too) and every integer share."""
     best = float("inf")
     for used in range(R, len(rates) + 1):
         for cuts in itertools.combinations(range(1, used), R - 1):
@@ -89,12 +89,24 @@ def test_balanced_unions_are_the_best_cuts_of_the_rate_order(seed):
     for p in got:
         nodes = [piece.node for r in p.replicas for piece in r]
         assert len(nodes) == len(set(nodes)) and all(piece.count == 2 for r in p.replicas for piece in r)
-        used = sorted(nodes, key=order.index)
-        assert used == order[: len(used)]  # a prefix of the rate order: only the slowest are left out
+        assert sorted(nodes) == list(range(len(rate)))  # every node, in runs of the rate order
+        runs = [sorted(order.index(x.node) for x in r) for r in p.replicas]
+        assert all(run == list(range(run[0], run[0] + len(run))) for run in runs)
         shares = [int(x) for x in p.label.split("(shares ")[1].rstrip(")").split(":")]
         assert sum(shares) == G and min(shares) >= 1
         value = max(b / sum(rate[x.node] for x in r) for b, r in zip(shares, p.replicas))
         assert value == pytest.approx(_contiguous_best([rate[n] for n in order], len(p.replicas), G), rel=1e-12)
+
+
+def test_balanced_unions_stop_at_sixteen_replicas():
+    from hexiseq.planner.replicas import MAX_BALANCED_REPLICAS
+
+    c = ClusterSpec.from_nodes("t", [NodeSpec(get_gpu("A100-80GB"), 2, 25.0, None)] * 40, 5.0)
+    got = list(balanced_unions(c, 64, lambda n: 1.0 + (n % 3)))
+    assert MAX_BALANCED_REPLICAS == 16 and [len(p.replicas) for p in got] == list(range(2, 17))
+    for p in got:  # every node used once, shares summing to the batch
+        assert sorted(x.node for r in p.replicas for x in r) == list(range(40))
+        assert sum(int(b) for b in p.label.split("(shares ")[1].rstrip(")").split(":")) == 64
 
 
 def test_rate_balanced_unions_beat_the_family_partitions_where_shares_do_not_divide(monkeypatch):

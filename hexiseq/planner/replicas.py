@@ -8,9 +8,9 @@ and their plan is moved onto each one's devices. The partitions (`partitions`) c
 nothing (left out), replicas of m whole nodes (m dividing the family's nodes) or replicas of c GPUs
 inside a node (c dividing the node's GPUs: pure data parallelism at c = 1); and fast+slow pairings:
 one node of a family with k nodes of another that has k times as many, per replica; and
-rate-balanced unions of whole nodes (`balanced_unions`): for each replica count R, the batch's
-shares as even as possible and the nodes dealt fastest first, each to the replica furthest behind
-its share — replicas of mixed GPU types whose integer shares finish together (a fast pair of nodes
+rate-balanced unions of whole nodes (`balanced_unions`): for each replica count R, the nodes in
+order of their rate cut into R runs, each with an integer share, so that the slowest share / rate
+is least — replicas of mixed GPU types whose integer shares finish together (a fast pair of nodes
 with one slower node, say, where the pair alone would take one sequence too many or too few).
 """
 
@@ -109,6 +109,9 @@ def family_options(fam: Family) -> list[tuple[str, list[Replica]]]:
     return out
 
 
+MAX_BALANCED_REPLICAS = 16  # rate-balanced unions of at most this many replicas (the families give more)
+
+
 @dataclass(frozen=True)
 class Partition:
     """Replicas (disjoint) and a label naming how they were formed."""
@@ -119,32 +122,31 @@ class Partition:
 
 def balanced_unions(cluster: ClusterSpec, global_batch: int, node_rate: Callable[[int], float]) -> Iterator[Partition]:
     """Partitions of rate-balanced unions of whole nodes (module doc): the nodes in order of
-    `node_rate` (sequences per second, fastest first; ties by node) cut into R = 2 .. min(G, nodes)
+    `node_rate` (sequences per second, fastest first; ties by node) cut into R = 2 .. min(G, nodes, 16)
     runs, each run a replica with an integer share, minimising the slowest share / rate (a dynamic
-    program over the cuts and shares; the slowest nodes may be left out). Runs keep a type's nodes
+    program over the cuts and shares, every node in some run). Runs keep a type's nodes
     together, so a replica mixes types only where a share needs it; its nodes are in cluster order."""
     nodes = cluster.nodes
     order = sorted(range(len(nodes)), key=lambda n: (-node_rate(n), n))
     N, G = len(order), global_batch
     P = np.concatenate([[0.0], np.cumsum([node_rate(n) for n in order])])
-    Rmax = min(G, N)
+    Rmax = min(G, N, MAX_BALANCED_REPLICAS)
     # f[r][i, s]: the least slowest time of r runs covering the first i nodes with s sequences
     f = np.full((Rmax + 1, N + 1, G + 1), np.inf)
     f[0, 0, 0] = 0.0
     arg = np.zeros((Rmax + 1, N + 1, G + 1, 2), dtype=np.int64)  # (j, b): the last run's start, share
     for r in range(1, Rmax + 1):
         for i in range(r, N + 1):
-            seg = P[i] - P[:i]  # the rate of the run j .. i-1, for each start j
+            seg = np.maximum(P[i] - P[:i], 1e-300)  # the rate of the run j .. i-1, per start j
             for s in range(r, G + 1):
-                best, at = np.inf, (0, 0)
-                for b in range(1, s - r + 2):
-                    t = np.maximum(f[r - 1, :i, s - b], b / np.maximum(seg, 1e-300))
-                    j = int(np.argmin(t))
-                    if t[j] < best:
-                        best, at = float(t[j]), (j, b)
-                f[r, i, s], arg[r, i, s] = best, at
+                b = np.arange(1, s - r + 2)  # its share; the r - 1 runs before take at least one each
+                # [b, j]: ties go to the least share, then the first start
+                t = np.maximum(f[r - 1, :i, s - b], b[:, None] / seg[None, :])
+                k, j = np.unravel_index(int(np.argmin(t)), t.shape)
+                f[r, i, s], arg[r, i, s] = t[k, j], (j, b[k])
     for R in range(2, Rmax + 1):
-        i = int(np.argmin(f[R, :, G]))  # the slowest nodes after i are left out
+        # every node: a run's time only falls with more nodes (its replica's own plan may leave devices out)
+        i = N
         if not np.isfinite(f[R, i, G]):
             continue
         runs, s = [], G
