@@ -9,7 +9,15 @@ from hexiseq import Plan, Workload, get_model, load_cluster
 from hexiseq.costmodel.step import ReplicaLine, estimate_step, replica_lines
 from hexiseq.planner import plan_cluster
 from hexiseq.planner.joint import plan_joint
-from hexiseq.planner.replicas import balanced_unions, families, partitions, replica_devices, shape_key, sub_cluster
+from hexiseq.planner.replicas import (
+    MAX_BALANCED_REPLICAS,
+    balanced_unions,
+    families,
+    partitions,
+    replica_devices,
+    shape_key,
+    sub_cluster,
+)
 from hexiseq.planner.shares import batch_shares
 from hexiseq.specs import ClusterSpec, NodeSpec, get_gpu
 
@@ -58,6 +66,11 @@ def test_partitions_of_a_two_type_cluster():
     assert sub.size == 4 and sub.devices[0].gpu.name == "A100-80GB"
 
 
+def _shares(part) -> list[int]:
+    """The shares a rate-balanced union's label gives its replicas, in order."""
+    return [int(x) for x in part.label.split("(shares ")[1].rstrip(")").split(":")]
+
+
 def _contiguous_best(rates: list[float], R: int, G: int) -> float:
     """Brute force: the least slowest share / rate over every cut of the rate order into R runs
     (leaving the slowest nodes out too) and every integer share."""
@@ -92,21 +105,19 @@ def test_balanced_unions_are_the_best_cuts_of_the_rate_order(seed):
         assert sorted(nodes) == list(range(len(rate)))  # every node, in runs of the rate order
         runs = [sorted(order.index(x.node) for x in r) for r in p.replicas]
         assert all(run == list(range(run[0], run[0] + len(run))) for run in runs)
-        shares = [int(x) for x in p.label.split("(shares ")[1].rstrip(")").split(":")]
+        shares = _shares(p)
         assert sum(shares) == G and min(shares) >= 1
         value = max(b / sum(rate[x.node] for x in r) for b, r in zip(shares, p.replicas))
         assert value == pytest.approx(_contiguous_best([rate[n] for n in order], len(p.replicas), G), rel=1e-12)
 
 
 def test_balanced_unions_stop_at_sixteen_replicas():
-    from hexiseq.planner.replicas import MAX_BALANCED_REPLICAS
-
     c = ClusterSpec.from_nodes("t", [NodeSpec(get_gpu("A100-80GB"), 2, 25.0, None)] * 40, 5.0)
     got = list(balanced_unions(c, 64, lambda n: 1.0 + (n % 3)))
     assert MAX_BALANCED_REPLICAS == 16 and [len(p.replicas) for p in got] == list(range(2, 17))
     for p in got:  # every node used once, shares summing to the batch
         assert sorted(x.node for r in p.replicas for x in r) == list(range(40))
-        assert sum(int(b) for b in p.label.split("(shares ")[1].rstrip(")").split(":")) == 64
+        assert sum(_shares(p)) == 64
 
 
 def test_rate_balanced_unions_beat_the_family_partitions_where_shares_do_not_divide(monkeypatch):

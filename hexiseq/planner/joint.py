@@ -62,6 +62,7 @@ from .replicas import (
     partitions,
     replica_devices,
     shape_key,
+    spec_key,
     sub_cluster,
 )
 from .result import PlanResult
@@ -171,9 +172,8 @@ class _Shapes:
         self.plans: dict[tuple, tuple[Plan, str] | None] = {}
         self.seconds = 0.0  # spent planning shapes
         self.bounds: dict[tuple, float] = {}
-        # per planned shape of whole nodes: their specs and its plan's seconds per sequence (node_rate)
-        self.times: dict[tuple, tuple[tuple, float]] = {}
-        self._compute_rate: dict[tuple, float] = {}
+        # per planned shape of whole nodes: its nodes and its plan's seconds per sequence (node_rates)
+        self.times: dict[tuple, tuple[tuple[int, ...], float]] = {}
 
     def per_sequence_bound(self, rep: Replica) -> float:
         """A lower bound of the shape's seconds per sequence: its balanced compute (costmodel.bound)."""
@@ -194,30 +194,23 @@ class _Shapes:
         """A lower bound of the partition's step: its shapes' balanced compute, with exact shares."""
         return lower_shares_bound([self.per_sequence_bound(r) for r in part.replicas], global_batch)
 
-    def node_rate(self, n: int) -> float:
-        """Sequences per second one node n adds to a replica: the best per-node rate of the shapes of
-        its spec planned so far (whole nodes of that spec only), else its balanced compute's rate
-        scaled by the median planned / compute ratio of the specs that were planned."""
-        spec = self._spec(n)
-        compute = 1.0 / max(self.per_sequence_bound((Piece(n, 0, self.cluster.nodes[n].count),)), 1e-12)
+    def node_rates(self) -> list[float]:
+        """Per node, the sequences per second it adds to a replica: the best per-node rate of the
+        shapes of whole nodes of its spec planned so far, else its balanced compute's rate scaled by
+        the median planned / compute ratio of the specs that were planned."""
+        nodes = self.cluster.nodes
+        spec = [spec_key(node) for node in nodes]
+        bounds = [self.per_sequence_bound((Piece(n, 0, node.count),)) for n, node in enumerate(nodes)]
+        compute = [1.0 / max(b, 1e-12) for b in bounds]
         planned: dict[tuple, float] = {}
-        ratios = []
-        for nodes, seconds in self.times.values():
-            if len(set(nodes)) == 1 and math.isfinite(seconds) and seconds > 0:
-                planned[nodes[0]] = max(planned.get(nodes[0], 0.0), 1.0 / (seconds * len(nodes)))
-        for sp, r in planned.items():
-            ratios.append(r / self._compute_rate[sp])
-        if spec in planned:
-            return planned[spec]
-        return compute * (sorted(ratios)[len(ratios) // 2] if ratios else 1.0)
-
-    def _spec(self, n: int) -> tuple:
-        node = self.cluster.nodes[n]
-        spec = (node.gpu.name, node.count, node.nic_gbps, node.link_bandwidth_gbps)
-        if spec not in self._compute_rate:
-            bound = self.per_sequence_bound((Piece(n, 0, node.count),))
-            self._compute_rate[spec] = 1.0 / max(bound, 1e-12)
-        return spec
+        for members, seconds in self.times.values():
+            if len({spec[n] for n in members}) == 1 and math.isfinite(seconds) and seconds > 0:
+                sp = spec[members[0]]
+                planned[sp] = max(planned.get(sp, 0.0), 1.0 / (seconds * len(members)))
+        first = {sp: n for n, sp in reversed(list(enumerate(spec)))}  # nodes of one spec: one compute rate
+        ratios = sorted(r / compute[first[sp]] for sp, r in planned.items())
+        scale = ratios[len(ratios) // 2] if ratios else 1.0
+        return [planned.get(spec[n], compute[n] * scale) for n in range(len(nodes))]
 
     def plan(self, rep: Replica) -> tuple[Plan, str] | None:
         key = shape_key(self.cluster, rep)
@@ -231,7 +224,7 @@ class _Shapes:
                 )
                 self.plans[key] = (res.plan, res.recompute)
                 if all(p.count == self.cluster.nodes[p.node].count for p in rep):  # whole nodes only
-                    self.times[key] = (tuple(self._spec(p.node) for p in rep), res.iteration_time_s)
+                    self.times[key] = (tuple(p.node for p in rep), res.iteration_time_s)
             except (InfeasibleError, HexiSeqError):
                 self.plans[key] = None
             self.seconds += time.perf_counter() - t0
@@ -353,9 +346,10 @@ def plan_joint(
     # then rate-balanced unions of nodes, dealt by the rates of the shapes planned so far (replicas.py)
     if parts:
         known = {partition_key(part.replicas) for _, _, part in parts}
+        rates = shapes.node_rates()
         more = [
             (shapes.partition_bound(part, G), len(parts) + i, part)
-            for i, part in enumerate(balanced_unions(cluster, G, shapes.node_rate))
+            for i, part in enumerate(balanced_unions(cluster, G, rates.__getitem__))
             if partition_key(part.replicas) not in known and not (isinstance(dp, int) and len(part.replicas) < dp)
         ]
         for lb, _, part in sorted(more, key=lambda x: (x[0], x[1])):

@@ -49,12 +49,17 @@ class Family:
         return f"{len(self.nodes)} x {self.spec.count} {self.spec.gpu.name}"
 
 
+def spec_key(node: NodeSpec) -> tuple:
+    """What makes two nodes identical: GPU type, GPU count, NIC and link."""
+    return (node.gpu.name, node.count, node.nic_gbps, node.link_bandwidth_gbps)
+
+
 def families(cluster: ClusterSpec) -> list[Family]:
     """The cluster's nodes grouped by identical spec, in order of first appearance."""
     out: dict[tuple, list[int]] = {}
     specs: dict[tuple, NodeSpec] = {}
     for n, node in enumerate(cluster.nodes):
-        key = (node.gpu.name, node.count, node.nic_gbps, node.link_bandwidth_gbps)
+        key = spec_key(node)
         out.setdefault(key, []).append(n)
         specs[key] = node
     return [Family(specs[k], tuple(v)) for k, v in out.items()]
