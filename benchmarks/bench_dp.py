@@ -25,9 +25,20 @@ import tempfile
 import time
 from pathlib import Path
 
-from hexiseq.calibrate.compare_dp import compare_dp
+from hexiseq.calibrate.compare_dp import DPComparison, compare_dp, operator_fit
 from hexiseq.calibrate.profile import machine
 from hexiseq.specs import write_text_atomic
+
+
+def operator_fit_line(fit: dict[str, float] | None) -> str:
+    """The per-operator fit over every run, in words (compare_dp.operator_fit)."""
+    if fit is None:
+        return "misses against f x operators per step: too few runs to fit"
+    return (
+        f"misses (measured - predicted) against f x operators per step of the busiest device, over the "
+        f"{fit['runs']} runs: {fit['slope_s'] * 1e6:.1f} us per operator per unit of slowdown, intercept "
+        f"{fit['intercept_s']:+.3f} s, r = {fit['r']:.2f} (the step model has no per-operator term)"
+    )
 
 
 def main() -> int:
@@ -52,6 +63,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="hexiseq-bench-dp-"))
     calibration = args.calibration
     met = True
+    done: list[DPComparison] = []
     for name in args.clusters.split(","):
         cmp = compare_dp(
             name,
@@ -64,10 +76,12 @@ def main() -> int:
         )
         if calibration is None:  # one calibration for every cluster of the same CPU types
             calibration = str(work / name / "calibration")
+        done.append(cmp)
         block = ["", f"== {name}", cmp.summary()]
         print("\n".join(block), flush=True)
         lines += block
         met &= cmp.chosen == cmp.fastest and cmp.worst_error <= 0.10
+    lines += ["", operator_fit_line(operator_fit(done))]
     lines += [
         "",
         f"goal (predictions within 10%, the planner's choice measured fastest, every cluster): "

@@ -5,11 +5,12 @@ which plan is measured fastest depend on the machine and its load: a benchmark, 
 
 import json
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
-from hexiseq.calibrate.calibrate import FITTED
-from hexiseq.calibrate.compare_dp import compare_dp, cost_cluster
+from hexiseq.calibrate.calibrate import FITTED, operator_load
+from hexiseq.calibrate.compare_dp import compare_dp, cost_cluster, operator_fit
 from hexiseq.calibrate.profile import Profile
 from hexiseq.costmodel.step import estimate_step
 from hexiseq.errors import HexiSeqError
@@ -45,12 +46,35 @@ def test_three_plans_run_and_are_predicted_by_the_step_model(calibration, tmp_pa
         plan = replace(plan, meta={k: v for k, v in plan.meta.items() if k != "cluster_fingerprint"})
         wl = Workload(S, G, r["recompute"], "replicated", plan.block_size)
         assert estimate_step(plan, cost, get_model("tiny"), wl).step_time_s == pytest.approx(r["predicted_s"], rel=1e-9)
+        # the busiest emulated device, from the run's own pacing record
+        summary = json.loads((tmp_path / "cdp" / r["system"] / "summary.json").read_text())
+        assert r["operator_load"] == operator_load(summary, 3)
+        assert r["operator_load"]["ops_per_step"] > 0 and r["operator_load"]["device_s_per_step"] > 0
     # the planner is never worse than the plans it is compared with, by its own model
     joint = cmp.row("joint")["predicted_s"]
     assert joint <= cmp.row("dp-baseline")["predicted_s"] * (1 + 1e-9)
     assert joint <= cmp.row("dp1")["predicted_s"] * (1 + 1e-9)
     assert cmp.chosen == "joint"
-    assert "measured fastest" in cmp.summary()
+    assert "measured fastest" in cmp.summary() and "busiest device: rank" in cmp.summary()
+
+
+def test_the_busiest_device_is_the_one_with_most_emulated_time():
+    """operator_load reads the pacing record: f x CPU per step decides, not the operator count."""
+    pacing = [
+        {"ops": 4000, "cpu_s": 2.0},  # f = 4: 2.0 s emulated per step over 4 steps
+        {"ops": 1000, "cpu_s": 1.0},  # f = 10: 2.5 s, fewer operators
+        {},  # a rank without a record is passed over
+    ]
+    summary = {"emulation": {"slowdown": [4.0, 10.0, 20.0], "pacing": pacing}}
+    got = operator_load(summary, 4)
+    assert got == {
+        "rank": 1,
+        "factor": 10.0,
+        "ops_per_step": 250.0,
+        "cpu_us_per_op": pytest.approx(1000.0),
+        "device_s_per_step": pytest.approx(2.5),
+    }
+    assert operator_load({}, 4) is None
 
 
 def test_bad_input_is_refused_before_any_run(calibration, tmp_path):
@@ -63,3 +87,21 @@ def test_bad_input_is_refused_before_any_run(calibration, tmp_path):
     with pytest.raises(HexiSeqError, match="calibrated cpu-8 with tiny, not cpu-4"):
         compare_dp("cpu-4", other, out=tmp_path / "c")
     assert not any((tmp_path / d).exists() for d in "abc")
+
+
+def test_the_operator_fit_recovers_a_known_per_operator_cost():
+    """Misses made exactly 10 us x f x operators - 0.5 s are fitted back: slope, intercept, r = 1."""
+
+    def row(f, ops):
+        return {
+            "measured_s": 3.0 + 10e-6 * f * ops - 0.5,
+            "predicted_s": 3.0,
+            "operator_load": {"factor": f, "ops_per_step": ops},
+        }
+
+    runs = [SimpleNamespace(rows=[row(10.0, 13_000), row(10.0, 1_800)]), SimpleNamespace(rows=[row(20.0, 14_800)])]
+    fit = operator_fit(runs)
+    assert fit["runs"] == 3
+    assert fit["slope_s"] == pytest.approx(10e-6) and fit["intercept_s"] == pytest.approx(-0.5)
+    assert fit["r"] == pytest.approx(1.0)
+    assert operator_fit(runs[1:]) is None  # one run: nothing to fit

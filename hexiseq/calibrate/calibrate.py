@@ -351,3 +351,26 @@ def pacing_overrun(summary: dict[str, Any]) -> float | None:
             r = (p["wall_s"] + p.get("host_s", 0.0) + p["compute_sleep_s"]) / (f * p["cpu_s"])
             worst = r if worst is None else max(worst, r)
     return worst
+
+
+def operator_load(summary: dict[str, Any], steps: int) -> dict[str, float] | None:
+    """The rank with the most emulated device time per step, and what makes it: its operators per step,
+    their mean CPU time and f x that CPU per step (the device time its pacing emulates). A plan whose
+    ranks hold few tokens runs many small operators, whose per-operator CPU (dispatch, allocation) the
+    pacing stretches f times like any kernel's work; the cost model has no per-operator term, so this
+    is where such a plan's measured step exceeds its prediction. None without pacing statistics."""
+    emu = summary.get("emulation") or {}
+    best: dict[str, float] | None = None
+    for rank, (f, p) in enumerate(zip(emu.get("slowdown") or [], emu.get("pacing") or [])):
+        if not p or not p.get("ops") or steps < 1:
+            continue
+        device_s = f * p["cpu_s"] / steps
+        if best is None or device_s > best["device_s_per_step"]:
+            best = {
+                "rank": rank,
+                "factor": f,
+                "ops_per_step": p["ops"] / steps,
+                "cpu_us_per_op": 1e6 * p["cpu_s"] / p["ops"],
+                "device_s_per_step": device_s,
+            }
+    return best

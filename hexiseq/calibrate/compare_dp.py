@@ -16,9 +16,11 @@ and each run's pacing overrun (1.00: the emulation held).
 from __future__ import annotations
 
 import json
+import math
 import os
+import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,7 @@ from ..planner import plan_joint
 from ..runs.config import WARMUP_EXCLUDED
 from ..runs.rundir import default_run_dir
 from ..specs import ClusterSpec, ModelSpec, Workload, get_model, load_cluster, write_text_atomic
-from .calibrate import calibrate, pacing_overrun, scaled_cluster
+from .calibrate import calibrate, operator_load, pacing_overrun, scaled_cluster
 from .compare import on_emulated, read_calibration, run_plan
 from .cpu_types import with_derived_types
 from .emulated_clusters import HEADROOM, check_emulated, cpu_factor
@@ -99,6 +101,12 @@ class DPComparison:
                 f"{r['measured_s']:>10.3f} {r['error']:>+7.1%} {'' if o is None else f'{o:.2f}':>7}"
             )
             lines.append(f"    {r['config']}")
+            if op := r.get("operator_load"):
+                lines.append(
+                    f"    busiest device: rank {op['rank']} (f = {op['factor']:g}), {op['ops_per_step']:,.0f} "
+                    f"operators per step at {op['cpu_us_per_op']:.1f} us of CPU each: "
+                    f"{op['device_s_per_step']:.3f} s emulated per step (mean over every step, warm-up included)"
+                )
             for q in r["replicas"]:
                 lines.append(
                     f"    replica {q['replica']} ({q['ranks']} ranks, {q['sequences']} seq): predicted "
@@ -272,6 +280,7 @@ def compare_dp(
                 "sync_s": est.sync_s,
                 "replicas": _replica_rows(est, summary),
                 "pacing_overrun": pacing_overrun(summary),
+                "operator_load": operator_load(summary, steps),
                 "run_dir": str(root / system),
                 "wall_s": time.perf_counter() - t0,
             }
@@ -283,3 +292,28 @@ def compare_dp(
     )  # fmt: skip
     write_text_atomic(root / "comparison-dp.json", json.dumps(cmp.to_dict(), indent=2, default=float) + "\n")
     return cmp
+
+
+def operator_fit(comparisons: Sequence[DPComparison]) -> dict[str, float] | None:
+    """How far the step model's misses follow the per-operator cost it does not model: the least-squares
+    line of (measured - predicted) against x = f x operators per step of each run's busiest device
+    (`operator_load`), over every run of `comparisons`: slope (seconds per operator per unit of
+    slowdown, i.e. the CPU per operator the pacing stretches), intercept and the correlation r.
+    None with fewer than three runs or no spread in x."""
+    pts = [
+        (r["operator_load"]["factor"] * r["operator_load"]["ops_per_step"], r["measured_s"] - r["predicted_s"])
+        for c in comparisons
+        for r in c.rows
+        if r.get("operator_load")
+    ]
+    if len(pts) < 3:
+        return None
+    mx = statistics.fmean(x for x, _ in pts)
+    my = statistics.fmean(y for _, y in pts)
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    syy = sum((y - my) ** 2 for _, y in pts)
+    sxy = sum((x - mx) * (y - my) for x, y in pts)
+    if sxx == 0 or syy == 0:
+        return None
+    slope = sxy / sxx
+    return {"runs": len(pts), "slope_s": slope, "intercept_s": my - slope * mx, "r": sxy / math.sqrt(sxx * syy)}
