@@ -357,12 +357,14 @@ def operator_load(summary: dict[str, Any], steps: int) -> dict[str, float] | Non
     """The rank with the most emulated device time per step, and what makes it: its operators per step,
     their mean CPU time and f x that CPU per step (the device time its pacing emulates). A plan whose
     ranks hold few tokens runs many small operators, whose per-operator CPU (dispatch, allocation) the
-    pacing stretches f times like any kernel's work; the cost model has no per-operator term, so this
-    is where such a plan's measured step exceeds its prediction. None without pacing statistics."""
+    pacing stretches f times like any kernel's work, while the cost model has no per-operator term
+    (compare_dp.operator_fit measures how far the misses follow it). None without pacing statistics."""
     emu = summary.get("emulation") or {}
     best: dict[str, float] | None = None
+    if steps < 1:
+        return None
     for rank, (f, p) in enumerate(zip(emu.get("slowdown") or [], emu.get("pacing") or [])):
-        if not p or not p.get("ops") or steps < 1:
+        if not p or not p.get("ops"):
             continue
         device_s = f * p["cpu_s"] / steps
         if best is None or device_s > best["device_s_per_step"]:

@@ -16,7 +16,6 @@ and each run's pacing overrun (1.00: the emulation held).
 from __future__ import annotations
 
 import json
-import math
 import os
 import statistics
 import time
@@ -299,21 +298,15 @@ def operator_fit(comparisons: Sequence[DPComparison]) -> dict[str, float] | None
     line of (measured - predicted) against x = f x operators per step of each run's busiest device
     (`operator_load`), over every run of `comparisons`: slope (seconds per operator per unit of
     slowdown, i.e. the CPU per operator the pacing stretches), intercept and the correlation r.
-    None with fewer than three runs or no spread in x."""
+    None with fewer than three runs or no spread in x or in the misses."""
     pts = [
         (r["operator_load"]["factor"] * r["operator_load"]["ops_per_step"], r["measured_s"] - r["predicted_s"])
         for c in comparisons
         for r in c.rows
         if r.get("operator_load")
     ]
-    if len(pts) < 3:
+    xs, ys = [x for x, _ in pts], [y for _, y in pts]
+    if len(pts) < 3 or len(set(xs)) < 2 or len(set(ys)) < 2:
         return None
-    mx = statistics.fmean(x for x, _ in pts)
-    my = statistics.fmean(y for _, y in pts)
-    sxx = sum((x - mx) ** 2 for x, _ in pts)
-    syy = sum((y - my) ** 2 for _, y in pts)
-    sxy = sum((x - mx) * (y - my) for x, y in pts)
-    if sxx == 0 or syy == 0:
-        return None
-    slope = sxy / sxx
-    return {"runs": len(pts), "slope_s": slope, "intercept_s": my - slope * mx, "r": sxy / math.sqrt(sxx * syy)}
+    slope, intercept = statistics.linear_regression(xs, ys)
+    return {"runs": len(pts), "slope_s": slope, "intercept_s": intercept, "r": statistics.correlation(xs, ys)}
