@@ -169,10 +169,17 @@ def neutral(cluster: ClusterSpec, **fields: float) -> ClusterSpec:
     return with_fields(cluster, **{**NEUTRAL_KNOBS, **fields})
 
 
-def with_knobs(cluster: ClusterSpec, block_half_keys: float = 0.0, overlap_slowdown: float = 0.0) -> ClusterSpec:
-    """The cluster with every GPU given this per-row attention block cost and overlap slowdown (both
-    set, 0 by default: the catalog's values are replaced), as a profile."""
-    return with_fields(cluster, attn_block_half_keys=block_half_keys, overlap_slowdown=overlap_slowdown)
+def with_knobs(
+    cluster: ClusterSpec, block_half_keys: float = 0.0, overlap_slowdown: float = 0.0, op_overhead_us: float = 0.0
+) -> ClusterSpec:
+    """The cluster with every GPU given this per-row attention block cost, overlap slowdown and
+    per-operator time (all set, 0 by default: the catalog's values are replaced), as a profile."""
+    return with_fields(
+        cluster,
+        attn_block_half_keys=block_half_keys,
+        overlap_slowdown=overlap_slowdown,
+        op_overhead_us=op_overhead_us,
+    )
 
 
 def gpu_with_knobs(gpu: GPUType, **fields: float) -> GPUType:

@@ -185,7 +185,7 @@ UNEVEN = ClusterSpec.from_nodes("uneven-9", [("H100-SXM", 3, 50), ("A100-80GB", 
     sharding=st.sampled_from(("zero3", "replicated")),
     batch=st.integers(1, 3),
     ignore_comm=st.booleans(),
-    knobs=st.sampled_from([None, (0.0, 0.0), (512.0, 0.1)]),
+    knobs=st.sampled_from([None, (0.0, 0.0), (512.0, 0.1), (512.0, 0.1, 40.0)]),
     blocks=st.integers(0, 40),
 )
 def test_subset_time_bound_is_below_the_replay_of_every_plan(

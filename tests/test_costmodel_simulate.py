@@ -166,9 +166,13 @@ CASE = st.tuples(
 @settings(
     max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(case=CASE, knobs=st.sampled_from([None, (0.0, 0.0), (256.0, 0.0), (0.0, 0.08), (512.0, 0.15)]))
+@given(
+    case=CASE,
+    knobs=st.sampled_from([None, (0.0, 0.0), (256.0, 0.0), (0.0, 0.08), (512.0, 0.15), (256.0, 0.08, 40.0)]),
+)
 def test_replay_properties_on_random_plans(case, knobs, within):
-    """For random plans, clusters, policies, shardings, batch sizes and kernel knobs (None: the catalog's):
+    """For random plans, clusters, policies, shardings, batch sizes and kernel knobs (None: the catalog's;
+    a third knob: a per-operator time, costmodel/operators.py):
     - every traced critical path's length is its pass's duration;
     - every rank's phases sum to the iteration time, with no negative wait;
     - the replay equals the independent replay of its documented rules;

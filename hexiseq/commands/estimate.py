@@ -48,6 +48,7 @@ PHASE_ABBREVIATIONS = {
     "alltoall": "a2a",
     "kv_exchange": "kv",
     "recompute": "recomp",
+    "operators": "ops",
     "param_comm": "params",
     "optimizer": "optim",
 }

@@ -1,4 +1,4 @@
-"""`hexiseq schema cluster|plan|gpus|models|profile|stacks [--out FILE]`: the JSON Schema of an input file.
+"""`hexiseq schema cluster|plan|gpus|models|operators|profile|stacks [--out FILE]`: the JSON Schema of an input file.
 
 Editors validate as you type with it (VS Code's YAML extension reads a first-line comment
 `# yaml-language-server: $schema=../schemas/cluster.schema.json`; for JSON, map `*.plan.json` or
@@ -19,6 +19,7 @@ from ..errors import SpecError
 from ..planfile import plan_json_schema
 from ..specs import ClusterFile, GPUType, ModelSpec, ProfileFile, check_output_path, write_text_atomic
 from ..specs.catalog import catalog_json_schema
+from ..specs.operators import OperatorCounts
 from ..specs.stacks import stacks_json_schema
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -42,6 +43,12 @@ def _models() -> dict[str, Any]:
     return catalog_json_schema(ModelSpec, "model catalog")
 
 
+def _operators() -> dict[str, Any]:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(OperatorCounts).json_schema()
+
+
 def _profile() -> dict[str, Any]:
     from pydantic import TypeAdapter
 
@@ -53,6 +60,7 @@ SCHEMAS: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
     "plan": ("HexiSeq plan file (hexiseq plan --out)", _plan),
     "gpus": ("HexiSeq GPU catalog (data/gpus.yaml)", _gpus),
     "models": ("HexiSeq model catalog (data/models.yaml)", _models),
+    "operators": ("HexiSeq operator counts (data/operators.yaml)", _operators),
     "profile": ("HexiSeq device profile (data/profiles/*.yaml)", _profile),
     "stacks": ("HexiSeq software stacks (data/stacks.yaml)", stacks_json_schema),
 }

@@ -25,6 +25,10 @@ Seconds; [R] arrays per layer pass unless noted; [R, k] per exchange round (colu
     optimizer                  the optimizer step, per iteration
     window_f / window_b / _h   compute-kernel seconds of one forward / backward layer / the head's
                                backward (2/3): what a prefetched parameter collective hides behind
+
+The linear parts, the attention rounds, the all-to-alls and the optimizer also carry a constant: their
+operators × the device's per-operator time (operators.py; 0 on the catalog's GPUs). The windows leave it
+out; the all-to-alls' is held in a2a_lat, beside their latency.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from ..specs import ClusterSpec, ModelSpec, Workload
 from .arrays import PlanArrays, plan_arrays
 from .comm import ParamComm, a2a_in_bytes, a2a_out_bytes, intra_group_pairs, kv_bytes, param_collectives
 from .kernels import CostOptions, attention_rows, attention_waste
+from .operators import OperatorCharges, operator_charges
 from .policy import RecomputeRule, rule_of
 
 
@@ -80,6 +85,20 @@ class Coefficients:
     layers: int
     batch: int
     comm: bool  # False with CostOptions(ignore_comm=True): no transfers, so nobody waits
+    ops: OperatorCharges  # seconds per executed piece (operators.py): added by evaluate, not in the windows
+
+    @functools.cached_property
+    def fixed(self) -> dict[str, np.ndarray]:
+        """[R] the constant seconds of each own-work part (path items' `part` names)."""
+        o = self.ops
+        zero = np.zeros(self.a.R)
+        return {
+            "pre_f": o.linear_forward,
+            "post_f": o.linear_forward,
+            "pre_b": o.linear_backward,
+            "post_b": o.linear_backward,
+            "head": zero,
+        }
 
     @functools.cached_property
     def pair_src(self) -> np.ndarray:
@@ -194,6 +213,7 @@ def coefficients(
             t.dst * k + t.round, kv_bytes(t.num_kv_heads * mult, model.head_dim), minlength=R * k
         ).reshape(R, k)
     local_params = model.param_count / (R if workload.param_sharding == "zero3" else 1)
+    ops = operator_charges(w.operator, a.grp, a.eta, k, rule)
     return Coefficients(
         a=a,
         rule=rule,
@@ -204,7 +224,7 @@ def coefficients(
         matmul_f=w.pre_matmul + w.post_matmul,
         matmul_b=(2.0 + rerun) * (w.pre_matmul + w.post_matmul),
         head=w.head,
-        a2a_lat=lat_a2a,
+        a2a_lat=lat_a2a + ops.all_to_all,
         in_send=in_send,
         out_recv=out_recv,
         peer_r=peer_r,
@@ -218,12 +238,13 @@ def coefficients(
         x_send=x_send,
         x_recv_bytes=x_rb,
         slowdown=w.overlap_slowdown,
-        optimizer=local_params * w.optimizer,
+        optimizer=local_params * w.optimizer + ops.step,
         params=param_collectives(a.bw, a.lat, model, workload) if off else ParamComm(workload.param_sharding),
         attn_bwd_factor=w.attn_bwd_factor,
         layers=model.layers,
         batch=workload.global_batch,
         comm=off,
+        ops=ops,
     )
 
 
@@ -252,24 +273,24 @@ def evaluate(
     xc_b = 2.0 * c.x_lat + recv + send
     xc_b[:, 0] = 0.0
     pre_f, post_f, pre_b, post_b = c.pre_f * s, c.post_f * s, c.pre_b * s, c.post_b * s
-    att_b = c.attn_bwd_factor * att
     window_f = pre_f + post_f + att_w.sum(axis=1)
     window_b = (
         pre_b + post_b + c.attn_bwd_factor * att_w.sum(axis=1) + c.rule.backward_factors().replay_layer * window_f
     )
     head = c.head * s
+    o = c.ops  # the per-operator constants, outside the windows (module doc)
     return Durations(
         c=c,
-        lin_pre_f=pre_f,
-        lin_post_f=post_f,
-        lin_pre_b=pre_b,
-        lin_post_b=post_b,
+        lin_pre_f=pre_f + o.linear_forward,
+        lin_post_f=post_f + o.linear_forward,
+        lin_pre_b=pre_b + o.linear_backward,
+        lin_post_b=post_b + o.linear_backward,
         matmul_f=c.matmul_f * s,
         matmul_b=c.matmul_b * s,
         a2a_in=a2a_in,
         a2a_out=a2a_out,
-        att_f=att,
-        att_b=att_b,
+        att_f=att + o.round_forward[:, None],
+        att_b=c.attn_bwd_factor * att + o.round_backward[:, None],
         xc_f=xc_f,
         xc_b=xc_b,
         link=recv + send,

@@ -84,6 +84,7 @@ class Rates:
     hbm: np.ndarray  # bytes/s
     block_half_keys: np.ndarray  # keys at which an attention block runs at half rate
     overlap_slowdown: np.ndarray  # seconds of compute lost per second of overlapped link time
+    operator: np.ndarray  # seconds of device time per executed operator beyond its work (operators.py)
 
 
 def rates(gpus: list[GPUType] | tuple[GPUType, ...], stack: Stack | None = None) -> Rates:
@@ -111,6 +112,7 @@ def rates(gpus: list[GPUType] | tuple[GPUType, ...], stack: Stack | None = None)
         hbm=np.array([g.hbm_bandwidth_gbps * 1e9 * g.eff_hbm for g in gpus]),
         block_half_keys=np.array([g.attn_block_half_keys for g in gpus]),
         overlap_slowdown=np.array([g.overlap_slowdown for g in gpus]),
+        operator=np.array([g.op_overhead_us * 1e-6 for g in gpus]),
     )
 
 
@@ -178,6 +180,7 @@ class WorkTimes:
     head: np.ndarray  # LM head forward + backward + loss traffic, per token (once per sequence, not per layer)
     optimizer: np.ndarray  # the optimizer step, per local parameter
     overlap_slowdown: np.ndarray
+    operator: np.ndarray  # seconds per executed operator (costmodel/operators.py)
     attn_bwd_factor: float
     tile: int
 
@@ -222,6 +225,7 @@ def work_times(
         head=3.0 * model.lm_head_flops_per_token / r.matmul + model.vocab * options.loss_bytes_per_logit / r.hbm,
         optimizer=options.optimizer_bytes_per_param / r.hbm,
         overlap_slowdown=r.overlap_slowdown,
+        operator=r.operator,
         attn_bwd_factor=options.attn_bwd_factor,
         tile=options.attn_tile,
     )

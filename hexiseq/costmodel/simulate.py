@@ -42,7 +42,8 @@ keep the links busy themselves) and slows the compute it overlaps. Per micro-ste
 Then every rank's optimizer step; iteration_time_s = the last rank's finish.
 
 Every rank's time is split into phases (PHASES) that sum to the iteration time on every rank:
-its own work, the exchange time not hidden behind its attention ("kv_exchange": exposed transfers,
+its own work (the per-operator time of its linear parts and attention rounds apart, "operators":
+costmodel/operators.py), the exchange time not hidden behind its attention ("kv_exchange": exposed transfers,
 partner waits and the overlap slowdown), exposed parameter traffic, and "wait" (for the group at an
 all-to-all, or for the slowest rank at a layer boundary).
 """
@@ -82,6 +83,7 @@ PHASES = (
     "kv_exchange",
     "lm_head",
     "recompute",
+    "operators",
     "param_comm",
     "optimizer",
     "wait",
@@ -235,10 +237,13 @@ class _Chain:
         t = t + d.lin_post_f
         ph["alltoall"] += d.a2a_in.max(axis=1) + d.a2a_out.max(axis=1)
         lin = d.lin_pre_f + d.lin_post_f
+        o = d.c.ops
+        ops_lin, ops_att = 2.0 * o.linear_forward, np.where(self.a.active, self.a.k * o.round_forward, 0.0)
         ph["linear"] += d.matmul_f
-        ph["memory_bound"] += lin - d.matmul_f
+        ph["memory_bound"] += lin - d.matmul_f - ops_lin
         att = np.where(self.a.active, d.att_f.sum(axis=1), 0.0)
-        ph["attention"] += att
+        ph["attention"] += att - ops_att
+        ph["operators"] += ops_lin + ops_att
         ph["kv_exchange"] -= att
         return t
 
@@ -260,11 +265,15 @@ class _Chain:
         again = d.rule.backward_factors().rerun_linear  # the linear forward rerun inside the backward
         rerun = again * (d.lin_pre_f + d.lin_post_f)
         matmul = d.matmul_b - again * d.matmul_f
+        o = d.c.ops
+        ops_lin = 2.0 * (o.linear_backward - again * o.linear_forward)  # the rerun's operators are recompute
+        ops_att = np.where(self.a.active, self.a.k * o.round_backward, 0.0)
         ph["recompute"] += rerun
         ph["linear"] += matmul
-        ph["memory_bound"] += lin - rerun - matmul
+        ph["memory_bound"] += lin - rerun - matmul - ops_lin
         att = np.where(self.a.active, d.att_b.sum(axis=1), 0.0)
-        ph["attention"] += att
+        ph["attention"] += att - ops_att
+        ph["operators"] += ops_lin + ops_att
         ph["kv_exchange"] -= att
         return t
 

@@ -66,8 +66,10 @@ class PathForms:
                 att.setdefault((it.backward, int(it.rank)), set()).add(int(it.round))
             else:
                 self.item(f, it)
+        ops = self.coef.ops
         for (backward, r), rounds in att.items():
             self.attention_sum(f, self.coef.attn_bwd_factor if backward else 1.0, r, rounds, n0, lo, hi)
+            f.const += len(rounds) * float((ops.round_backward if backward else ops.round_forward)[r])
         return f
 
     def item(self, f: LinearForm, it: PathItem) -> None:
@@ -81,6 +83,7 @@ class PathForms:
                 self.window(f, -1.0, chain, int(r))
             case OwnWork(part, r):
                 f.s[self.cls[r]] += getattr(c, part)[r]
+                f.const += c.fixed[part][r]
             case AllToAllPiece(direction, r, piece):
                 f.const += c.a2a_lat[r]
                 if (direction == "in") == (piece == 0):  # in: piece 0 is the own send; out: piece 1 is the own recv

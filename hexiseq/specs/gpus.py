@@ -93,6 +93,15 @@ class GPUType(KnownKeys):
         le=1,
         profile=True,
     ) = 0.0
+    op_overhead_us: number(
+        "device time of each operator beyond its FLOPs and bytes (launch, dispatch, allocation, "
+        "a kernel's fixed start), per executed operator (costmodel/operators.py); 0 on the catalog's "
+        "GPUs, whose efficiencies are fitted on whole published steps that already hold it",
+        unit="us",
+        ge=0,
+        le=1e4,
+        profile=True,
+    ) = 0.0
     link_efficiency: number(
         "fraction of link_bandwidth_gbps a transfer reaches inside the node", gt=0, le=1, profile=True
     ) = 1.0
