@@ -11,7 +11,7 @@ from hexiseq import Plan, PlanError, Sharding, ShardingStage, Workload, random_p
 from hexiseq.costmodel import CostOptions, estimate, simulate
 from hexiseq.costmodel.arrays import link_matrices
 from hexiseq.costmodel.memory import sharded_state_bytes
-from hexiseq.costmodel.step import estimate_step, shard_groups
+from hexiseq.costmodel.step import estimate_step, lockstep_sets, lockstep_time, replica_lines, shard_groups
 from hexiseq.links import ring_allgather_s, ring_allreduce_s
 from hexiseq.specs import GIB, get_model, load_cluster
 
@@ -100,6 +100,46 @@ def test_shard_groups_per_scope():
     assert [g.tolist() for g in shard_groups(j, TESTBED)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert [g.tolist() for g in shard_groups(_pair(scope="all"), TESTBED)] == [list(range(8))]
     assert [g.tolist() for g in shard_groups(_pair(stage="replicated", scope="all"), TESTBED)] == [list(range(8))]
+
+
+def test_replicas_joined_by_a_zero2_or_zero3_shard_group_run_in_lockstep():
+    """Under zero3 over all devices the 5 + 3 sequences of the pair run 5 micro-steps in step: the
+    first three take the slower replica's micro-step, the last two the other's: the faster replica
+    waits in the first three, the other through two empty ones (runtime/sharding.py). Under zero3
+    inside each replica: no lockstep."""
+    w = Workload(seq_len=S, global_batch=8, activation_checkpointing="full")
+    j = _pair(scope="all")
+    lines = replica_lines(j, TESTBED, MODEL, w)
+    a, b = (ln.per_sequence_s for ln in lines)
+    want = max(ln.fixed_s for ln in lines) + 3 * max(a, b) + 2 * a
+    assert lockstep_time(lines, [5, 3]) == pytest.approx(want, rel=1e-12)
+    st = estimate_step(j, TESTBED, MODEL, w)
+    opt = max(r.optimizer_s for r in st.replicas)
+    assert st.step_time_s == pytest.approx(want + st.sync_s["regather"] + opt, rel=1e-9)
+    own = [r.time_s for r in st.replicas]
+    assert st.step_time_s > max(own) + opt  # the independent replicas' step would be shorter
+    for r in st.replicas:
+        assert r.time_s + r.waiting_s == pytest.approx(want, rel=1e-9)
+    assert min(r.waiting_s for r in st.replicas) > 0.0  # each waits: for the slower, then through empty ones
+    assert "waiting in lockstep" in st.summary()
+    alone = estimate_step(_pair(scope="replica"), TESTBED, MODEL, w)
+    assert all(r.waiting_s == 0.0 for r in alone.replicas)
+
+
+@pytest.mark.parametrize(
+    "stage, scope, want",
+    [
+        ("zero3", "node", [[0, 1, 2]]),  # r1 spans both nodes: it joins r0 and r2
+        ("zero2", "node", [[0, 1, 2]]),
+        ("zero3", "replica", [[0], [1], [2]]),
+        ("zero1", "all", [[0], [1], [2]]),  # nothing collective before the step's end
+        ("replicated", "all", [[0], [1], [2]]),
+    ],
+)
+def test_lockstep_sets_follow_the_shard_groups(stage, scope, want):
+    reps = [ring_plan(devs, S, H, HKV) for devs in ((0, 1), (2, 3, 4, 5), (6, 7))]
+    j = Plan.joint(reps, [2, 1, 1], Sharding(stage, scope))
+    assert lockstep_sets(j, shard_groups(j, TESTBED)) == want
 
 
 def test_strategy_memory_orders_and_formulas():

@@ -6,7 +6,7 @@ import itertools
 import pytest
 
 from hexiseq import Plan, Workload, get_model, load_cluster
-from hexiseq.costmodel.step import ReplicaLine, estimate_step, replica_lines
+from hexiseq.costmodel.step import ReplicaLine, estimate_step, lockstep_time, replica_lines
 from hexiseq.planner import plan_cluster
 from hexiseq.planner.joint import plan_joint
 from hexiseq.planner.replicas import (
@@ -46,6 +46,41 @@ def test_batch_shares_are_exact(seed):
     assert sum(shares) == G
     got = max(ln.time_s(s) for ln, s in zip(lines, shares))
     assert got == pytest.approx(_brute(lines, G))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_lockstep_batch_shares_are_exact(seed):
+    """Replicas in lockstep sets (costmodel/step.py): the shares equal a brute force over every
+    share vector of the slowest set's lockstep time, fixed parts and unfitting replicas included."""
+    import random
+
+    rng = random.Random(seed)
+    n = rng.randint(2, 5)
+    lines = [
+        ReplicaLine(
+            rng.choice([0.0, 0.3, rng.uniform(0, 2)]), rng.uniform(0.5, 3), 0.0, rng.random() > 0.15 or i == 0, 0.0
+        )
+        for i in range(n)
+    ]
+    order = rng.sample(range(n), n)
+    sets = []
+    while order:
+        k = rng.randint(1, len(order))
+        sets.append(sorted(order[:k]))
+        order = order[k:]
+    G = rng.randint(1, 7)
+
+    def worst(shares):
+        return max(lockstep_time([lines[i] for i in m], [shares[i] for i in m]) for m in sets)
+
+    brute = min(
+        worst(sh)
+        for sh in itertools.product(range(G + 1), repeat=n)
+        if sum(sh) == G and not any(s and not ln.fits for s, ln in zip(sh, lines))
+    )
+    shares = batch_shares(lines, G, sets)
+    assert sum(shares) == G and not any(s and not ln.fits for s, ln in zip(shares, lines))
+    assert worst(shares) == pytest.approx(brute, rel=1e-12)
 
 
 def test_partitions_of_a_two_type_cluster():

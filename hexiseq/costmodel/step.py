@@ -5,11 +5,20 @@ whole sequence, replica i processing B_i sequences per step; the strategy is the
 (`Plan.sharding`: the one source of truth for a joint plan's sharding; the workload gives the
 sequence, the recompute policy and the global batch). The step:
 
-    step = max_i T_i + re-gather + max_r optimizer_r
+    step = max over lockstep sets of T_set + re-gather + max_r optimizer_r
 
 - T_i: replica i's B_i micro-steps, the step replay (simulate.py) of `plan.replica(i)` with the
   strategy's per-micro-step collectives among the shard group (comm.sharding_collectives; the same
-  prefetch/overlap rules as today's ZeRO-3 and DDP passes) and without its optimizer.
+  prefetch/overlap rules as today's ZeRO-3 and DDP passes) and without its optimizer: a line
+  T_i(B) = fixed_i + B·per_sequence_i (`ReplicaLine`).
+- lockstep sets: under zero2 / zero3 every layer's collectives run over the shard group on every
+  micro-step, so replicas joined by a shard group (directly or through others) wait for each other at
+  each layer, and one with fewer sequences runs empty micro-steps until the busiest is done
+  (runtime/sharding.py). Micro-step j of a set takes the longest j-th micro-step of its replicas that
+  have one: T_set = max_i fixed_i + Σ_j max_{i: B_i ≥ j} per_sequence_i (`lockstep_time`). Under
+  replicated and zero1 nothing is collective before the step's end: each replica is its own set,
+  T_set = T_i. (On the CPU emulation a cluster with two speeds measured it: 2:2:1:1 shares under ZeRO-3
+  over all devices took the slow replicas' micro-step plus the fast ones' second, not the slowest line.)
 - the strategy's shard groups: scope "all" = every device of the plan, "replica" = each replica's
   devices, "node" = the plan's devices of each node; a replica's collectives take the seconds of the
   slowest shard group it has ranks in.
@@ -58,6 +67,7 @@ class ReplicaStep:
     micro_step_s: float  # one sequence (its passes, collectives included, no optimizer)
     time_s: float  # its `sequences` micro-steps
     optimizer_s: float  # its slowest rank's optimizer step
+    waiting_s: float  # inside its micro-steps, for the replicas it runs in lockstep with (module doc)
     memory_gib: float  # its fullest rank
     capacity_gib: float  # that rank's capacity
     fits: bool
@@ -95,7 +105,9 @@ class StepEstimate:
             gpus = ", ".join(f"{n}x {g}" for g, n in r.gpus.items())
             lines.append(
                 f"  replica {r.index}: {gpus}; {r.sequences} sequence{'s' * (r.sequences > 1)} x "
-                f"{r.micro_step_s:.4g} s = {r.time_s:.4g} s; memory {r.memory_gib:.1f} of {r.capacity_gib:.1f} GiB"
+                f"{r.micro_step_s:.4g} s = {r.time_s:.4g} s"
+                + (f" + {r.waiting_s:.4g} s waiting in lockstep" if r.waiting_s > 0 else "")
+                + f"; memory {r.memory_gib:.1f} of {r.capacity_gib:.1f} GiB"
                 + ("" if r.fits else " (does not fit)")
             )
         lines.append(
@@ -114,6 +126,46 @@ def shard_groups(plan: Plan, cluster: ClusterSpec) -> list[np.ndarray]:
         return [np.array(plan.replica_ranks(i)) for i in range(plan.num_replicas)]
     node = np.array([cluster.devices[d].node for d in plan.rank_devices])
     return [np.flatnonzero(node == n) for n in dict.fromkeys(node.tolist())]
+
+
+def lockstep_sets(plan: Plan, groups: list[np.ndarray]) -> list[list[int]]:
+    """The replicas that run in lockstep (module doc), as sets of replica indices: under zero2 /
+    zero3 those joined through `groups` (the plan's shard groups), otherwise each replica alone."""
+    n = plan.num_replicas
+    if plan.sharding.stage not in (ShardingStage.ZERO2, ShardingStage.ZERO3) or n == 1:
+        return [[i] for i in range(n)]
+    replica_of = np.zeros(plan.world_size, dtype=np.int64)
+    for i in range(n):
+        r = plan.replica_ranks(i)
+        replica_of[r.start : r.stop] = i
+    root = list(range(n))
+
+    def find(i: int) -> int:
+        while root[i] != i:
+            i = root[i]
+        return i
+
+    for g in groups:
+        members = sorted({int(x) for x in replica_of[g]})
+        for j in members[1:]:
+            root[find(j)] = find(members[0])
+    sets: dict[int, list[int]] = {}
+    for i in range(n):
+        sets.setdefault(find(i), []).append(i)
+    return list(sets.values())
+
+
+def lockstep_time(lines: list[ReplicaLine], shares: list[int]) -> float:
+    """The micro-steps of replicas in lockstep (module doc): the longest fixed part of those given
+    sequences, then micro-step j the longest per-sequence time of those with a j-th sequence. One
+    replica: its own line, `fixed_s + B·per_sequence_s`."""
+    used = [i for i, b in enumerate(shares) if b > 0]
+    if not used:
+        return 0.0
+    t = max(lines[i].fixed_s for i in used)
+    for j in range(max(shares)):
+        t += max(lines[i].per_sequence_s for i in used if shares[i] > j)
+    return t
 
 
 @functools.lru_cache(maxsize=4096)
@@ -136,6 +188,7 @@ class _Strategy:
     bw: np.ndarray  # [R, R] the plan's links
     lat: np.ndarray
     sync: StepCollectives
+    lockstep: list[list[int]]  # replica indices of each lockstep set (lockstep_sets)
 
 
 def _strategy(
@@ -180,7 +233,7 @@ def _build_strategy(plan: Plan, cluster: ClusterSpec, model: ModelSpec, options:
         for g in groups
     ]
     today = plan.num_replicas == 1 and plan.sharding.scope == ShardingScope.ALL and stage in ("zero3", "replicated")
-    return _Strategy(stage, groups, per_group, shards_of, today, bw, lat, sync)
+    return _Strategy(stage, groups, per_group, shards_of, today, bw, lat, sync, lockstep_sets(plan, groups))
 
 
 def _replica_coefficients(
@@ -317,9 +370,9 @@ def replica_lines(
 def compose_step(
     replica_s: list[float], optimizer_s: list[float], sync_s: float, whole: list[float] | None = None
 ) -> float:
-    """The step (module doc): the slowest replica's micro-steps, the synchronisation, the slowest
-    optimizer. One replica: its replayed iteration `whole[0]` (with its optimizer) plus the
-    synchronisation, so the paper's setting is the replay's number bit for bit."""
+    """The step (module doc): the slowest lockstep set's micro-steps (`replica_s`: each set's), the
+    synchronisation, the slowest optimizer. One replica: its replayed iteration `whole[0]` (with its
+    optimizer) plus the synchronisation, so the paper's setting is the replay's number bit for bit."""
     if len(replica_s) == 1 and whole is not None:
         return whole[0] + sync_s
     return max(replica_s) + sync_s + max(optimizer_s)
@@ -339,8 +392,8 @@ def step_time(
     seqs = [r.sequences for r in plan.replicas] if plan.replicas else None
     if seqs is None:
         raise PlanError("step_time needs a plan with replicas (their sequence counts)")
-    sync = st.sync
-    return compose_step([ln.time_s(b) for ln, b in zip(lines, seqs)], [ln.optimizer_s for ln in lines], sync.total_s)
+    sets = [lockstep_time([lines[i] for i in m], [seqs[i] for i in m]) for m in st.lockstep]
+    return compose_step(sets, [ln.optimizer_s for ln in lines], st.sync.total_s)
 
 
 def _replica_memory(
@@ -408,13 +461,23 @@ def estimate_step(
                 micro_step_s=(sim.iteration_time_s - opt) / B,
                 time_s=sim.iteration_time_s - opt,
                 optimizer_s=opt,
+                waiting_s=0.0,
                 memory_gib=float(total[worst] / GIB),
                 capacity_gib=float(a.capacity[worst] / GIB),
                 fits=fits,
             )
         )
     sync = st.sync
-    step = compose_step([t - o for t, o in zip(times, opts)], opts, sync.total_s, whole=times)
+    own = [t - o for t, o in zip(times, opts)]
+    set_s = [max(own[i] for i in m) for m in st.lockstep]
+    if any(len(m) > 1 for m in st.lockstep):  # replicas in lockstep: from their lines (the replay is linear in B)
+        lines = replica_lines(plan, cluster, model, workload, options)
+        for k, m in enumerate(st.lockstep):
+            if len(m) > 1:
+                set_s[k] = lockstep_time([lines[i] for i in m], [seqs[i] for i in m])
+                for i in m:
+                    replicas[i].waiting_s = max(0.0, set_s[k] - own[i])
+    step = compose_step(set_s, opts, sync.total_s, whole=times if len(times) == 1 else None)
     tokens = workload.seq_len * sum(seqs)
     # the bound of every strategy: its optimizer term is the least one, params / N (zero3 over all devices)
     bound = compute_bound(cluster, model, replace(workload, global_batch=sum(seqs), param_sharding="zero3"), options)

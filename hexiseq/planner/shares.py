@@ -2,10 +2,16 @@
 batch given the replicas' lines, and the fastest fitting sharding strategy (costmodel/step.py's
 step model). Shared by the joint planner (planner/joint.py) and the DP baselines (dp_baselines.py).
 
-Exact shares: the integer B_i minimising max_i T_i(B_i) with Σ B_i = G, T_i(B) = c_i + B·m_i, come
-from the greedy that gives each sequence to the replica finishing it first (each T_i is increasing:
-the chosen values are the G smallest of the merged sequences T_i(1) < T_i(2) < ...). A replica
-given no sequence is left out.
+Exact shares: the integer B_i minimising the step's slowest lockstep set (costmodel/step.py) with
+Σ B_i = G. Each set's least time of n sequences, T_set(n), is non-decreasing in n, so the greedy
+that gives each sequence to the set finishing it first is exact (the chosen values are the G
+smallest of the merged sequences T_set(1) ≤ T_set(2) ≤ ...). A replica alone: T(n) = c + n·m. A
+set in lockstep (`lockstep_table`): micro-step j costs the slowest per-sequence time among the
+replicas with a j-th sequence, so n sequences are a multiset of micro-step widths w (how many
+replicas run it) with costs m_(w) — the w-th fastest — summing to n, the widest one being every
+replica used; with the used replicas' largest fixed part held at each of its values, the used
+replicas are the fastest allowed ones, and an unbounded knapsack over the widths is exact. A
+replica given no sequence is left out.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ..costmodel.kernels import CostOptions
-from ..costmodel.step import ReplicaLine, replica_lines, shard_groups, step_time
+from ..costmodel.step import ReplicaLine, lockstep_sets, replica_lines, shard_groups, step_time
 from ..errors import PlanError
 from ..plan import Plan, Sharding, ShardingScope, ShardingStage
 from ..specs import ClusterSpec, ModelSpec, Workload
@@ -35,9 +41,43 @@ STRATEGIES: tuple[Sharding, ...] = (
 )
 
 
-def batch_shares(lines: Sequence[ReplicaLine], global_batch: int) -> list[int]:
-    """Integer sequences per replica minimising the slowest replica's time (module doc); replicas
-    that do not fit get none."""
+def lockstep_table(lines: Sequence[ReplicaLine], most: int) -> list[tuple[float, list[int]]]:
+    """For n = 0..most: the least lockstep time (step.lockstep_time) of n sequences over these
+    replicas, and the shares that reach it (module doc); replicas that do not fit get none."""
+    table: list[tuple[float, list[int]]] = [(0.0, [0] * len(lines))] + [(math.inf, [])] * most
+    fit = [i for i, ln in enumerate(lines) if ln.fits]
+    for cap in sorted({lines[i].fixed_s for i in fit}):
+        allowed = sorted((i for i in fit if lines[i].fixed_s <= cap), key=lambda i: (lines[i].per_sequence_s, i))
+        cost = [0.0] + [math.inf] * most  # later micro-steps summing to r, widths 1..u
+        width = [0] * (most + 1)
+        for u in range(1, min(len(allowed), most) + 1):
+            m = lines[allowed[u - 1]].per_sequence_s
+            for r in range(u, most + 1):
+                if cost[r - u] + m < cost[r]:
+                    cost[r], width[r] = cost[r - u] + m, u
+            fixed = max(lines[i].fixed_s for i in allowed[:u])
+            for n in range(u, most + 1):
+                t = fixed + m + cost[n - u]
+                if t < table[n][0]:
+                    widths, r = [u], n - u
+                    while r:
+                        widths.append(width[r])
+                        r -= width[r]
+                    shares = [0] * len(lines)
+                    for k, i in enumerate(allowed[:u]):
+                        shares[i] = sum(w > k for w in widths)
+                    table[n] = (t, shares)
+    return table
+
+
+def batch_shares(
+    lines: Sequence[ReplicaLine], global_batch: int, lockstep: Sequence[Sequence[int]] | None = None
+) -> list[int]:
+    """Integer sequences per replica minimising the slowest lockstep set's time (module doc;
+    `lockstep`: the sets of replica indices, default each replica alone); replicas that do not fit
+    get none."""
+    if lockstep is not None and any(len(m) > 1 for m in lockstep):
+        return _lockstep_shares(lines, global_batch, lockstep)
     shares = [0] * len(lines)
     heap = [(ln.time_s(1), i) for i, ln in enumerate(lines) if ln.fits]
     if not heap:
@@ -47,6 +87,24 @@ def batch_shares(lines: Sequence[ReplicaLine], global_batch: int) -> list[int]:
         _, i = heapq.heappop(heap)
         shares[i] += 1
         heapq.heappush(heap, (lines[i].time_s(shares[i] + 1), i))
+    return shares
+
+
+def _lockstep_shares(lines: Sequence[ReplicaLine], global_batch: int, lockstep: Sequence[Sequence[int]]) -> list[int]:
+    tables = [lockstep_table([lines[i] for i in m], global_batch) for m in lockstep]
+    given = [0] * len(lockstep)
+    heap = [(t[1][0], k) for k, t in enumerate(tables) if global_batch and t[1][0] < math.inf]
+    heapq.heapify(heap)
+    for _ in range(global_batch if heap else 0):
+        _, k = heapq.heappop(heap)
+        given[k] += 1
+        if given[k] < global_batch:
+            heapq.heappush(heap, (tables[k][given[k] + 1][0], k))
+    shares = [0] * len(lines)
+    for k, m in enumerate(lockstep):
+        if given[k]:
+            for i, b in zip(m, tables[k][given[k]][1]):
+                shares[i] = b
     return shares
 
 
@@ -77,7 +135,8 @@ def best_over_strategies(
     all_fit = True
     for sharding in strategies:
         trial = Plan.joint(replicas, [1] * len(replicas), sharding, name=name)
-        same = (sharding.stage, tuple(tuple(g.tolist()) for g in shard_groups(trial, cluster)))
+        groups = shard_groups(trial, cluster)
+        same = (sharding.stage, tuple(tuple(g.tolist()) for g in groups))
         if same in tried:
             continue  # the same shard groups as a scope already tried
         tried.add(same)
@@ -87,7 +146,7 @@ def best_over_strategies(
             all_fit = False
             continue
         all_fit = all_fit and all(ln.fits for ln in lines)
-        shares = batch_shares(lines, G)
+        shares = batch_shares(lines, G, lockstep_sets(trial, groups))
         used = [i for i, b in enumerate(shares) if b > 0]
         if not used:
             continue
