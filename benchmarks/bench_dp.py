@@ -3,8 +3,8 @@
     python benchmarks/bench_dp.py [--clusters cpu-4,cpu-8] [--seq-len 2048] [--global-batch 6] [--steps 8]
                                   [--calibration DIR] [--quick] [--out data/results/dp.txt]
 
-First this machine's figures of the emulated CPU types: `hexiseq calibrate` on cpu-4 (a profile and
-three fitted multipliers; or --calibration, a calibration.json of cpu-4 to reuse). Then on each
+First this machine's figures of the emulated CPU types: `hexiseq calibrate` on cpu-4 (a profile,
+three fitted multipliers and a per-operator time; or --calibration, a calibration.json of cpu-4 to reuse). Then on each
 emulated cluster (data/clusters/README.md), the same model (tiny) and global batch under three plans,
 each planned with those figures and run for real (every rank emulating its device and the link
 between the nodes; hexiseq/calibrate/compare_dp.py):
@@ -37,7 +37,7 @@ def operator_fit_line(fit: dict[str, float] | None) -> str:
     return (
         f"misses (measured - predicted) against f x operators per step of the busiest device, over the "
         f"{fit['runs']} runs: {fit['slope_s'] * 1e6:.1f} us per operator per unit of slowdown, intercept "
-        f"{fit['intercept_s']:+.3f} s, r = {fit['r']:.2f} (the step model has no per-operator term)"
+        f"{fit['intercept_s']:+.3f} s, r = {fit['r']:.2f} (what the step model's per-operator term leaves)"
     )
 
 

@@ -9,16 +9,21 @@ with measured, per plan.
 3. Every plan of plans.py runs as a real run (hexiseq.runs: run directory, metrics.jsonl,
    summary.json with `emulated`, `prediction`, the measured step = median after warm-up), all in one
    spawned world, one after another.
-4. The fit (`FITTED`): three multipliers, the same for every device type, on the profile's figures
-   for what a kernel timed alone cannot show: the compute rate inside a step (`peak_bf16_tflops`:
-   the linear and attention kernels interleaved with everything else a step does, caches shared
-   with the other ranks), the memory-bound rate (`eff_hbm`: the norms, RoPE, activations, loss and
-   optimizer as the framework runs them, with its per-operator overhead) and the per-message latency
-   (`link_latency_us`: the cost model charges it per all-to-all and per exchange round, so it also
-   takes the framework's per-layer work) — minimising Σ log²(predicted / measured) over the fit
-   plans, plus a small penalty on the multipliers' log2 (RIDGE: of near-equal fits, the one nearest
-   the profile), by fitting.grid_search (deterministic: a grid, then finer grids around the best). "After"
-   = the fitted cluster's prediction; the held-out plans show whether the fit generalises.
+4. The fit (`FITTED`, `OPERATOR`): three multipliers, the same for every device type, on the
+   profile's figures for what a kernel timed alone cannot show: the compute rate inside a step
+   (`peak_bf16_tflops`: the linear and attention kernels interleaved with everything else a step
+   does, caches shared with the other ranks), the memory-bound rate (`eff_hbm`: the norms, RoPE,
+   activations, loss and optimizer as the framework runs them) and the per-message latency
+   (`link_latency_us`: the cost model charges it per all-to-all and per exchange round); and the
+   time of each executed operator beyond its work (`op_overhead_us`: dispatch, allocation, small
+   kernels; charged per operator of data/operators.yaml, costmodel/operators.py) — minimising
+   Σ log²(predicted / measured) over the fit plans, plus a small penalty on the multipliers' log2
+   (RIDGE: of near-equal fits, the one nearest the profile), by fitting.grid_search then
+   fitting.least_squares (deterministic: a coarse grid, then damped least squares from its best
+   node). "After" = the fitted cluster's prediction; the held-out plans show whether the fit
+   generalises. On long sequences the per-operator time is a small part of every plan and trades
+   off against the memory-bound rate; the comparisons of data-parallel plans (compare_dp.py, S = 2K)
+   are where it decides.
 """
 
 from __future__ import annotations
@@ -33,8 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from ..costmodel import simulate
+from ..costmodel.step import estimate_step
 from ..errors import HexiSeqError
-from ..fitting import grid_search
+from ..fitting import grid_search, least_squares
 from ..runs.config import WARMUP_EXCLUDED
 from ..runs.loop import RunJob, run_worker
 from ..runs.rundir import RunDir, default_run_dir
@@ -43,14 +49,22 @@ from ..runs.start import start_run
 from ..runtime.emulation import Emulation
 from ..runtime.world import spawn_world
 from ..specs import ClusterSpec, ModelSpec, Workload, get_model, write_text_atomic
-from .emulated_clusters import emulation_for
+from .emulated_clusters import cpu_factor, emulation_for
 from .plans import WORLD, CalPlan, calibration_plans
 from .profile import DEFAULT_MODEL, Profile, _load, resolve_world
 from .profile import profile as measure_profile
 
 # what the fit may change, with the search box of its multiplier (log2 of the factor on the profile's figure)
 FITTED = {"peak_bf16_tflops": (-1.0, 1.0), "eff_hbm": (-2.0, 2.0), "link_latency_us": (-3.0, 3.0)}
-GRID_STEPS = (0.5, 0.125, 0.03125)
+# ... and the per-operator time, which a profile cannot measure (a kernel timed alone runs few operators):
+# not a multiplier but microseconds per operator on one unpaced core, searched as log2(1 + us) over this
+# box (0 to 63 us); CPU-x<f> pays f times it, as it pays f times every kernel's time
+OPERATOR = "op_overhead_us"
+OPERATOR_BOX = (0.0, 6.0)
+# the start of the least squares: a full grid at 1 (735 nodes), then one at 0.5 over ± half a step
+# around its best (81 nodes); the least squares follows the ridges between nodes from there
+GRID_STEPS = (1.0, 0.5)
+GRID_REACH = 0.5
 # The three move step times in similar ways on these plans, so fits far apart can be almost equally
 # good: a small penalty on the log2 multipliers picks, among those, the one closest to the profile.
 RIDGE = 1e-3
@@ -110,7 +124,7 @@ class Calibration:
             f"  before the fit: {f(s['all_before'])}",
             f"  after the fit:  {f(s['all_after'])}",
             f"  held out (not fitted): before {f(s['held-out_before'])}; after {f(s['held-out_after'])}",
-            "  fitted: " + ", ".join(f"{k} x{v:.3g}" for k, v in self.factors.items()),
+            "  fitted: " + factors_text(self.factors),
         ]
         return "\n".join(lines)
 
@@ -151,39 +165,58 @@ class Calibration:
 
 
 def predict(cluster: ClusterSpec, model: ModelSpec, cp: CalPlan) -> float:
-    """The step replay's iteration time of a calibration plan (replicated parameters: the executor's default)."""
-    wl = Workload(cp.plan.seq_len, 1, cp.recompute, "replicated", cp.plan.block_size)
+    """The step time of a calibration plan (replicated parameters: the executor's default): the step
+    replay's iteration, or for a plan of replicas the step model (costmodel/step.py)."""
+    wl = Workload(cp.plan.seq_len, cp.global_batch, cp.recompute, "replicated", cp.plan.block_size)
+    if cp.plan.replicas:
+        return float(estimate_step(cp.plan, cluster, model, wl).step_time_s)
     return float(simulate(cp.plan, cluster, model, wl).iteration_time_s)
 
 
 def scaled_cluster(cluster: ClusterSpec, factors: dict[str, float]) -> ClusterSpec:
-    """`cluster` with every device type's fitted fields multiplied by `factors` (efficiencies capped at 1)."""
+    """`cluster` with every device type's fitted fields multiplied by `factors` (efficiencies capped at
+    1); `factors[OPERATOR]` is microseconds per operator on one unpaced core, times each type's f."""
     changes: dict[str, dict[str, float]] = {}
     for name in cluster.gpu_types:
         g = next(d.gpu for d in cluster.devices if d.gpu.name == name)
         changes[name] = {}
         for key, mult in factors.items():
+            if key == OPERATOR:
+                changes[name][key] = mult * (cpu_factor(name) or 1.0)
+                continue
             v = getattr(g, key) * mult
             changes[name][key] = min(1.0, v) if key.startswith("eff_") else v
     return cluster.with_profile(changes)
 
 
+def factors_text(factors: dict[str, float]) -> str:
+    """The fitted figures in words: the multipliers, and the per-operator time."""
+    return ", ".join(f"{OPERATOR} {v:.3g} us x f" if k == OPERATOR else f"{k} x{v:.3g}" for k, v in factors.items())
+
+
 def fit(
     cluster: ClusterSpec, model: ModelSpec, plans: Sequence[CalPlan], measured: Sequence[float]
 ) -> dict[str, float]:
-    """Multipliers on the FITTED fields minimising Σ log²(predicted / measured) over `plans`, plus
-    RIDGE x Σ log2(multiplier)² (module doc)."""
+    """The FITTED multipliers and the per-operator time minimising Σ log²(predicted / measured) over
+    `plans`, plus RIDGE x Σ log2(multiplier)² (module doc): a coarse grid, then damped least squares
+    from its best node (fitting.least_squares)."""
     keys = list(FITTED)
+    box = [FITTED[k] for k in keys] + [OPERATOR_BOX]
+    ridge = math.sqrt(RIDGE)
+
+    def figures(x: Sequence[float]) -> dict[str, float]:
+        return {**{k: 2.0**v for k, v in zip(keys, x)}, OPERATOR: 2.0 ** x[-1] - 1.0}
+
+    def residuals(x: Sequence[float]) -> list[float]:
+        c = scaled_cluster(cluster, figures(x))
+        return [math.log(predict(c, model, p) / m) for p, m in zip(plans, measured)] + [ridge * v for v in x[:-1]]
 
     def loss(*x: float) -> float:
-        c = scaled_cluster(cluster, {k: 2.0**v for k, v in zip(keys, x)})
-        return float(
-            sum(math.log(predict(c, model, p) / m) ** 2 for p, m in zip(plans, measured))
-            + RIDGE * sum(v * v for v in x)
-        )
+        return float(sum(r * r for r in residuals(x)))
 
-    best, _ = grid_search(loss, [FITTED[k] for k in keys], GRID_STEPS)
-    return {k: 2.0**v for k, v in zip(keys, best)}
+    start, _ = grid_search(loss, box, GRID_STEPS, GRID_REACH)
+    best, _ = least_squares(residuals, start, box)
+    return figures(best)
 
 
 # ---------------------------------------------------------------------- running the plans
@@ -288,6 +321,7 @@ def calibrate(
                 "cluster": spec.name,
                 "note": f"simulated iteration on {spec.name} with the profile ({prof.measured.get('when')})",
             },
+            global_batch=p.global_batch,
         )
         run, cfg = start_run(p.plan, settings, root / p.name)
         jobs.append(RunJob(str(run.path), cfg))
@@ -327,7 +361,10 @@ def calibrate(
             }
         )
     fitted = {
-        name: {k: getattr(next(d.gpu for d in fitted_cluster.devices if d.gpu.name == name), k) for k in FITTED}
+        name: {
+            k: getattr(next(d.gpu for d in fitted_cluster.devices if d.gpu.name == name), k)
+            for k in (*FITTED, OPERATOR)
+        }
         for name in fitted_cluster.gpu_types
     }
     cal = Calibration(

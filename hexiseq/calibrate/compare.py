@@ -30,7 +30,7 @@ from ..runs.start import start_run
 from ..runtime.world import spawn_world
 from ..specs import ClusterSpec, Workload, get_model, load_cluster, write_text_atomic
 from ..specs.identity import cluster_fingerprint, fingerprint_mismatch
-from .calibrate import calibrate, calibration_run_settings, pacing_overrun, scaled_cluster
+from .calibrate import calibrate, calibration_run_settings, factors_text, pacing_overrun, scaled_cluster
 from .emulated_clusters import check_emulated, emulation_for
 from .profile import DEFAULT_MODEL, Profile, _load
 from .profile import profile as measure_profile
@@ -79,10 +79,7 @@ class Comparison:
             f"{self.predicted_speedup:.3f}x -> claim {'holds' if self.claim_holds else 'does NOT hold'} "
             f"(measured faster and both calibrated predictions within 15%)"
         )
-        lines.append(
-            f"  calibration: {self.calibration}; multipliers "
-            + ", ".join(f"{k} x{v:.3g}" for k, v in self.factors.items())
-        )
+        lines.append(f"  calibration: {self.calibration}; multipliers " + factors_text(self.factors))
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:

@@ -2,11 +2,12 @@
 planner's plan (replicas x sharding x uneven CP x HP, its own batch shares) against the best
 DP x symmetric baseline (every DP x ring / Ulysses / USP the baselines build, equal blocks) and
 DP = 1 HexiSeq (one replica over the planner's devices, gradient accumulation in time), on the same
-model and global batch, each run for real on emulated ranks.
+model and global batch, each run for real on emulated ranks. A plan equal to one already run (the
+planner's choice is the baseline itself) is run once: its row says so and shares the measurement.
 
 Predictions come from the step model (costmodel/step.py, the one the joint planner optimises) with
-this machine's calibrated figures: a calibration of cpu-4's device types (calibrate.py: its profile
-and three fitted multipliers, measured now or read from a calibration.json). Any emulated cluster
+this machine's calibrated figures: a calibration of cpu-4's device types (calibrate.py: its profile,
+three fitted multipliers and the per-operator time, measured now or read from a calibration.json). Any emulated cluster
 built of the same CPU-x<f> types takes the same figures: the types are the same ranks of the same
 machine, only their number and links differ (the links are emulated exactly as the cost model
 charges them). What the runs measure depends on the machine and its load: the report states both,
@@ -31,7 +32,7 @@ from ..planner import plan_joint
 from ..runs.config import WARMUP_EXCLUDED
 from ..runs.rundir import default_run_dir
 from ..specs import ClusterSpec, ModelSpec, Workload, get_model, load_cluster, write_text_atomic
-from .calibrate import calibrate, operator_load, pacing_overrun, scaled_cluster
+from .calibrate import calibrate, factors_text, operator_load, pacing_overrun, scaled_cluster
 from .compare import on_emulated, read_calibration, run_plan
 from .cpu_types import with_derived_types
 from .emulated_clusters import HEADROOM, check_emulated, cpu_factor
@@ -100,6 +101,8 @@ class DPComparison:
                 f"{r['measured_s']:>10.3f} {r['error']:>+7.1%} {'' if o is None else f'{o:.2f}':>7}"
             )
             lines.append(f"    {r['config']}")
+            if r.get("same_as"):
+                continue  # its run is the twin's, shown above
             if op := r.get("operator_load"):
                 lines.append(
                     f"    busiest device: rank {op['rank']} (f = {op['factor']:g}), {op['ops_per_step']:,.0f} "
@@ -118,7 +121,7 @@ class DPComparison:
             f"{self.speedup('dp-baseline', 'measured_s'):.2f}x ({self.speedup('dp-baseline', 'predicted_s'):.2f}x), "
             f"over DP = 1 {self.speedup('dp1', 'measured_s'):.2f}x ({self.speedup('dp1', 'predicted_s'):.2f}x)",
             f"worst prediction error {self.worst_error:.1%} (goal 10%); calibration: {self.calibration}; multipliers "
-            + ", ".join(f"{k} x{v:.3g}" for k, v in self.factors.items()),
+            + factors_text(self.factors),
         ]
         return "\n".join(lines)
 
@@ -193,12 +196,23 @@ def _replica_rows(est, summary: dict[str, Any]) -> list[dict[str, Any]]:
                 "replica": r.index,
                 "ranks": len(r.devices),
                 "sequences": r.sequences,
-                "predicted_s": r.time_s,
+                "predicted_s": r.time_s + r.waiting_s,  # waits inside the micro-steps are in measured compute
                 "measured_compute_s": m.get("measured_compute_s", summary.get("measured_step_time_s")),
                 "measured_waiting_s": m.get("measured_waiting_s", 0.0),
             }
         )
     return rows
+
+
+def _same_run(a: Plan, b: Plan) -> bool:
+    """Whether two plans run the same (groups, replicas and their shares, sharding), whatever their names."""
+    return (a.seq_len, a.block_size, a.groups, a.replicas, a.sharding) == (
+        b.seq_len,
+        b.block_size,
+        b.groups,
+        b.replicas,
+        b.sharding,
+    )
 
 
 def compare_dp(
@@ -247,8 +261,20 @@ def compare_dp(
     ]
     root.mkdir(parents=True, exist_ok=True)
     load0 = _load()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for system, plan, policy, config in picks:
+        twin = next((r for r in rows if _same_run(r["plan_obj"], plan) and r["recompute"] == policy), None)
+        if twin is not None:  # the same plan as one already run (the planner chose the baseline): run once
+            say(f"  {system}: the same plan as {twin['system']}; its run is this one's")
+            rows.append(
+                {
+                    **twin,
+                    "system": system,
+                    "config": f"{config} (the {twin['system']} plan itself)",
+                    "same_as": twin["system"],
+                }
+            )
+            continue
         est = estimate_step(plan, cost, mspec, Workload(seq_len, global_batch, policy, "replicated", plan.block_size))
         say(f"  running {system}: {config}, {plan.world_size} ranks, {steps} steps ...")
         t0 = time.perf_counter()
@@ -282,8 +308,11 @@ def compare_dp(
                 "operator_load": operator_load(summary, steps),
                 "run_dir": str(root / system),
                 "wall_s": time.perf_counter() - t0,
+                "plan_obj": plan,
             }
         )
+    for r in rows:
+        r.pop("plan_obj", None)
     cmp = DPComparison(
         spec.name, mspec.name, seq_len, global_batch, steps, rows, str(root), factors, source,
         {"before": load0, "after": _load()},
@@ -303,7 +332,7 @@ def operator_fit(comparisons: Sequence[DPComparison]) -> dict[str, float] | None
         (r["operator_load"]["factor"] * r["operator_load"]["ops_per_step"], r["measured_s"] - r["predicted_s"])
         for c in comparisons
         for r in c.rows
-        if r.get("operator_load")
+        if r.get("operator_load") and not r.get("same_as")  # a plan run once counts once
     ]
     xs, ys = [x for x, _ in pts], [y for _, y in pts]
     if len(pts) < 3 or len(set(xs)) < 2 or len(set(ys)) < 2:

@@ -1,5 +1,7 @@
 """The plans `hexiseq calibrate` runs on a world of 4 ranks: even and uneven, pure CP, pure HP and
-CP x HP groups, each recompute policy at least twice, and which of them the fit may see.
+CP x HP groups, each recompute policy at least twice, data-parallel replicas of one rank each (the
+shape the DP baselines take: whole sequences on one rank, few operators per token), and which of
+them the fit may see.
 
 Every plan uses devices 0..3 (one spawned world runs them all). Chunk lengths, shards and heads are
 whole blocks / whole KV heads; uneven splits are fixed proportions, so the set is the same on every
@@ -11,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import HexiSeqError
-from ..plan import Group, Plan, symmetric_plan
+from ..plan import Group, Plan, Sharding, ShardingStage, symmetric_plan
 from ..rounding import largest_remainder
 
 WORLD = 4
@@ -26,6 +28,7 @@ class CalPlan:
     recompute: str
     fit: bool  # the fit sees it; False: held out
     shape: str  # "CP", "HP" or "CPxHP", even or uneven, in words
+    global_batch: int = 1  # sequences per step (a plan of replicas: the sum of their shares)
 
 
 def _groups(
@@ -76,6 +79,11 @@ def calibration_plans(
     def sym(cp: int, hp: int, name: str) -> Plan:
         return symmetric_plan(range(WORLD), seq_len, heads, kv_heads, cp, hp, block, name=name, **kw)
 
+    def dp(name: str, shares: list[int]) -> Plan:
+        """One-rank replicas on ranks 0..3 with these shares, parameters replicated."""
+        ones = [symmetric_plan([d], seq_len, heads, kv_heads, 1, 1, block, name=name, **kw) for d in range(WORLD)]
+        return Plan.joint(ones, shares, Sharding(ShardingStage.REPLICATED), name=name).check()
+
     g = lambda *a: _groups(seq_len, block, *a, heads=heads, gq=gq)  # noqa: E731
     return [
         CalPlan("ring-even", sym(4, 1, "ring-even"), "none", True, "CP 4, even"),
@@ -116,4 +124,8 @@ def calibration_plans(
             True,
             "CP 2 x HP 2, even chunks, shards 3:1 / 1:3",
         ),
+        # ranks 0-1 and 2-3 of the emulated clusters differ in speed: 1:1:1:1 times the slower ranks'
+        # whole sequence, 3:3:1:1 the faster ranks' three
+        CalPlan("dp-4-even", dp("dp-4-even", [1, 1, 1, 1]), "none", True, "DP 4 x one rank, shares 1:1:1:1", 4),
+        CalPlan("dp-4-uneven", dp("dp-4-uneven", [3, 3, 1, 1]), "none", False, "DP 4 x one rank, shares 3:3:1:1", 8),
     ]
