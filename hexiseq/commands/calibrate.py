@@ -2,7 +2,7 @@
 plans on the local world, measure their step times with the real executor, fit what the profile
 cannot measure, and print predicted (before and after the fit) vs measured per plan.
 
-    hexiseq calibrate                      4 CPU ranks of this machine, 8 plans, tiny at 8K tokens
+    hexiseq calibrate                      4 CPU ranks of this machine, 10 plans, tiny at 8K tokens
     hexiseq calibrate --quick --json       short runs (tests), one JSON object
     hexiseq calibrate --cluster cpu-4 --compare
                                            profile and calibrate cpu-4, then the planner's uneven plan
@@ -10,8 +10,8 @@ cannot measure, and print predicted (before and after the fit) vs measured per p
                                            cluster, measured and predicted
 
 Without --profile the world is profiled first (as `hexiseq profile`). The plans: even and uneven,
-pure CP, pure HP and CP x HP groups, each recompute policy (hexiseq/calibrate/plans.py); five are
-fitted, three held out. Every run keeps its run directory (metrics.jsonl, summary.json with
+pure CP, pure HP and CP x HP groups, each recompute policy, data-parallel replicas of one rank
+(hexiseq/calibrate/plans.py); six are fitted, four held out. Every run keeps its run directory (metrics.jsonl, summary.json with
 `emulated: true` and the emulation's factors) under --out, with calibration.json (or
 comparison.json). Every figure is measured on emulated CPU ranks (hexiseq/runtime/emulation.py); the
 "overrun" column says how far the machine's load pushed a rank past its emulated speed (1.00: the
