@@ -11,8 +11,8 @@ cannot measure, and print predicted (before and after the fit) vs measured per p
 
 Without --profile the world is profiled first (as `hexiseq profile`). The plans: even and uneven,
 pure CP, pure HP and CP x HP groups, each recompute policy, data-parallel replicas of one rank
-(hexiseq/calibrate/plans.py); six are fitted, four held out. Every run keeps its run directory (metrics.jsonl, summary.json with
-`emulated: true` and the emulation's factors) under --out, with calibration.json (or
+(hexiseq/calibrate/plans.py); six are fitted, four held out. Every run keeps its run directory
+(metrics.jsonl, summary.json with `emulated: true` and the emulation's factors) under --out, with calibration.json (or
 comparison.json). Every figure is measured on emulated CPU ranks (hexiseq/runtime/emulation.py); the
 "overrun" column says how far the machine's load pushed a rank past its emulated speed (1.00: the
 emulation held). Timings depend on the machine and its load: quote them with both.

@@ -127,7 +127,7 @@ class JointResult:
             out.append(
                 f"  replica {r.index}: {gpus} (devices {_ranges(r.devices)}): {r.sequences} of "
                 f"{sum(x.sequences for x in self.step.replicas)} sequences, {r.micro_step_s:.4g} s each, "
-                f"{r.time_s:.4g} s"
+                f"{r.time_s:.4g} s" + (f" + {r.waiting_s:.4g} s waiting in lockstep" if r.waiting_s > 0 else "")
             )
         out.append(
             "  synchronisation: " + ", ".join(f"{k.replace('_', ' ')} {v:.4g} s" for k, v in self.step.sync_s.items())
@@ -475,7 +475,13 @@ def to_dict(res: JointResult) -> dict[str, Any]:
         "partition": res.partition,
         "sharding": {"stage": str(res.plan.sharding.stage), "scope": str(res.plan.sharding.scope)},
         "replicas": [
-            {"sequences": r.sequences, "devices": list(r.devices), "micro_step_s": r.micro_step_s, "time_s": r.time_s}
+            {
+                "sequences": r.sequences,
+                "devices": list(r.devices),
+                "micro_step_s": r.micro_step_s,
+                "time_s": r.time_s,
+                "waiting_s": r.waiting_s,
+            }
             for r in res.step.replicas
         ],
         "step_time_s": res.step_time_s,

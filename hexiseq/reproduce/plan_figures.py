@@ -225,13 +225,15 @@ def plot_replicas(plan: Plan, cluster: ClusterSpec, step: Any, title: str | None
     reps = step.replicas
     for r in reps:
         bx.barh(r.index, r.time_s, color=cmap(r.index % 20), height=0.7)
+        if r.waiting_s > 0:  # waits for the replicas it runs in lockstep with (costmodel/step.py)
+            bx.barh(r.index, r.waiting_s, left=r.time_s, color="none", edgecolor="0.5", hatch="///", height=0.7)
         gpus = ", ".join(f"{n}x {g}" for g, n in r.gpus.items())
-        bx.text(r.time_s, r.index, f"  {r.sequences} seq · {gpus}", va="center", fontsize=7)
+        bx.text(r.time_s + r.waiting_s, r.index, f"  {r.sequences} seq · {gpus}", va="center", fontsize=7)
     bx.axvline(step.step_time_s, color="0.2", ls=":", lw=1.0, label=f"step {step.step_time_s:.3g} s")
     bx.set_ylim(len(reps) - 0.5, -0.5)
     bx.set_yticks(range(len(reps)))
     bx.set_yticklabels([f"replica {r.index}" for r in reps], fontsize=7)
-    bx.set_xlabel("seconds per step (its sequences' micro-steps)")
+    bx.set_xlabel("seconds per step (its sequences' micro-steps; hatched: waiting in lockstep)")
     exposed = sum(v for k, v in step.sync_s.items() if k != "copies_allreduce")  # the rest runs in the backward
     bx.set_title(f"{step.sharding}; {exposed:.3g} s after the replicas (re-gather, optimizer)")
     bx.legend(loc="lower right", fontsize=7)

@@ -220,10 +220,20 @@ def predict_replicas(plan: Plan, cfg, name: str, global_batch: int, recompute: s
         "step_time_s": float(est.step_time_s),
         "cluster": cluster.name,
         "gpus": gpus,
-        "replicas": [{"replica": r.index, "sequences": r.sequences, "step_time_s": r.time_s} for r in est.replicas],
+        # a replica's compute as the run measures it: its micro-steps and its waits inside them (lockstep)
+        "replicas": [
+            {
+                "replica": r.index,
+                "sequences": r.sequences,
+                "step_time_s": r.time_s + r.waiting_s,
+                "waiting_s": r.waiting_s,
+            }
+            for r in est.replicas
+        ],
         "sync_s": dict(est.sync_s),
         "note": f"the step model of this plan's {len(est.replicas)} replica(s) under {est.sharding} on "
-        f"{cluster.name} ({gpus}): the slowest replica's micro-steps, then the synchronisation and the optimizer",
+        f"{cluster.name} ({gpus}): the slowest replica's micro-steps (replicas in lockstep: together), then the "
+        "synchronisation and the optimizer",
     }
 
 
