@@ -28,6 +28,7 @@ FIELDS = {
     "eff_hbm",
     "link_bandwidth_gbps",
     "link_latency_us",
+    "op_overhead_us",
 }
 
 
@@ -43,7 +44,7 @@ def test_profile_measures_every_field_of_the_world(measured):
     assert (
         g["peak_bf16_tflops"] > 0 and 0 < g["eff_matmul"] <= 1 and 0 < g["eff_attention"] <= 1 and 0 < g["eff_hbm"] <= 1
     )
-    assert g["link_bandwidth_gbps"] > 0 and g["link_latency_us"] > 0
+    assert g["link_bandwidth_gbps"] > 0 and g["link_latency_us"] > 0 and g["op_overhead_us"] >= 0
     m = measured.measured
     assert m["world"]["ranks"] == 2 and m["world"]["types"] == [name, name] and m["machine"]["cores"]
     assert m["when"] and m["command"].startswith("hexiseq profile") and m["load_average"]["before"] is not None
@@ -117,6 +118,20 @@ def test_the_cpu_catalog_is_written_from_the_reference_profile():
             base.eff_attention,
             base.link_bandwidth_gbps,
         )
+
+
+def test_a_slowed_rank_takes_f_times_as_long_per_operator():
+    """emulated_clusters.at_factor / derived_type: rates over f, the per-operator time times f, and back."""
+    from dataclasses import replace
+
+    from hexiseq.calibrate.emulated_clusters import at_factor, derived_type
+
+    base = replace(load_gpu_catalog(data_path("gpus-cpu.yaml"))["CPU-x1"], op_overhead_us=5.0)
+    x4 = derived_type(base, 4.0)
+    assert x4.op_overhead_us == 20.0 and x4.peak_bf16_tflops == pytest.approx(base.peak_bf16_tflops / 4)
+    fields = {"peak_bf16_tflops": 2.0, "op_overhead_us": 3.0, "eff_hbm": 0.5}
+    assert at_factor(at_factor(fields, 10.0), 0.1) == pytest.approx(fields)
+    assert at_factor(fields, 10.0) == {"peak_bf16_tflops": 0.2, "op_overhead_us": 30.0, "eff_hbm": 0.5}
 
 
 def test_a_profile_describes_the_cpu_types_it_did_not_measure_by_the_catalogs_rule():

@@ -5,16 +5,17 @@ which plan is measured fastest depend on the machine and its load: a benchmark, 
 
 import json
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from hexiseq.calibrate.calibrate import FITTED, operator_load
-from hexiseq.calibrate.compare_dp import compare_dp, cost_cluster, operator_fit
+from hexiseq.calibrate.compare_dp import _same_run, compare_dp, cost_cluster, operator_fit
 from hexiseq.calibrate.profile import Profile
 from hexiseq.costmodel.step import estimate_step
 from hexiseq.errors import HexiSeqError
-from hexiseq.plan import Plan
+from hexiseq.plan import Plan, Sharding, ring_plan
 from hexiseq.specs import Workload, get_model, load_cluster
 from hexiseq.specs.files import data_path
 
@@ -41,13 +42,15 @@ def test_three_plans_run_and_are_predicted_by_the_step_model(calibration, tmp_pa
         assert r["measured_s"] > 0 and sum(map(int, r["shares"].split(":"))) == G
         assert r["error"] == pytest.approx(r["predicted_s"] / r["measured_s"] - 1)
         assert len(r["replicas"]) == len(r["shares"].split(":"))
-        plan = Plan.load(tmp_path / "cdp" / r["system"] / "plan.json")  # the run's plan: recorded for cpu-4 itself
+        run = Path(r["run_dir"])  # a plan equal to one already run shares that run (its row says so)
+        assert run.name == r.get("same_as", r["system"])
+        plan = Plan.load(run / "plan.json")  # the run's plan: recorded for cpu-4 itself
         assert plan.validate(load_cluster("cpu-4")) == []
         plan = replace(plan, meta={k: v for k, v in plan.meta.items() if k != "cluster_fingerprint"})
         wl = Workload(S, G, r["recompute"], "replicated", plan.block_size)
         assert estimate_step(plan, cost, get_model("tiny"), wl).step_time_s == pytest.approx(r["predicted_s"], rel=1e-9)
         # the busiest emulated device, from the run's own pacing record
-        summary = json.loads((tmp_path / "cdp" / r["system"] / "summary.json").read_text())
+        summary = json.loads((run / "summary.json").read_text())
         assert r["operator_load"] == operator_load(summary, 3)
         assert r["operator_load"]["ops_per_step"] > 0 and r["operator_load"]["device_s_per_step"] > 0
     # the planner is never worse than the plans it is compared with, by its own model
@@ -105,3 +108,14 @@ def test_the_operator_fit_recovers_a_known_per_operator_cost():
     assert fit["slope_s"] == pytest.approx(10e-6) and fit["intercept_s"] == pytest.approx(-0.5)
     assert fit["r"] == pytest.approx(1.0)
     assert operator_fit(runs[1:]) is None  # one run: nothing to fit
+
+
+def test_a_plan_is_run_once_whatever_its_name():
+    """compare_dp's `_same_run`: the planner's choice equal to the baseline (other name, model, meta)
+    is the same run; another sharding or share is not."""
+    reps = [ring_plan([d], 512, 8, 4, block_size=32) for d in range(2)]
+    a = Plan.joint(reps, [2, 1], Sharding("zero2", "node"), name="joint")
+    b = replace(a, name="dp x ring", model="tiny", meta={"partition": "baseline"})
+    assert _same_run(a, b)
+    assert not _same_run(a, Plan.joint(reps, [2, 1], Sharding("zero1", "node")))
+    assert not _same_run(a, Plan.joint(reps, [1, 2], Sharding("zero2", "node")))

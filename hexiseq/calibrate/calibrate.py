@@ -9,21 +9,22 @@ with measured, per plan.
 3. Every plan of plans.py runs as a real run (hexiseq.runs: run directory, metrics.jsonl,
    summary.json with `emulated`, `prediction`, the measured step = median after warm-up), all in one
    spawned world, one after another.
-4. The fit (`FITTED`, `OPERATOR`): three multipliers, the same for every device type, on the
-   profile's figures for what a kernel timed alone cannot show: the compute rate inside a step
-   (`peak_bf16_tflops`: the linear and attention kernels interleaved with everything else a step
-   does, caches shared with the other ranks), the memory-bound rate (`eff_hbm`: the norms, RoPE,
-   activations, loss and optimizer as the framework runs them) and the per-message latency
-   (`link_latency_us`: the cost model charges it per all-to-all and per exchange round); and the
-   time of each executed operator beyond its work (`op_overhead_us`: dispatch, allocation, small
-   kernels; charged per operator of data/operators.yaml, costmodel/operators.py) — minimising
+4. The fit (`FITTED`): four multipliers, the same for every device type, on the profile's figures
+   for what a kernel timed alone cannot show: the compute rate inside a step (`peak_bf16_tflops`:
+   the linear and attention kernels interleaved with everything else a step does, caches shared
+   with the other ranks), the memory-bound rate (`eff_hbm`: the norms, RoPE, activations, loss and
+   optimizer as the framework runs them), the per-message latency (`link_latency_us`: the cost model
+   charges it per all-to-all and per exchange round) and the time of each executed operator beyond
+   its work (`op_overhead_us`: dispatch, allocation, small kernels, charged per operator of
+   data/operators.yaml by costmodel/operators.py; the profile measures it on one layer's
+   memory-bound kernels at two sizes) — minimising
    Σ log²(predicted / measured) over the fit plans, plus a small penalty on the multipliers' log2
    (RIDGE: of near-equal fits, the one nearest the profile), by fitting.grid_search then
    fitting.least_squares (deterministic: a coarse grid, then damped least squares from its best
    node). "After" = the fitted cluster's prediction; the held-out plans show whether the fit
    generalises. On long sequences the per-operator time is a small part of every plan and trades
-   off against the memory-bound rate; the comparisons of data-parallel plans (compare_dp.py, S = 2K)
-   are where it decides.
+   off against the memory-bound rate (the penalty then keeps the profile's measurement); the
+   comparisons of data-parallel plans (compare_dp.py, S = 2K) are where it decides.
 """
 
 from __future__ import annotations
@@ -49,23 +50,25 @@ from ..runs.start import start_run
 from ..runtime.emulation import Emulation
 from ..runtime.world import spawn_world
 from ..specs import ClusterSpec, ModelSpec, Workload, get_model, write_text_atomic
-from .emulated_clusters import cpu_factor, emulation_for
+from .emulated_clusters import emulation_for
 from .plans import WORLD, CalPlan, calibration_plans
 from .profile import DEFAULT_MODEL, Profile, _load, resolve_world
 from .profile import profile as measure_profile
 
-# what the fit may change, with the search box of its multiplier (log2 of the factor on the profile's figure)
-FITTED = {"peak_bf16_tflops": (-1.0, 1.0), "eff_hbm": (-2.0, 2.0), "link_latency_us": (-3.0, 3.0)}
-# ... and the per-operator time, which a profile cannot measure (a kernel timed alone runs few operators):
-# not a multiplier but microseconds per operator on one unpaced core, searched as log2(1 + us) over this
-# box (0 to 63 us); CPU-x<f> pays f times it, as it pays f times every kernel's time
-OPERATOR = "op_overhead_us"
-OPERATOR_BOX = (0.0, 6.0)
-# the start of the least squares: a full grid at 1 (735 nodes), then one at 0.5 over ± half a step
+# what the fit may change, with the search box of its multiplier (log2 of the factor on the profile's
+# figure); the per-operator time is the profile's two-size measurement of the memory-bound kernels
+# (measure.py), which a whole step's operators (autograd, allocation, small kernels) may exceed
+FITTED = {
+    "peak_bf16_tflops": (-1.0, 1.0),
+    "eff_hbm": (-2.0, 2.0),
+    "link_latency_us": (-3.0, 3.0),
+    "op_overhead_us": (-2.0, 2.0),
+}
+# the start of the least squares: a full grid at 1 (1,575 nodes), then one at 0.5 over ± half a step
 # around its best (81 nodes); the least squares follows the ridges between nodes from there
 GRID_STEPS = (1.0, 0.5)
 GRID_REACH = 0.5
-# The three move step times in similar ways on these plans, so fits far apart can be almost equally
+# The four move step times in similar ways on these plans, so fits far apart can be almost equally
 # good: a small penalty on the log2 multipliers picks, among those, the one closest to the profile.
 RIDGE = 1e-3
 
@@ -174,42 +177,38 @@ def predict(cluster: ClusterSpec, model: ModelSpec, cp: CalPlan) -> float:
 
 
 def scaled_cluster(cluster: ClusterSpec, factors: dict[str, float]) -> ClusterSpec:
-    """`cluster` with every device type's fitted fields multiplied by `factors` (efficiencies capped at
-    1); `factors[OPERATOR]` is microseconds per operator on one unpaced core, times each type's f."""
+    """`cluster` with every device type's fitted fields multiplied by `factors` (efficiencies capped at 1)."""
     changes: dict[str, dict[str, float]] = {}
     for name in cluster.gpu_types:
         g = next(d.gpu for d in cluster.devices if d.gpu.name == name)
         changes[name] = {}
         for key, mult in factors.items():
-            if key == OPERATOR:
-                changes[name][key] = mult * (cpu_factor(name) or 1.0)
-                continue
             v = getattr(g, key) * mult
             changes[name][key] = min(1.0, v) if key.startswith("eff_") else v
     return cluster.with_profile(changes)
 
 
 def factors_text(factors: dict[str, float]) -> str:
-    """The fitted figures in words: the multipliers, and the per-operator time."""
-    return ", ".join(f"{OPERATOR} {v:.3g} us x f" if k == OPERATOR else f"{k} x{v:.3g}" for k, v in factors.items())
+    """The fitted multipliers in words."""
+    return ", ".join(f"{k} x{v:.3g}" for k, v in factors.items())
 
 
 def fit(
     cluster: ClusterSpec, model: ModelSpec, plans: Sequence[CalPlan], measured: Sequence[float]
 ) -> dict[str, float]:
-    """The FITTED multipliers and the per-operator time minimising Σ log²(predicted / measured) over
-    `plans`, plus RIDGE x Σ log2(multiplier)² (module doc): a coarse grid, then damped least squares
-    from its best node (fitting.least_squares)."""
+    """Multipliers on the FITTED fields minimising Σ log²(predicted / measured) over `plans`, plus
+    RIDGE x Σ log2(multiplier)² (module doc): a coarse grid, then damped least squares from its best
+    node (fitting.least_squares)."""
     keys = list(FITTED)
-    box = [FITTED[k] for k in keys] + [OPERATOR_BOX]
+    box = [FITTED[k] for k in keys]
     ridge = math.sqrt(RIDGE)
 
     def figures(x: Sequence[float]) -> dict[str, float]:
-        return {**{k: 2.0**v for k, v in zip(keys, x)}, OPERATOR: 2.0 ** x[-1] - 1.0}
+        return {k: 2.0**v for k, v in zip(keys, x)}
 
     def residuals(x: Sequence[float]) -> list[float]:
         c = scaled_cluster(cluster, figures(x))
-        return [math.log(predict(c, model, p) / m) for p, m in zip(plans, measured)] + [ridge * v for v in x[:-1]]
+        return [math.log(predict(c, model, p) / m) for p, m in zip(plans, measured)] + [ridge * v for v in x]
 
     def loss(*x: float) -> float:
         return float(sum(r * r for r in residuals(x)))
@@ -361,10 +360,7 @@ def calibrate(
             }
         )
     fitted = {
-        name: {
-            k: getattr(next(d.gpu for d in fitted_cluster.devices if d.gpu.name == name), k)
-            for k in (*FITTED, OPERATOR)
-        }
+        name: {k: getattr(next(d.gpu for d in fitted_cluster.devices if d.gpu.name == name), k) for k in FITTED}
         for name in fitted_cluster.gpu_types
     }
     cal = Calibration(

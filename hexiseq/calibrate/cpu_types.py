@@ -4,8 +4,9 @@ project's machine (data/profiles/cpu-4.yaml):
     python -m hexiseq.calibrate.cpu_types data/profiles/cpu-4.yaml     # rewrites data/gpus-cpu.yaml
 
 One unpaced rank, CPU-x1, is the profile's figures of each measured type with the rates multiplied
-back by its factor (a CPU-x4 rank measured at r stands for a core at 4r), the median over the types;
-every CPU-x<f> is then CPU-x1 with the compute and memory rates divided by f (emulation.derived_type).
+back by its factor (a CPU-x4 rank measured at r stands for a core at 4r) and its per-operator time
+divided by it, the median over the types; every CPU-x<f> is then CPU-x1 with the compute and memory
+rates divided by f and the per-operator time multiplied by f (emulated_clusters.derived_type).
 Efficiencies, the per-row attention cost and the links are the measured ones; memory is the
 machine's memory shared by four ranks. Every number cites `hexiseq_cpu_profile` (data/validation/sources.yaml).
 """
@@ -19,7 +20,7 @@ from collections.abc import Iterable
 from ..specs import GPUType
 from ..specs.files import data_path, write_text_atomic
 from ..specs.gpus import catalog_field_order, numeric_fields
-from .emulated_clusters import RATE_FIELDS, cpu_factor, derived_type
+from .emulated_clusters import at_factor, cpu_factor, derived_type
 from .profile import Profile
 
 # the CPU types the catalog holds: local worlds and cpu-4 use 1-10; cpu-8 uses 8 and 20 (twice cpu-4's
@@ -35,7 +36,7 @@ def base_type(profile: Profile) -> GPUType:
         f = cpu_factor(name)
         if f is None:
             continue
-        rows.append({k: v * f if k in RATE_FIELDS else v for k, v in fields.items()})
+        rows.append(at_factor(fields, 1.0 / f))
     if not rows:
         raise ValueError("the profile measured no CPU-x<f> type")
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}

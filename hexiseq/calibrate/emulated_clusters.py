@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import replace
 
 import torch
@@ -28,6 +29,13 @@ RATE_FIELDS = (
     "peak_bf16_tflops",
     "hbm_bandwidth_gbps",
 )  # scaled by 1/f; efficiencies, links, latencies and memory stay
+TIME_FIELDS = ("op_overhead_us",)  # scaled by f: a rank slowed f times takes f times as long per operator
+
+
+def at_factor(fields: Mapping[str, float], factor: float) -> dict[str, float]:
+    """One unpaced core's figures as a CPU-x<factor> rank's: rates over f, per-operator times times f
+    (`factor` < 1 goes back: a rank's figures as one core's, with 1/f)."""
+    return {k: v / factor if k in RATE_FIELDS else v * factor if k in TIME_FIELDS else v for k, v in fields.items()}
 
 
 def cpu_factor(gpu: GPUType | str) -> float | None:
@@ -48,12 +56,12 @@ def cpu_types() -> dict[float, str]:
 
 def derived_type(base: GPUType, factor: float, name: str | None = None) -> GPUType:
     """The emulated type `CPU-x<factor>` from the figures of one unpaced CPU rank (`base`): its
-    compute and memory rates divided by the factor (a rank slowed f times runs every kernel f times
-    longer). The link figures stay: the loopback between processes is not slowed (an emulated
-    rank's compute sleep does not slow its transfers)."""
+    compute and memory rates divided by the factor, its per-operator time multiplied by it (a rank
+    slowed f times runs every kernel f times longer). The link figures stay: the loopback between
+    processes is not slowed (an emulated rank's compute sleep does not slow its transfers)."""
     if not factor >= 1:
         raise SpecError(f"an emulated CPU type needs a slowdown factor >= 1, got {factor}")
-    scaled = {f: getattr(base, f) / factor for f in RATE_FIELDS}
+    scaled = at_factor({f: getattr(base, f) for f in (*RATE_FIELDS, *TIME_FIELDS)}, factor)
     return replace(base, name=name or f"CPU-x{factor:g}", **scaled, sources=dict(base.sources))
 
 

@@ -11,7 +11,9 @@ Compute (every rank at once, each under its own emulation, the shapes a plan of 
   forward, (1 + attn_bwd_factor) x that forward + backward;
 - memory-bound kernels: one layer's norms, RoPE, SwiGLU activation and residual adds forward +
   backward at s tokens, with the bytes the cost model counts for them (costmodel.kernels.memory_bytes),
-  and a large copy (the streaming bandwidth);
+  and again at s/16 tokens: the same operators on less data, so the pair gives the time of each
+  operator beyond its bytes (the cost model's op_overhead_us) and the rate of the bytes alone; and a
+  large copy (the streaming bandwidth);
 - the LM head with its chunked loss, and one AdamW step of the model's parameters (for the record
   and the calibration's checks).
 
@@ -32,6 +34,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..costmodel.kernels import memory_bytes
 from ..runs.config import model_spec
@@ -186,8 +189,43 @@ def measure_attention(
     }
 
 
+class _OperatorCount(TorchDispatchMode):
+    """Counts the aten operators run under it (the pieces the emulation paces one by one)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 - torch's signature
+        self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+def operators_of(fn: Callable[[], Any]) -> int:
+    """The aten operators one call of `fn` runs."""
+    with _OperatorCount() as count:
+        fn()
+    return count.n
+
+
 def measure_memory(cfg: Any, spec: Any, rows: int, repeats: int, gen: torch.Generator) -> dict[str, Any]:
-    """One layer's elementwise kernels forward + backward at `rows` tokens, bytes as the cost model counts them."""
+    """One layer's elementwise kernels forward + backward at `rows` tokens, bytes as the cost model
+    counts them, and at a sixteenth of the rows: the same operators on less data, so the two times
+    part the per-operator time (their intercept over the operators, `op_us`) from the streaming rate
+    (`gbps`: the bytes over the time beyond it)."""
+    big = _memory_kernels(cfg, spec, rows, repeats, gen)
+    small = _memory_kernels(cfg, spec, max(1, rows // 16), repeats, gen)
+    extra_s, extra_b = big["seconds"] - small["seconds"], big["bytes"] - small["bytes"]
+    if extra_s > 0 and extra_b > 0:  # else the machine's noise hid the data: all the time is the data's
+        gbps = extra_b / extra_s / 1e9
+        op_us = max(0.0, small["seconds"] - small["bytes"] / (gbps * 1e9)) / big["operators"] * 1e6
+    else:
+        gbps, op_us = big["bytes"] / big["seconds"] / 1e9, 0.0
+    return {**big, "gbps": gbps, "op_us": op_us, "small": small}
+
+
+def _memory_kernels(cfg: Any, spec: Any, rows: int, repeats: int, gen: torch.Generator) -> dict[str, Any]:
+    """measure_memory at one size: seconds, bytes, operators, the whole time's rate, a streaming copy."""
     h, d, H, Hkv, f = cfg.hidden, cfg.head_dim, cfg.heads, cfg.kv_heads, cfg.ffn
     norm1, norm2 = RMSNorm(h, cfg.norm_eps), RMSNorm(h, cfg.norm_eps)
     x = torch.randn(rows, h, generator=gen).requires_grad_()
@@ -209,6 +247,7 @@ def measure_memory(cfg: Any, spec: Any, rows: int, repeats: int, gen: torch.Gene
         total.backward()
 
     t = _timed(run, repeats)
+    ops = operators_of(run)
     mem = memory_bytes(spec)
     nbytes = rows * sum(mem.values())
     big = torch.randn(1 << 23, generator=gen)  # 32 MB of fp32: out of the caches
@@ -218,6 +257,7 @@ def measure_memory(cfg: Any, spec: Any, rows: int, repeats: int, gen: torch.Gene
         "rows": rows,
         "seconds": t,
         "bytes": nbytes,
+        "operators": ops,
         "gbps": nbytes / t / 1e9,
         "copy": {"elements": big.numel(), "seconds": tc, "gbps": 2 * big.numel() * MODEL_BYTES_PER_ELEMENT / tc / 1e9},
     }

@@ -186,6 +186,7 @@ def rank_figures(m: Mapping[str, Any], intra_pairs: list[dict[str, Any]]) -> dic
         "attn_block_half_keys": att["half_keys"],
         "hbm_bandwidth_gbps": hbm,
         "eff_hbm": mem["gbps"] / hbm,
+        "op_overhead_us": mem.get("op_us", 0.0),
     }
     measured = [p["gbps"] for p in intra_pairs if p["gbps"]]
     if measured:
@@ -199,9 +200,10 @@ def derive(
 ) -> dict[str, dict[str, float]]:
     """{type: GPUType fields}: each rank's figures, then the median over the ranks of a type. Emulated
     CPU types (CPU-x<f>) are one core slowed by f by construction, so their figures pool every rank:
-    rates times the rank's f, the median over all ranks, divided by each type's f (the types keep
+    rates times the rank's f (per-operator times over it), the median over all ranks, divided by each
+    type's f (times it) (the types keep
     exactly the ratios the emulation gives them; the per-rank figures stay in the record)."""
-    from .emulated_clusters import RATE_FIELDS, cpu_factor
+    from .emulated_clusters import at_factor, cpu_factor
 
     pairs = [p for r in ranks for p in r["links"]["pairs"]]
     emulated = {
@@ -218,14 +220,14 @@ def derive(
     factors = [cpu_factor(t) for t in types]
     pooled = all(f is not None for f in factors)
     if pooled:
-        per_rank = [{k: v * f if k in RATE_FIELDS else v for k, v in row.items()} for row, f in zip(per_rank, factors)]
+        per_rank = [at_factor(row, 1.0 / f) for row, f in zip(per_rank, factors)]
     out: dict[str, dict[str, float]] = {}
     for name in dict.fromkeys(types):
         rows = per_rank if pooled else [f for f, t in zip(per_rank, types) if t == name]
         keys = [k for k in rows[0] if all(k in row for row in rows)]
         fields = {k: statistics.median(row[k] for row in rows) for k in keys}
         if pooled:
-            fields.update({k: fields[k] / cpu_factor(name) for k in RATE_FIELDS})
+            fields.update(at_factor(fields, cpu_factor(name)))
         if "link_bandwidth_gbps" not in fields:  # a world of one rank: no link measured, the catalog's stays
             g = gpu_catalog()[name]
             fields.update(link_bandwidth_gbps=g.link_bandwidth_gbps, link_latency_us=g.link_latency_us)
