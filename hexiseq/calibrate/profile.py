@@ -116,9 +116,9 @@ class Profile:
                 f"{name}: linear {g['peak_bf16_tflops'] * g['eff_matmul'] * 1e3:.2f} GFLOP/s, attention "
                 f"{g['peak_bf16_tflops'] * g['eff_attention'] * 1e3:.2f} GFLOP/s (half rate at "
                 f"{g['attn_block_half_keys']:.0f} keys), "
-                f"memory-bound {g['hbm_bandwidth_gbps'] * g['eff_hbm']:.2f} GB/s, link {g['link_bandwidth_gbps']:.3f} "
-                f"GB/s "
-                f"+ {g['link_latency_us']:.0f} us"
+                f"memory-bound {g['hbm_bandwidth_gbps'] * g['eff_hbm']:.2f} GB/s"
+                + (f" + {g['op_overhead_us']:.1f} us per operator" if "op_overhead_us" in g else "")
+                + f", link {g['link_bandwidth_gbps']:.3f} GB/s + {g['link_latency_us']:.0f} us"
             )
         return "\n".join(lines)
 
