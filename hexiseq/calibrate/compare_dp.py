@@ -262,8 +262,9 @@ def compare_dp(
     root.mkdir(parents=True, exist_ok=True)
     load0 = _load()
     rows: list[dict[str, Any]] = []
+    ran = [pick[1] for pick in picks]  # rows[i] is picks[i]'s
     for system, plan, policy, config in picks:
-        twin = next((r for r in rows if _same_run(r["plan_obj"], plan) and r["recompute"] == policy), None)
+        twin = next((r for p, r in zip(ran, rows) if _same_run(p, plan) and r["recompute"] == policy), None)
         if twin is not None:  # the same plan as one already run (the planner chose the baseline): run once
             say(f"  {system}: the same plan as {twin['system']}; its run is this one's")
             rows.append(
@@ -308,11 +309,8 @@ def compare_dp(
                 "operator_load": operator_load(summary, steps),
                 "run_dir": str(root / system),
                 "wall_s": time.perf_counter() - t0,
-                "plan_obj": plan,
             }
         )
-    for r in rows:
-        r.pop("plan_obj", None)
     cmp = DPComparison(
         spec.name, mspec.name, seq_len, global_batch, steps, rows, str(root), factors, source,
         {"before": load0, "after": _load()},

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..costmodel.operators import pieces_per_step
 from ..costmodel.policy import RULES
@@ -92,8 +93,6 @@ def fit_counts(run_dirs: Iterable[str | Path]) -> dict[str, Any]:
 
 def write_counts(fit: dict[str, Any], path: str | Path, command: str, runs: list[str]) -> None:
     """data/operators.yaml from a fit, with its record (the command, torch, the residuals)."""
-    import torch  # noqa: PLC0415 - the record names the torch whose operators were counted; calibrate runs torch anyway
-
     lines = [
         "# yaml-language-server: $schema=schemas/operators.schema.json",
         "# Operators per executed piece of a step (hexiseq/specs/operators.py). Written by",
