@@ -2,10 +2,11 @@
 
     python benchmarks/bench_calibrate.py [--out data/results/calibrate.txt] [--only calibrate|compare]
 
-1. `hexiseq calibrate`: the default world (4 CPU ranks of this machine), profiled, ten plans run
-   (even and uneven; CP, HP, CP x HP; every recompute policy; data-parallel replicas of one rank),
-   four multipliers fitted on six of them (calibrate.FITTED). Target: median |predicted / measured
-   - 1| <= 15% over every plan, after the fit (the held-out plans are shown apart).
+1. `hexiseq calibrate`: the default world (4 CPU ranks of this machine), profiled, twelve plans run
+   (even and uneven; CP, HP, CP x HP; every recompute policy; data-parallel replicas of one rank;
+   one replica accumulating 3-4 sequences per step), four multipliers fitted on seven of them
+   (calibrate.FITTED). Target: median |predicted / measured - 1| <= 15% over every plan, after the
+   fit (the held-out plans are shown apart).
 2. `hexiseq calibrate --cluster cpu-4 --compare`: cpu-4 profiled and calibrated, planned, and the
    planner's uneven plan run against the best even plan. Target: the uneven plan is faster when
    measured, and the calibrated cost model predicted both within 15%.

@@ -1,18 +1,21 @@
 """Data-parallel replicas measured on the CPU emulation (issue 19, part 6).
 
     python benchmarks/bench_dp.py [--clusters cpu-4,cpu-8] [--seq-len 2048] [--global-batch 6] [--steps 8]
-                                  [--calibration DIR] [--quick] [--out data/results/dp.txt]
+                                  [--trials 3] [--calibration DIR] [--quick] [--out data/results/dp.txt]
 
-First this machine's figures of the emulated CPU types: `hexiseq calibrate` on cpu-4 (a profile,
-three fitted multipliers and a per-operator time; or --calibration, a calibration.json of cpu-4 to reuse). Then on each
-emulated cluster (data/clusters/README.md), the same model (tiny) and global batch under three plans,
-each planned with those figures and run for real (every rank emulating its device and the link
+On each emulated cluster (data/clusters/README.md): first this machine's figures of its device types,
+`hexiseq calibrate` on its calibration slice (two ranks of its first node, two of its last; cpu-4 is
+its own), kept in <out>-calibration/<slice>/calibration.json (--calibration DIR: such a directory
+to reuse). Then the same model (tiny) and global batch under three plans, each planned with those
+figures and run for real (every rank emulating its device and the link
 between the nodes; hexiseq/calibrate/compare_dp.py):
 - joint: the joint planner's plan (replicas x sharding x uneven CP x HP, its batch shares);
 - dp-baseline: the best DP x symmetric baseline (DP x ring / Ulysses / USP, equal blocks);
 - dp1: HexiSeq at DP = 1 (one replica, gradient accumulation in time, replicated parameters).
+Each plan runs --trials times, in rounds whose order turns by one plan each round, and its measured
+step time is the median of its runs (the machine's speed drifts by ~10% over minutes).
 Reported: predicted (the step model, costmodel/step.py, calibrated) and measured (median after the
-warm-up steps) step time of each, per replica predicted time, measured compute and waiting, each
+warm-up steps, median over the runs) step time of each, per replica predicted time, measured compute and waiting, each
 run's pacing overrun (1.00 = the emulation held), which plan the planner chose (least predicted)
 and which was measured fastest. Every figure depends on the machine and its load: stated in the file.
 """
@@ -25,9 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from hexiseq.calibrate.compare_dp import DPComparison, compare_dp, operator_fit
+from hexiseq.calibrate.compare_dp import DPComparison, calibration_slice, compare_dp, operator_fit
 from hexiseq.calibrate.profile import machine
-from hexiseq.specs import write_text_atomic
+from hexiseq.specs import load_cluster, write_text_atomic
 
 
 def operator_fit_line(fit: dict[str, float] | None) -> str:
@@ -47,9 +50,10 @@ def main() -> int:
     ap.add_argument("--seq-len", type=int, default=2048)
     ap.add_argument("--global-batch", type=int, default=6)
     ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--trials", type=int, default=3, help="runs of each plan, in interleaved rounds (median)")
     ap.add_argument(
         "--calibration",
-        help="a calibration.json of cpu-4 (or its directory) to reuse, e.g. data/results/dp-calibration",
+        help="calibrations to reuse: a directory of <slice>/calibration.json, e.g. data/results/dp-calibration",
     )
     ap.add_argument("--quick", action="store_true", help="a short calibration (3 steps per plan)")
     ap.add_argument("--out", default="data/results/dp.txt")
@@ -61,21 +65,27 @@ def main() -> int:
     ]
     print("\n".join(lines), flush=True)
     work = Path(tempfile.mkdtemp(prefix="hexiseq-bench-dp-"))
-    calibration = args.calibration
+    out = Path(args.out)
+    kept = out.with_name(out.stem + "-calibration")
     met = True
     done: list[DPComparison] = []
     for name in args.clusters.split(","):
+        part = calibration_slice(load_cluster(name))
+        reused = Path(args.calibration) / part.name if args.calibration else None
         cmp = compare_dp(
             name,
-            calibration,
+            reused,
             seq_len=args.seq_len,
             global_batch=args.global_batch,
             steps=args.steps,
+            trials=args.trials,
             quick=args.quick,
             out=work / name,
         )
-        if calibration is None:  # one calibration for every cluster of the same CPU types
-            calibration = str(work / name / "calibration")
+        if reused is None:  # the calibration measured now, kept beside the report
+            write_text_atomic(
+                kept / part.name / "calibration.json", (work / name / "calibration" / "calibration.json").read_text()
+            )
         done.append(cmp)
         block = ["", f"== {name}", cmp.summary()]
         print("\n".join(block), flush=True)

@@ -119,3 +119,56 @@ def test_a_plan_is_run_once_whatever_its_name():
     assert _same_run(a, b)
     assert not _same_run(a, Plan.joint(reps, [2, 1], Sharding("zero1", "node")))
     assert not _same_run(a, Plan.joint(reps, [1, 2], Sharding("zero2", "node")))
+
+
+def test_trials_run_in_turning_rounds_and_the_median_run_counts(calibration, tmp_path, monkeypatch):
+    """With trials = 3 every distinct plan runs three times, each round in an order turned by one, and
+    a row takes the median of its runs, with that run's own records (a fake run: no world is spawned)."""
+    import hexiseq.calibrate.compare_dp as cdp
+
+    calls: list[str] = []
+    times = iter([3.0, 2.0, 1.0, 9.0, 5.0, 4.0, 2.5, 7.0, 8.0])
+
+    def fake_run(plan, spec, policy, predicted, path, model, steps, timeout_s, global_batch=1):
+        calls.append(path.name)
+        return {"measured_step_time_s": next(times), "replicas": [], "tag": path.name}
+
+    monkeypatch.setattr(cdp, "run_plan", fake_run)
+    cmp = compare_dp(
+        "cpu-4", calibration, seq_len=512, global_batch=3, steps=3, trials=3, out=tmp_path, say=lambda s: None
+    )
+    systems = [r["system"] for r in cmp.rows if not r.get("same_as")]
+    n = len(systems)
+    assert len(calls) == 3 * n
+    rounds = [[c.split("-trial")[0] for c in calls[t * n : (t + 1) * n]] for t in range(3)]
+    for t, order in enumerate(rounds):
+        assert order == systems[t % n :] + systems[: t % n]
+    assert calls[:n] == systems  # round 1 writes each plan's own directory, later rounds -trial2, -trial3
+    for r in cmp.rows:
+        assert len(r["trials_s"]) == 3 and r["measured_s"] == sorted(r["trials_s"])[1]
+        assert r["error"] == pytest.approx(r["predicted_s"] / r["measured_s"] - 1)
+        # the records (here: each replica's measured compute, which a fake run takes from its own
+        # step time) are the median run's, not another run's
+        assert {q["measured_compute_s"] for q in r["replicas"]} == {r["measured_s"]}
+    assert "runs of each plan in interleaved rounds" in cmp.summary() and "spread" in cmp.summary()
+    with pytest.raises(HexiSeqError, match="trials must be 1 or more"):
+        compare_dp("cpu-4", calibration, trials=0, out=tmp_path / "z")
+
+
+def test_each_cluster_is_calibrated_on_a_slice_of_its_own_device_types():
+    """cpu-4 is its own calibration slice; cpu-8's is two ranks of each of its nodes, with its types,
+    links and inter-node latency; a cluster without two nodes of two devices is refused, saying why."""
+    from hexiseq.calibrate.compare_dp import calibration_slice
+    from hexiseq.specs import ClusterSpec
+
+    cpu4, cpu8 = load_cluster("cpu-4"), load_cluster("cpu-8")
+    assert calibration_slice(cpu4) is cpu4
+    part = calibration_slice(cpu8)
+    assert part.name == "cpu-8-slice" and part.size == 4
+    assert [d.gpu.name for d in part.devices] == ["CPU-x8", "CPU-x8", "CPU-x20", "CPU-x20"]
+    assert [d.node for d in part.devices] == [0, 0, 1, 1]
+    assert part.inter_node_latency_us == cpu8.inter_node_latency_us
+    assert [n.nic_gbps for n in part.nodes] == [n.nic_gbps for n in cpu8.nodes]
+    one = ClusterSpec.from_nodes("one-node", [("CPU-x4", 4, 0.05)])
+    with pytest.raises(HexiSeqError, match="two nodes of at least two devices each"):
+        calibration_slice(one)

@@ -4,14 +4,20 @@ DP x symmetric baseline (every DP x ring / Ulysses / USP the baselines build, eq
 DP = 1 HexiSeq (one replica over the planner's devices, gradient accumulation in time), on the same
 model and global batch, each run for real on emulated ranks. A plan equal to one already run (the
 planner's choice is the baseline itself) is run once: its row says so and shares the measurement.
+With `trials` > 1 every plan runs that many times in rounds (each round in an order turned by one)
+and its measured step time is the median of its runs: the machine's own speed drifts by ~10% over
+minutes (measured: the same plan 3.52 s in one run, 3.13 s an hour later), more than the gaps the
+comparison is about.
 
 Predictions come from the step model (costmodel/step.py, the one the joint planner optimises) with
-this machine's calibrated figures: a calibration of cpu-4's device types (calibrate.py: its profile,
-three fitted multipliers and the per-operator time, measured now or read from a calibration.json). Any emulated cluster
-built of the same CPU-x<f> types takes the same figures: the types are the same ranks of the same
-machine, only their number and links differ (the links are emulated exactly as the cost model
-charges them). What the runs measure depends on the machine and its load: the report states both,
-and each run's pacing overrun (1.00: the emulation held).
+this machine's calibrated figures of the cluster's own device types: `calibrate.py` (a profile, four
+fitted multipliers) run on the cluster's calibration slice, two ranks of its first node and two of
+its last with its links (cpu-4 is its own slice), measured now or read from a calibration.json. Not
+figures derived from another cluster's types: cpu-8's CPU-x8 / CPU-x20 derived from a calibration of
+cpu-4's CPU-x4 / CPU-x10 (cpu_types.with_derived_types) left its joint plan 11% short (measured
+3.517 s, 2026-12-05); a calibration of its slice predicts 3.590 s (+2.1%). What the runs measure
+depends on the machine and its load: the report states both, and each run's pacing overrun (1.00:
+the emulation held).
 """
 
 from __future__ import annotations
@@ -31,14 +37,12 @@ from ..plan import Plan, Sharding
 from ..planner import plan_joint
 from ..runs.config import WARMUP_EXCLUDED
 from ..runs.rundir import default_run_dir
-from ..specs import ClusterSpec, ModelSpec, Workload, get_model, load_cluster, write_text_atomic
+from ..specs import ClusterSpec, ModelSpec, NodeSpec, Workload, get_model, load_cluster, write_text_atomic
 from .calibrate import calibrate, factors_text, operator_load, pacing_overrun, scaled_cluster
 from .compare import on_emulated, read_calibration, run_plan
 from .cpu_types import with_derived_types
 from .emulated_clusters import HEADROOM, check_emulated, cpu_factor
 from .profile import DEFAULT_MODEL, Profile, _load
-
-CALIBRATION_CLUSTER = "cpu-4"  # calibrate runs four ranks: the cluster whose device types it fits
 
 
 @dataclass
@@ -57,6 +61,7 @@ class DPComparison:
     load_average: dict[str, list[float]] = field(default_factory=dict)
     cores_needed: float = 0.0  # Σ 1/f over the cluster's emulated devices: the cores its ranks take
     cores: int = 0  # this machine's
+    trials: int = 1  # runs of each plan, in interleaved rounds; measured_s is their median
 
     def row(self, system: str) -> dict[str, Any]:
         return next(r for r in self.rows if r["system"] == system)
@@ -82,7 +87,9 @@ class DPComparison:
     def summary(self) -> str:
         lines = [
             f"{self.cluster} (emulated CPU ranks), {self.model}, S = {self.seq_len:,}, global batch "
-            f"{self.global_batch}, {self.steps} steps per run (median after {WARMUP_EXCLUDED} warm-up steps); load "
+            f"{self.global_batch}, {self.steps} steps per run (median after {WARMUP_EXCLUDED} warm-up steps)"
+            + (f", {self.trials} runs of each plan in interleaved rounds (their median)" if self.trials > 1 else "")
+            + "; load "
             f"average {self.load_average.get('before', [0])[0]:.2f} -> {self.load_average.get('after', [0])[0]:.2f}; "
             f"the ranks need {self.cores_needed:.2f} of {self.cores} cores"
             + (
@@ -103,6 +110,11 @@ class DPComparison:
             lines.append(f"    {r['config']}")
             if r.get("same_as"):
                 continue  # its run is the twin's, shown above
+            if len(r.get("trials_s") or ()) > 1:
+                lines.append(
+                    f"    runs: {' / '.join(f'{x:.3f}' for x in r['trials_s'])} s (median {r['measured_s']:.3f} s; "
+                    f"spread {max(r['trials_s']) / min(r['trials_s']) - 1:.1%}); the records below are the median run's"
+                )
             if op := r.get("operator_load"):
                 lines.append(
                     f"    busiest device: rank {op['rank']} (f = {op['factor']:g}), {op['ops_per_step']:,.0f} "
@@ -142,12 +154,36 @@ class DPComparison:
             "load_average": self.load_average,
             "cores_needed": self.cores_needed,
             "cores": self.cores,
+            "trials": self.trials,
             "emulated": True,
         }
 
 
+def calibration_slice(spec: ClusterSpec) -> ClusterSpec:
+    """The four ranks a cluster's device types are calibrated on (calibrate runs its plans on four
+    ranks, ranks 0-1 one node and 2-3 another): two devices of the first node and two of the last,
+    with their node's links and the cluster's inter-node latency; the cluster itself when it is
+    already that (cpu-4)."""
+    first, last = spec.nodes[0], spec.nodes[-1]
+    if len(spec.nodes) < 2 or first.count < 2 or last.count < 2:
+        raise HexiSeqError(
+            f"{spec.name}: calibration runs two ranks of its first node and two of its last; it needs two "
+            f"nodes of at least two devices each (it has {len(spec.nodes)} node(s) of "
+            f"{', '.join(str(n.count) for n in spec.nodes)})"
+        )
+    if len(spec.nodes) == 2 and first.count == last.count == 2:
+        return spec
+    return ClusterSpec(
+        f"{spec.name}-slice",
+        tuple(NodeSpec(n.gpu, 2, n.nic_gbps, n.link_bandwidth_gbps) for n in (first, last)),
+        spec.inter_node_latency_us,
+        description=f"the calibration slice of {spec.name}: two ranks of its first node, two of its last",
+    )
+
+
 def calibrated_figures(
     calibration: str | Path | None,
+    spec: ClusterSpec,
     *,
     model: str,
     seq_len: int,
@@ -156,21 +192,20 @@ def calibrated_figures(
     timeout_s: float,
     say: Callable[[str], None],
 ) -> tuple[Profile, dict[str, float], str]:
-    """This machine's figures of the emulated CPU types: a calibration.json of cpu-4 read, or one
-    measured now (profile + calibrate on cpu-4's four ranks) under `out`."""
+    """This machine's figures of `spec`'s emulated device types: a calibration.json of its calibration
+    slice read, or one measured now (profile + calibrate on the slice's four ranks) under `out`."""
+    part = calibration_slice(spec)
     if calibration is not None:
-        record = read_calibration(calibration, CALIBRATION_CLUSTER, model)
+        record = read_calibration(calibration, part.name, model)
         p = record["profile"]
         return (
             Profile(p["gpus"], p.get("measured") or {}, p.get("notes") or ""),
             dict(record["factors"]),
             str(calibration),
         )
-    cal = calibrate(
-        cluster=CALIBRATION_CLUSTER, quick=quick, model=model, seq_len=seq_len, out=out, timeout_s=timeout_s, say=say
-    )
+    cal = calibrate(cluster=part, quick=quick, model=model, seq_len=seq_len, out=out, timeout_s=timeout_s, say=say)
     say(cal.summary())
-    return cal.profile, dict(cal.factors), f"fitted now on {len(cal.rows)} plans of {CALIBRATION_CLUSTER} ({cal.out})"
+    return cal.profile, dict(cal.factors), f"fitted now on {len(cal.rows)} plans of {part.name} ({cal.out})"
 
 
 def cost_cluster(spec: ClusterSpec, profile: Profile, factors: dict[str, float]) -> ClusterSpec:
@@ -223,19 +258,23 @@ def compare_dp(
     seq_len: int = 2048,
     global_batch: int = 6,
     steps: int = 5,
+    trials: int = 1,
     quick: bool = False,
     out: str | Path | None = None,
     timeout_s: float = 3600.0,
     say: Callable[[str], None] | None = None,
 ) -> DPComparison:
     """Calibrate (or read a calibration), plan `cluster` jointly with the calibrated figures, run the
-    joint plan, the best DP x symmetric baseline and DP = 1, and compare (module doc)."""
+    joint plan, the best DP x symmetric baseline and DP = 1, each `trials` times in interleaved rounds,
+    and compare their median step times with the predictions (module doc)."""
     say = say or print
     spec = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
     check_emulated(spec)
     mspec: ModelSpec = get_model(model)
     if steps <= WARMUP_EXCLUDED:
         raise HexiSeqError(f"steps must exceed the {WARMUP_EXCLUDED} warm-up steps left out, got {steps}")
+    if trials < 1:
+        raise HexiSeqError(f"trials must be 1 or more (runs of each plan), got {trials}")
     if global_batch < 2:
         raise HexiSeqError(f"a data-parallel comparison needs a global batch of 2 or more, got {global_batch}")
     stamp = default_run_dir()
@@ -243,7 +282,14 @@ def compare_dp(
     if root.exists() and any(root.iterdir()):
         raise HexiSeqError(f"{root} already holds files; give another --out")
     profile, factors, source = calibrated_figures(
-        calibration, model=model, seq_len=seq_len, quick=quick, out=root / "calibration", timeout_s=timeout_s, say=say
+        calibration,
+        spec,
+        model=model,
+        seq_len=seq_len,
+        quick=quick,
+        out=root / "calibration",
+        timeout_s=timeout_s,
+        say=say,
     )
     cost = cost_cluster(spec, profile, factors)
     block = 64 if seq_len >= 4096 else 32
@@ -261,11 +307,45 @@ def compare_dp(
     ]
     root.mkdir(parents=True, exist_ok=True)
     load0 = _load()
+    # each distinct plan once (the planner's choice may be the baseline itself), then `trials` rounds,
+    # each round in an order turned by one, so a drift of the machine's speed falls on every plan alike
+    distinct: list[int] = []
+    twin_of: dict[int, int] = {}
+    for i, (_, plan, policy, _) in enumerate(picks):
+        j = next((j for j in distinct if _same_run(picks[j][1], plan) and picks[j][2] == policy), None)
+        if j is None:
+            distinct.append(i)
+        else:
+            twin_of[i] = j
+    estimates = {
+        i: estimate_step(
+            picks[i][1], cost, mspec, Workload(seq_len, global_batch, picks[i][2], "replicated", picks[i][1].block_size)
+        )
+        for i in distinct
+    }
+    runs: dict[int, list[tuple[float, dict[str, Any], Path, float]]] = {i: [] for i in distinct}
+    for t in range(trials):
+        for i in distinct[t % len(distinct) :] + distinct[: t % len(distinct)]:
+            system, plan, policy, config = picks[i]
+            path = root / (system if t == 0 else f"{system}-trial{t + 1}")
+            say(f"  running {system} (trial {t + 1} of {trials}): {config}, {plan.world_size} ranks, {steps} steps ...")
+            t0 = time.perf_counter()
+            summary = run_plan(
+                on_emulated(plan, spec, cost),
+                spec,
+                policy,
+                estimates[i].step_time_s,
+                path,
+                model,
+                steps,
+                timeout_s,
+                global_batch=global_batch,
+            )
+            runs[i].append((float(summary["measured_step_time_s"]), summary, path, time.perf_counter() - t0))
     rows: list[dict[str, Any]] = []
-    ran = [pick[1] for pick in picks]  # rows[i] is picks[i]'s
-    for system, plan, policy, config in picks:
-        twin = next((r for p, r in zip(ran, rows) if _same_run(p, plan) and r["recompute"] == policy), None)
-        if twin is not None:  # the same plan as one already run (the planner chose the baseline): run once
+    for i, (system, plan, policy, config) in enumerate(picks):
+        if i in twin_of:  # the same plan as one already run: its run is this one's
+            twin = rows[twin_of[i]]
             say(f"  {system}: the same plan as {twin['system']}; its run is this one's")
             rows.append(
                 {
@@ -276,21 +356,8 @@ def compare_dp(
                 }
             )
             continue
-        est = estimate_step(plan, cost, mspec, Workload(seq_len, global_batch, policy, "replicated", plan.block_size))
-        say(f"  running {system}: {config}, {plan.world_size} ranks, {steps} steps ...")
-        t0 = time.perf_counter()
-        summary = run_plan(
-            on_emulated(plan, spec, cost),
-            spec,
-            policy,
-            est.step_time_s,
-            root / system,
-            model,
-            steps,
-            timeout_s,
-            global_batch=global_batch,
-        )
-        m = float(summary["measured_step_time_s"])
+        est, done = estimates[i], runs[i]
+        m, summary, _, _ = middle(done)
         rows.append(
             {
                 "system": system,
@@ -301,23 +368,30 @@ def compare_dp(
                 "recompute": policy,
                 "ranks": plan.world_size,
                 "measured_s": m,
+                "trials_s": [r[0] for r in done],
                 "predicted_s": est.step_time_s,
                 "error": est.step_time_s / m - 1,
                 "sync_s": est.sync_s,
                 "replicas": _replica_rows(est, summary),
-                "pacing_overrun": pacing_overrun(summary),
+                "pacing_overrun": max((o for r in done if (o := pacing_overrun(r[1])) is not None), default=None),
                 "operator_load": operator_load(summary, steps),
-                "run_dir": str(root / system),
-                "wall_s": time.perf_counter() - t0,
+                "run_dir": str(done[0][2]),
+                "wall_s": sum(r[3] for r in done),
             }
         )
     cmp = DPComparison(
         spec.name, mspec.name, seq_len, global_batch, steps, rows, str(root), factors, source,
         {"before": load0, "after": _load()},
-        sum(1.0 / (cpu_factor(d.gpu) or 1.0) for d in spec.devices), os.cpu_count() or 1,
+        sum(1.0 / (cpu_factor(d.gpu) or 1.0) for d in spec.devices), os.cpu_count() or 1, trials,
     )  # fmt: skip
     write_text_atomic(root / "comparison-dp.json", json.dumps(cmp.to_dict(), indent=2, default=float) + "\n")
     return cmp
+
+
+def middle(done: Sequence[tuple[float, Any, Any, Any]]) -> tuple[float, Any, Any, Any]:
+    """The trial whose measured step time is the median of `done` (the lower of the two middle ones
+    for an even count): one real run, so its per-replica and pacing records go with its time."""
+    return sorted(done, key=lambda r: r[0])[(len(done) - 1) // 2]
 
 
 def operator_fit(comparisons: Sequence[DPComparison]) -> dict[str, float] | None:

@@ -1,7 +1,13 @@
 """The plans `hexiseq calibrate` runs on a world of 4 ranks: even and uneven, pure CP, pure HP and
 CP x HP groups, each recompute policy at least twice, data-parallel replicas of one rank each (the
-shape the DP baselines take: whole sequences on one rank, few operators per token), and which of
-them the fit may see.
+shape the DP baselines take: whole sequences on one rank, few operators per token), one replica of
+all four ranks accumulating several sequences per step (the shape DP = 1 takes), and which of them
+the fit may see.
+
+Why the accumulating plans: a plan of one sequence per step times one micro-step plus one optimizer
+step, so a fit on those alone can trade the one for the other (measured on cpu-8's DP = 1 plan: exact
+at one sequence, 18% short at six, the optimizer over-charged by 2.5x). Plans of 3 and 4 micro-steps
+tell the two apart.
 
 Every plan uses devices 0..3 (one spawned world runs them all). Chunk lengths, shards and heads are
 whole blocks / whole KV heads; uneven splits are fixed proportions, so the set is the same on every
@@ -84,6 +90,10 @@ def calibration_plans(
         ones = [symmetric_plan([d], seq_len, heads, kv_heads, 1, 1, block, name=name, **kw) for d in range(WORLD)]
         return Plan.joint(ones, shares, Sharding(ShardingStage.REPLICATED), name=name).check()
 
+    def accumulating(name: str, one: Plan, sequences: int) -> Plan:
+        """One replica over ranks 0..3 taking `sequences` micro-steps per step, parameters replicated."""
+        return Plan.joint([one], [sequences], Sharding(ShardingStage.REPLICATED), name=name).check()
+
     g = lambda *a: _groups(seq_len, block, *a, heads=heads, gq=gq)  # noqa: E731
     return [
         CalPlan("ring-even", sym(4, 1, "ring-even"), "none", True, "CP 4, even"),
@@ -128,4 +138,20 @@ def calibration_plans(
         # whole sequence, 3:3:1:1 the faster ranks' three
         CalPlan("dp-4-even", dp("dp-4-even", [1, 1, 1, 1]), "none", True, "DP 4 x one rank, shares 1:1:1:1", 4),
         CalPlan("dp-4-uneven", dp("dp-4-uneven", [3, 3, 1, 1]), "none", False, "DP 4 x one rank, shares 3:3:1:1", 8),
+        CalPlan(
+            "usp-2x2-even-x4",
+            accumulating("usp-2x2-even-x4", sym(2, 2, "usp-2x2-even-x4"), 4),
+            "none",
+            True,
+            "CP 2 x HP 2, even, 4 sequences per step",
+            4,
+        ),
+        CalPlan(
+            "usp-1+3-x3",
+            accumulating("usp-1+3-x3", plan("usp-1+3-x3", g([1, 3], [2, 3], [[1], [1, 1, 1]], [[1], [2, 1, 1]])), 3),
+            "none",
+            False,
+            "CP 2 (groups of 1 and 3) x HP, chunks 2:3, 3 sequences per step",
+            3,
+        ),
     ]
