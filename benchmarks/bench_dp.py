@@ -83,6 +83,7 @@ def main() -> int:
             out=work / name,
         )
         if reused is None:  # the calibration measured now, kept beside the report
+            (kept / part.name).mkdir(parents=True, exist_ok=True)
             write_text_atomic(
                 kept / part.name / "calibration.json", (work / name / "calibration" / "calibration.json").read_text()
             )
