@@ -6,7 +6,7 @@ model and global batch, each run for real on emulated ranks. A plan equal to one
 planner's choice is the baseline itself) is run once: its row says so and shares the measurement.
 With `trials` > 1 every plan runs that many times in rounds (each round in an order turned by one)
 and its measured step time is the median of its runs: the machine's own speed drifts by ~10% over
-minutes (measured: the same plan 3.52 s in one run, 3.13 s an hour later), more than the gaps the
+minutes (measured: the same plan 3.52 s in one run, 3.13 s two hours later), more than the gaps the
 comparison is about.
 
 Predictions come from the step model (costmodel/step.py, the one the joint planner optimises) with
