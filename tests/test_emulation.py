@@ -157,3 +157,38 @@ def test_off_by_default():
     assert E.active() is None
     with E.activate(None, 0) as p:
         assert p is None and E.active() is None
+
+
+def test_warm_cores_runs_one_lowest_priority_loop_for_the_block_only():
+    """emulation.warm_cores: one busy child at nice 19 while the block runs, gone after it, also when
+    the block raises."""
+    import os
+    import time
+
+    from hexiseq.runtime import emulation
+
+    def spinners() -> list[int]:
+        me = os.getpid()
+        out = []
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+                argv = open(f"/proc/{pid}/cmdline").read().split("\0")
+            except OSError:
+                continue
+            # this process's children running the loop (other tests leave helpers, e.g. multiprocessing's)
+            if int(stat[1]) == me and emulation._SPIN in argv and stat[0] != "Z":
+                out.append((int(pid), int(stat[16])))  # (pid, nice)
+        return out
+
+    with emulation.warm_cores():
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not any(n == 19 for _, n in spinners()):
+            time.sleep(0.05)
+        assert [n for _, n in spinners()] == [19]
+    assert spinners() == []
+    with pytest.raises(RuntimeError), emulation.warm_cores():
+        raise RuntimeError("the block fails")
+    assert spinners() == []

@@ -47,7 +47,7 @@ from ..runs.loop import RunJob, run_worker
 from ..runs.rundir import RunDir, default_run_dir
 from ..runs.settings import ModelSettings, ParallelSettings, RecordSettings, RunSettings, TrainSettings
 from ..runs.start import start_run
-from ..runtime.emulation import Emulation
+from ..runtime.emulation import Emulation, warm_cores
 from ..runtime.world import spawn_world
 from ..specs import ClusterSpec, ModelSpec, Workload, get_model, write_text_atomic
 from .emulated_clusters import emulation_for
@@ -327,7 +327,8 @@ def calibrate(
     load0 = _load()
     say(f"running {len(plans)} plans x {n_steps} steps on {spec.size} CPU ranks ({spec.name}, S={S:,}) ...")
     t0 = time.perf_counter()
-    spawn_world(calibrate_worker, spec.size, jobs, timeout_s=timeout_s, pg_timeout_s=300.0)
+    with warm_cores():
+        spawn_world(calibrate_worker, spec.size, jobs, timeout_s=timeout_s, pg_timeout_s=300.0)
     say(f"  done in {time.perf_counter() - t0:.0f} s")
     measured, overrun = [], []
     for job in jobs:

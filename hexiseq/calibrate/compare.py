@@ -27,6 +27,7 @@ from ..runs.config import WARMUP_EXCLUDED
 from ..runs.loop import RunJob, run_worker
 from ..runs.rundir import default_run_dir
 from ..runs.start import start_run
+from ..runtime.emulation import warm_cores
 from ..runtime.world import spawn_world
 from ..specs import ClusterSpec, Workload, get_model, load_cluster, write_text_atomic
 from ..specs.identity import cluster_fingerprint, fingerprint_mismatch
@@ -138,7 +139,8 @@ def run_plan(
         global_batch=global_batch,
     )
     run, cfg = start_run(plan, settings, run_path)
-    spawn_world(run_worker, plan.world_size, RunJob(str(run.path), cfg), timeout_s=timeout_s, pg_timeout_s=300.0)
+    with warm_cores():
+        spawn_world(run_worker, plan.world_size, RunJob(str(run.path), cfg), timeout_s=timeout_s, pg_timeout_s=300.0)
     summary = run.read_json(run.summary) or {}
     if summary.get("measured_step_time_s") is None:
         raise HexiSeqError(f"run {run.path} recorded no step time ({summary.get('status')}: {summary.get('error')})")

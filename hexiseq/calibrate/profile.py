@@ -38,6 +38,7 @@ import yaml
 
 from ..errors import HexiSeqError
 from ..plan import symmetric_plan
+from ..runtime.emulation import warm_cores
 from ..runtime.llama import LlamaConfig
 from ..runtime.world import spawn_world
 from ..specs import ClusterSpec, get_model, gpu_catalog, load_cluster, load_profile, read_yaml
@@ -308,7 +309,8 @@ def profile(
         f"profiling {n} CPU ranks ({', '.join(f'{t} x{c}' for t, c in spec.gpu_types.items())}) on {model} shapes at "
         f"S={S:,} ..."
     )
-    ranks = spawn_world(measure_worker, n, job, timeout_s=timeout_s)
+    with warm_cores():
+        ranks = spawn_world(measure_worker, n, job, timeout_s=timeout_s)
     load1 = _load()
     types = [d.gpu.name for d in spec.devices]
     gpus = derive(ranks, types, spec, emu.to_dict())

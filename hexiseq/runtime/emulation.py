@@ -27,6 +27,15 @@ The method (every figure it produces is labelled "emulated", with its factors):
   a synchronous collective that crosses one (the ragged all-to-all, the gradient all-reduce) returns
   its α–β time (costmodel.comm's formulas) after the real one. Links inside a node are the real ones.
 
+- **The machine's idle state.** A rank's emulated time is f times its operators' CPU time, and an
+  idle virtual CPU runs them slower: measured on this project's 2-core VM (cpu-4, four one-rank
+  replicas, 2026-12-05), the same run took 3.626 s per step, then 3.249 s with one busy loop at the
+  lowest priority beside it; in the other order 3.123 s with it, 3.478 s without (11-12%, and
+  steps 3.06-3.35 s with it against 3.23-3.91 s without). `warm_cores()` keeps one such loop for a
+  block: the measuring commands (profile, calibrate, their runs) take it, so every figure they fit
+  and every run they compare sees the machine in one state. At nice 19 it takes about 1.5% of a
+  core from a rank that wants one.
+
 `activate(emulation, rank)` turns it on for a block of code; `active()` is the running `Pacer` (None
 when off, the default: then nothing here costs anything). The emulation of a plan on an emulated
 cluster is derived by `hexiseq.calibrate.emulated_clusters`.
@@ -36,6 +45,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import subprocess
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -254,6 +265,25 @@ class Pacer(TorchDispatchMode):
 
 
 _ACTIVE: list[Pacer] = []
+
+_SPIN = "import os\nos.nice(19)\nwhile True:\n    pass\n"  # lowers its own priority first
+
+
+@contextlib.contextmanager
+def warm_cores() -> Iterator[None]:
+    """One busy loop at the lowest priority (nice 19) for the block (module doc: the machine's idle
+    state); it is killed on the way out, however the block ends."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SPIN],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def active() -> Pacer | None:
