@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from hexiseq.calibrate.calibrate import FITTED, fit, predict, scaled_cluster
+from hexiseq.calibrate.calibrate import FITTED, fit, measured_devices, predict, predict_with_devices, scaled_cluster
 from hexiseq.calibrate.plans import calibration_plans
 from hexiseq.cli import main
 from hexiseq.errors import HexiSeqError
@@ -65,6 +65,10 @@ def test_quick_calibration_reports_every_plan(quick):
         assert r["error_after"] == pytest.approx(r["predicted_after_s"] / r["measured_s"] - 1)
     assert set(d["factors"]) == set(FITTED) and d["emulated"] is True
     assert d["stats"]["all_after"]["plans"] == len(rows)
+    for r in rows:  # each rank's device time after the warm-up, fitted and reported
+        assert len(r["measured_device_s"]) == 4 and min(r["measured_device_s"]) > 0, r["plan"]
+        assert len(r["device_errors_after"]) == 4
+    assert d["stats"]["all_devices_after"]["ranks"] == 4 * len(rows)
     assert json.loads((out / "calibration.json").read_text())["rows"] == rows
 
 
@@ -77,6 +81,10 @@ def test_every_calibration_run_is_a_labelled_emulated_run(quick):
             {"gbps": 0.05, "latency_us": 1000.0}
         ]
         assert len(s["emulation"]["pacing"]) == 4 and s["measured_step_time_s"] == r["measured_s"]
+        for p in s["emulation"]["pacing"]:  # the steps after the warm-up, apart: 3 steps, 2 of warm-up
+            m = p["measured"]
+            assert m["steps"] == s["measured_steps"] == 1 and 0 < m["ops"] < p["ops"] and 0 < m["cpu_s"] < p["cpu_s"]
+        assert measured_devices(s) == pytest.approx(r["measured_device_s"])
         assert s["prediction"]["step_time_s"] == pytest.approx(r["predicted_before_s"])
         assert "emulating cluster cpu-4" in s["measured_on"]
 
@@ -115,6 +123,24 @@ def test_fit_reproduces_step_times_made_with_known_multipliers():
     after = [predict(scaled_cluster(c, got), m, p) / t - 1 for p, t in zip(plans, measured)]
     before = [predict(c, m, p) / t - 1 for p, t in zip(plans, measured)]
     assert max(map(abs, after)) < 0.03 < min(map(abs, before))
+
+
+def test_fit_on_device_times_reproduces_every_rank():
+    """With each rank's device time beside the step times (made by the cost model with other figures),
+    the fit reproduces every rank's device time of every plan, held-out ones included: the step alone
+    is the slowest rank's, the device times tell the fast ranks' large operators from the slow ranks'
+    small ones."""
+    c, m = load_cluster("cpu-4"), get_model("tiny")
+    plans = calibration_plans(2048, 8, 4, 32)
+    truth = {"peak_bf16_tflops": 0.8, "eff_hbm": 1.5, "link_latency_us": 1.3, "op_overhead_us": 1.8}
+    made = [predict_with_devices(scaled_cluster(c, truth), m, p) for p in plans]
+    fit_on = [i for i, p in enumerate(plans) if p.fit]
+    got = fit(c, m, [plans[i] for i in fit_on], [made[i][0] for i in fit_on], [made[i][1] for i in fit_on])
+    for p, (step, dev) in zip(plans, made):
+        a_step, a_dev = predict_with_devices(scaled_cluster(c, got), m, p)
+        assert a_step == pytest.approx(step, rel=0.02), p.name
+        assert a_dev == pytest.approx(dev, rel=0.02), p.name
+        assert len(dev) == p.plan.world_size and min(dev) > 0
 
 
 @pytest.mark.parametrize(

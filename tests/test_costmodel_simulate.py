@@ -331,6 +331,18 @@ def test_single_rank_plan_has_no_communication(testbed):
         assert abs(sim.phases[p][0]) <= 1e-12 * sim.iteration_time_s, p  # zero up to rounding
     d = durations(plan, testbed, MODEL, w)
     assert sim.iteration_time_s == pytest.approx(own_work(d)[0], rel=1e-12)
+    assert sim.device_s[0] == pytest.approx(sim.iteration_time_s, rel=1e-12)  # one rank: all its own work
+
+
+def test_device_time_is_the_step_without_collectives_and_waiting(sim32):
+    """SimResult.device_s (what an emulated rank's pacing measures) is each rank's step less its
+    collectives and its waiting, on a plan that has both."""
+    w = Workload(seq_len=16 * 1024, global_batch=2, param_sharding="zero3")
+    plan = random_plan(8, w.seq_len, H, HKV, seed=3, block_size=128)
+    sim = simulate(plan, sim32, MODEL, w)
+    comm = sum(sim.phases[k] for k in ("alltoall", "kv_exchange", "param_comm", "wait"))
+    np.testing.assert_allclose(sim.device_s, sim.iteration_time_s - comm, rtol=1e-12)
+    assert (sim.device_s > 0).all() and (sim.device_s < sim.iteration_time_s).any()
 
 
 # ------------------------------------------------------------------------------ knobs

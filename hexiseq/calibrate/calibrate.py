@@ -18,7 +18,11 @@ with measured, per plan.
    its work (`op_overhead_us`: dispatch, allocation, small kernels, charged per operator of
    data/operators.yaml by costmodel/operators.py; the profile measures it on one layer's
    memory-bound kernels at two sizes) — minimising
-   Σ log²(predicted / measured) over the fit plans, plus a small penalty on the multipliers' log2
+   Σ log²(predicted / measured) over the fit plans -- their step times and each rank's device time
+   per step (f x its operators' CPU time after the warm-up, from the pacing record: the step alone
+   is the slowest rank's, so a fit on it could trade a slow rank's many small operators against a
+   fast rank's large ones; measured on cpu-8, such a fit left its slower ranks' device time 26-34%
+   short on plans of small shards) -- plus a small penalty on the multipliers' log2
    (RIDGE: of near-equal fits, the one nearest the profile), by fitting.grid_search then
    fitting.least_squares (deterministic: a coarse grid, then damped least squares from its best
    node). "After" = the fitted cluster's prediction; the held-out plans show whether the fit
@@ -34,7 +38,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +112,12 @@ class Calibration:
                     "worst": max(e) if e else None,
                     "plans": len(e),
                 }
+            dev = [abs(x) for r in self.rows if split in (None, r["split"]) for x in r.get("device_errors_after") or []]
+            out[f"{name}_devices_after"] = {
+                "median": statistics.median(dev) if dev else None,
+                "worst": max(dev) if dev else None,
+                "ranks": len(dev),
+            }
         return out
 
     def summary(self) -> str:
@@ -127,6 +137,14 @@ class Calibration:
             f"  before the fit: {f(s['all_before'])}",
             f"  after the fit:  {f(s['all_after'])}",
             f"  held out (not fitted): before {f(s['held-out_before'])}; after {f(s['held-out_after'])}",
+            *(
+                [
+                    f"  each rank's device time per step after the fit: median {d['median']:.1%}, worst "
+                    f"{d['worst']:.1%} ({d['ranks']} ranks of every plan)"
+                ]
+                if (d := s["all_devices_after"])["median"] is not None
+                else []
+            ),
             "  fitted: " + factors_text(self.factors),
         ]
         return "\n".join(lines)
@@ -170,10 +188,36 @@ class Calibration:
 def predict(cluster: ClusterSpec, model: ModelSpec, cp: CalPlan) -> float:
     """The step time of a calibration plan (replicated parameters: the executor's default): the step
     replay's iteration, or for a plan of replicas the step model (costmodel/step.py)."""
-    wl = Workload(cp.plan.seq_len, cp.global_batch, cp.recompute, "replicated", cp.plan.block_size)
-    if cp.plan.replicas:
-        return float(estimate_step(cp.plan, cluster, model, wl).step_time_s)
-    return float(simulate(cp.plan, cluster, model, wl).iteration_time_s)
+    return predict_with_devices(cluster, model, cp)[0]
+
+
+def predict_with_devices(cluster: ClusterSpec, model: ModelSpec, cp: CalPlan) -> tuple[float, list[float]]:
+    """`predict`'s step time and each rank's device time per step (rank order): its kernels, their
+    per-operator cost and its optimizer step (SimResult.device_s), each replica replayed at its own
+    sequences -- what the emulation's pacing measures on that rank (`measured_devices`)."""
+    plan, wl = cp.plan, Workload(cp.plan.seq_len, cp.global_batch, cp.recompute, "replicated", cp.plan.block_size)
+    if not plan.replicas:
+        sim = simulate(plan, cluster, model, wl)
+        return float(sim.iteration_time_s), [float(x) for x in sim.device_s]
+    devices: list[float] = []
+    for i, rep in enumerate(plan.replicas):
+        sub = plan.replica(i)
+        sim = simulate(sub, cluster, model, replace(wl, global_batch=rep.sequences))
+        devices += [float(x) for x in sim.device_s]
+    return float(estimate_step(plan, cluster, model, wl).step_time_s), devices
+
+
+def measured_devices(summary: dict[str, Any]) -> list[float] | None:
+    """Each rank's emulated device time per measured step: f x its operators' CPU time over the steps
+    after the warm-up (the pacing record's `measured` part). None for a run without that record."""
+    emu = summary.get("emulation") or {}
+    out = []
+    for f, p in zip(emu.get("slowdown") or [], emu.get("pacing") or []):
+        m = (p or {}).get("measured")
+        if not m or not m.get("steps") or not m.get("cpu_s"):
+            return None
+        out.append(f * m["cpu_s"] / m["steps"])
+    return out or None
 
 
 def scaled_cluster(cluster: ClusterSpec, factors: dict[str, float]) -> ClusterSpec:
@@ -194,21 +238,32 @@ def factors_text(factors: dict[str, float]) -> str:
 
 
 def fit(
-    cluster: ClusterSpec, model: ModelSpec, plans: Sequence[CalPlan], measured: Sequence[float]
+    cluster: ClusterSpec,
+    model: ModelSpec,
+    plans: Sequence[CalPlan],
+    measured: Sequence[float],
+    devices: Sequence[Sequence[float] | None] | None = None,
 ) -> dict[str, float]:
-    """Multipliers on the FITTED fields minimising Σ log²(predicted / measured) over `plans`, plus
-    RIDGE x Σ log2(multiplier)² (module doc): a coarse grid, then damped least squares from its best
-    node (fitting.least_squares)."""
+    """Multipliers on the FITTED fields minimising Σ log²(predicted / measured) over `plans` -- their
+    step times, and each rank's device time per step where `devices` holds it (`measured_devices`) --
+    plus RIDGE x Σ log2(multiplier)² (module doc): a coarse grid, then damped least squares from its
+    best node (fitting.least_squares)."""
     keys = list(FITTED)
     box = [FITTED[k] for k in keys]
     ridge = math.sqrt(RIDGE)
+    devices = list(devices) if devices is not None else [None] * len(plans)
 
     def figures(x: Sequence[float]) -> dict[str, float]:
         return {k: 2.0**v for k, v in zip(keys, x)}
 
     def residuals(x: Sequence[float]) -> list[float]:
         c = scaled_cluster(cluster, figures(x))
-        return [math.log(predict(c, model, p) / m) for p, m in zip(plans, measured)] + [ridge * v for v in x]
+        out = []
+        for p, m, dev in zip(plans, measured, devices):
+            step, pred = predict_with_devices(c, model, p)
+            out.append(math.log(step / m))
+            out += [math.log(a / b) for a, b in zip(pred, dev or [])]
+        return out + [ridge * v for v in x]
 
     def loss(*x: float) -> float:
         return float(sum(r * r for r in residuals(x)))
@@ -330,7 +385,7 @@ def calibrate(
     with warm_cores():
         spawn_world(calibrate_worker, spec.size, jobs, timeout_s=timeout_s, pg_timeout_s=300.0)
     say(f"  done in {time.perf_counter() - t0:.0f} s")
-    measured, overrun = [], []
+    measured, overrun, devices = [], [], []
     for job in jobs:
         summary = RunDir(job.run_dir).read_json(RunDir(job.run_dir).summary) or {}
         if summary.get("measured_step_time_s") is None:
@@ -339,12 +394,22 @@ def calibrate(
             )
         measured.append(float(summary["measured_step_time_s"]))
         overrun.append(pacing_overrun(summary))
+        devices.append(measured_devices(summary))
     fit_idx = [i for i, p in enumerate(plans) if p.fit]
-    factors = fit(cost_cluster, mspec, [plans[i] for i in fit_idx], [measured[i] for i in fit_idx])
+    factors = fit(
+        cost_cluster,
+        mspec,
+        [plans[i] for i in fit_idx],
+        [measured[i] for i in fit_idx],
+        [devices[i] for i in fit_idx],
+    )
     fitted_cluster = scaled_cluster(cost_cluster, factors)
-    after = [predict(fitted_cluster, mspec, p) for p in plans]
+    after_both = [predict_with_devices(fitted_cluster, mspec, p) for p in plans]
+    after = [a for a, _ in after_both]
     rows = []
-    for p, m, b, a, o, job in zip(plans, measured, before, after, overrun, jobs):
+    for p, m, b, a, o, job, dev, (_, dev_after) in zip(
+        plans, measured, before, after, overrun, jobs, devices, after_both
+    ):
         rows.append(
             {
                 "plan": p.name,
@@ -358,6 +423,9 @@ def calibrate(
                 "error_after": a / m - 1,
                 "pacing_overrun": o,
                 "run_dir": job.run_dir,
+                # each rank's device time per measured step, and the fitted model's error on it
+                "measured_device_s": dev,
+                "device_errors_after": None if dev is None else [a / d - 1 for a, d in zip(dev_after, dev)],
             }
         )
     fitted = {

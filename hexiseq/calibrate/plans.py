@@ -146,6 +146,19 @@ def calibration_plans(
             "CP 2 x HP 2, even, 4 sequences per step",
             4,
         ),
+        # the slower ranks hold one eighth of the sequence (128 tokens each at S = 2,048): operators so
+        # small that their fixed cost, not their work, decides the time -- the regime of an eight-rank
+        # replica's slower ranks (cpu-8's DP = 1 plan: 112 tokens each), which the plans above never reach
+        CalPlan(
+            "usp-2x2-7to1-x3",
+            accumulating(
+                "usp-2x2-7to1-x3", plan("usp-2x2-7to1-x3", g([2, 2], [7, 1], [[1, 1], [1, 1]], [[1, 1], [1, 1]])), 3
+            ),
+            "none",
+            True,
+            "CP 2 x HP 2, chunks 7:1, 3 sequences per step",
+            3,
+        ),
         CalPlan(
             "usp-1+3-x3",
             accumulating("usp-1+3-x3", plan("usp-1+3-x3", g([1, 3], [2, 3], [[1], [1, 1, 1]], [[1], [2, 1, 1]])), 3),

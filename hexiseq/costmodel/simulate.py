@@ -88,6 +88,8 @@ PHASES = (
     "optimizer",
     "wait",
 )
+# a rank's own work: its kernels, their per-operator cost and the optimizer (no collective, no waiting)
+DEVICE_PHASES = ("linear", "memory_bound", "attention", "lm_head", "recompute", "operators", "optimizer")
 
 
 @dataclass
@@ -103,6 +105,12 @@ class SimResult:
     def busy_s(self) -> np.ndarray:
         """[R] the rank's own work (everything but waiting)."""
         return self.iteration_time_s - self.phases["wait"]
+
+    @property
+    def device_s(self) -> np.ndarray:
+        """[R] the rank's own kernels, their per-operator cost and its optimizer step (DEVICE_PHASES):
+        the time an emulated rank's pacing measures as f x its operators' CPU time."""
+        return sum((self.phases[k] for k in DEVICE_PHASES), np.zeros_like(self.phases["wait"]))
 
     @property
     def wait_s(self) -> np.ndarray:

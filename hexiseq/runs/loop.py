@@ -15,7 +15,7 @@ import signal
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +175,7 @@ def run_worker(
     # the step's sequences are samples step*B .. step*B + B-1 whatever the plan; a replica reads its share
     first, share = (joint.first_sequence(jctx.replica), jctx.sequences) if joint is not None else (0, B)
     pacer = emulation.Pacer(cfg.emulation, rank) if cfg.emulation is not None else None
+    after_warmup: emulation.PacerStats | None = None  # the pacing when the measured steps begin
     if lead:
         run.set_status("training", step=start, steps=cfg.steps)
         say("phase", "first step")
@@ -188,6 +189,8 @@ def run_worker(
         lr = lr_at(train, step, cfg.steps)
         with emulation.activate(None, rank, pacer):  # off without an emulation
             stats = train_step(runner, opt, batch, train, step, lr=lr, tokens=B * S)
+        if pacer is not None and step - start == WARMUP_EXCLUDED - 1:
+            after_warmup = replace(pacer.stats)
         # outside the timed step: peak memory of every rank, whether any was asked to stop, its timing
         mine = torch.tensor(
             [
@@ -246,7 +249,13 @@ def run_worker(
             break
     paced: list[Any] = [None] * world
     if pacer is not None:  # what the emulation did on every rank, for the record
-        dist.all_gather_object(paced, pacer.stats.to_dict())
+        mine_paced: dict[str, Any] = pacer.stats.to_dict()
+        if after_warmup is not None:  # the measured steps alone, as the measured step time counts them
+            mine_paced["measured"] = {
+                **pacer.stats.since(after_warmup).to_dict(),
+                "steps": step - start + 1 - WARMUP_EXCLUDED,
+            }
+        dist.all_gather_object(paced, mine_paced)
     if lead:
         tb.close()
         write_summary(

@@ -149,6 +149,11 @@ class PacerStats:
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
 
+    def since(self, earlier: PacerStats) -> PacerStats:
+        """What the pacing did after `earlier` (a copy of these statistics taken then): the steps
+        after the warm-up, say, whose first steps allocate and fill caches."""
+        return PacerStats(**{k: v - getattr(earlier, k) for k, v in asdict(self).items()})
+
 
 class Pacer(TorchDispatchMode):
     """The running emulation on one rank (module doc): paces compute, holds the links."""
