@@ -8,7 +8,7 @@ import json
 import pytest
 
 from hexiseq.calibrate.calibrate import FITTED, fit, measured_devices, predict, predict_with_devices, scaled_cluster
-from hexiseq.calibrate.plans import calibration_plans
+from hexiseq.calibrate.plans import calibration_plans, side_by_side
 from hexiseq.cli import main
 from hexiseq.errors import HexiSeqError
 from hexiseq.specs import get_model, load_cluster
@@ -168,3 +168,28 @@ def test_a_profile_of_other_devices_is_refused(tmp_path, capsys):
     assert "the profile has no figures for CPU-x4, CPU-x10" in capsys.readouterr().err
     with pytest.raises(HexiSeqError, match="heads over 4 ranks in whole KV heads"):
         calibration_plans(8192, 8, 2, 64)
+
+
+def test_plans_run_side_by_side_on_a_cluster_of_two_even_nodes():
+    """On two nodes of 2k devices each, every calibration plan runs k times at once: copy c on devices
+    2c, 2c+1 of each node, each replica with its own sequences, parameters replicated."""
+    from hexiseq.calibrate.calibrate import copies_side_by_side
+    from hexiseq.plan import ShardingStage
+
+    cpu8 = load_cluster("cpu-8")
+    assert copies_side_by_side(cpu8) == 2 and copies_side_by_side(load_cluster("cpu-4")) == 1
+    for cp in calibration_plans(2048, 8, 4, 32, "cpu-8", "tiny"):
+        two = side_by_side(cp, 2)
+        assert two.plan.world_size == 8 and two.plan.num_replicas == 2 * cp.plan.num_replicas
+        assert two.global_batch == 2 * cp.global_batch and two.fit == cp.fit and two.recompute == cp.recompute
+        assert two.plan.sharding.stage == ShardingStage.REPLICATED
+        n = cp.plan.num_replicas
+        for c, where in enumerate(([0, 1, 4, 5], [2, 3, 6, 7])):
+            for i in range(n):
+                mine, orig = two.plan.replica(c * n + i), cp.plan.replica(i)
+                assert [g.devices for g in mine.groups] == [tuple(where[d] for d in g.devices) for g in orig.groups]
+                assert [(g.chunk_len, g.shards, g.heads) for g in mine.groups] == [
+                    (g.chunk_len, g.shards, g.heads) for g in orig.groups
+                ]
+        two.plan.check(cpu8)
+        assert side_by_side(cp, 1) is cp

@@ -155,20 +155,22 @@ def test_trials_run_in_turning_rounds_and_the_median_run_counts(calibration, tmp
         compare_dp("cpu-4", calibration, trials=0, out=tmp_path / "z")
 
 
-def test_each_cluster_is_calibrated_on_a_slice_of_its_own_device_types():
-    """cpu-4 is its own calibration slice; cpu-8's is two ranks of each of its nodes, with its types,
-    links and inter-node latency; a cluster without two nodes of two devices is refused, saying why."""
+def test_each_cluster_is_calibrated_on_its_own_world_or_a_slice_of_its_device_types():
+    """cpu-4 and cpu-8 (two nodes of an even count) are calibrated on themselves; a cluster of unequal
+    nodes on two ranks of its first node and two of its last, with their types, links and the
+    inter-node latency; a cluster without two nodes of two devices is refused, saying why."""
     from hexiseq.calibrate.compare_dp import calibration_slice
     from hexiseq.specs import ClusterSpec
 
     cpu4, cpu8 = load_cluster("cpu-4"), load_cluster("cpu-8")
-    assert calibration_slice(cpu4) is cpu4
-    part = calibration_slice(cpu8)
-    assert part.name == "cpu-8-slice" and part.size == 4
+    assert calibration_slice(cpu4) is cpu4 and calibration_slice(cpu8) is cpu8
+    uneven = ClusterSpec.from_nodes("uneven", [("CPU-x8", 3, 0.05), ("CPU-x4", 1, 0.5), ("CPU-x20", 2, 0.05)])
+    part = calibration_slice(uneven)
+    assert part.name == "uneven-slice" and part.size == 4
     assert [d.gpu.name for d in part.devices] == ["CPU-x8", "CPU-x8", "CPU-x20", "CPU-x20"]
     assert [d.node for d in part.devices] == [0, 0, 1, 1]
-    assert part.inter_node_latency_us == cpu8.inter_node_latency_us
-    assert [n.nic_gbps for n in part.nodes] == [n.nic_gbps for n in cpu8.nodes]
+    assert part.inter_node_latency_us == uneven.inter_node_latency_us
+    assert [n.nic_gbps for n in part.nodes] == [0.05, 0.05]
     one = ClusterSpec.from_nodes("one-node", [("CPU-x4", 4, 0.05)])
     with pytest.raises(HexiSeqError, match="two nodes of at least two devices each"):
         calibration_slice(one)

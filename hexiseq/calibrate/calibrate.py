@@ -55,7 +55,7 @@ from ..runtime.emulation import Emulation, warm_cores
 from ..runtime.world import spawn_world
 from ..specs import ClusterSpec, ModelSpec, Workload, get_model, write_text_atomic
 from .emulated_clusters import emulation_for
-from .plans import WORLD, CalPlan, calibration_plans
+from .plans import WORLD, CalPlan, calibration_plans, side_by_side
 from .profile import DEFAULT_MODEL, Profile, _load, resolve_world
 from .profile import profile as measure_profile
 
@@ -301,6 +301,15 @@ def calibration_run_settings(
     )
 
 
+def copies_side_by_side(spec: ClusterSpec) -> int:
+    """How many copies of the four-rank plans fill `spec` (plans.side_by_side): k for two nodes of 2k
+    devices each, 1 for anything else (which calibrate then refuses unless it has four devices)."""
+    nodes = [n.count for n in spec.nodes]
+    if len(nodes) == 2 and nodes[0] == nodes[1] and nodes[0] % 2 == 0:
+        return nodes[0] // 2
+    return 1
+
+
 def calibrate_worker(rank: int, world: int, jobs: list[Any]) -> list[dict[str, Any]]:
     """Body of one rank: every calibration run, one after another, in the same world."""
     return [run_worker(rank, world, job) for job in jobs]
@@ -323,10 +332,12 @@ def calibrate(
     (default runs/calibrate-<time>). `quick`: a short sequence and 3 steps per plan (tests, notebooks)."""
     say = say or print
     spec, named = resolve_world(world, cluster)
-    if spec.size != WORLD:
+    copies = copies_side_by_side(spec) if named else 1
+    if spec.size != WORLD * copies:
         raise HexiSeqError(
-            f"calibrate runs its plans on {WORLD} ranks; {'cluster ' + repr(spec.name) if named else 'the world'} "
-            f"has {spec.size}"
+            f"calibrate runs its plans on {WORLD} ranks, or side by side on two nodes of an even number of devices "
+            f"each; {'cluster ' + repr(spec.name) if named else 'the world'} has {spec.size}"
+            + (f" in nodes of {', '.join(str(n.count) for n in spec.nodes)}" if named else "")
         )
     mspec = get_model(model)
     S = seq_len or (1024 if quick else 8192)
@@ -337,7 +348,10 @@ def calibrate(
             f"--steps must exceed the {WARMUP_EXCLUDED} warm-up steps left out of the measurement, got {n_steps}"
         )
     block = 32 if S < 4096 else 64
-    plans = calibration_plans(S, mspec.heads, mspec.kv_heads, block, spec.name if named else "", mspec.name)
+    plans = [
+        side_by_side(p, copies)
+        for p in calibration_plans(S, mspec.heads, mspec.kv_heads, block, spec.name if named else "", mspec.name)
+    ]
     # the profile: measured now, or given (file or object); it must describe this world's device types
     if profile is None:
         prof = measure_profile(

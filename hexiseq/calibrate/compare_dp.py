@@ -38,10 +38,11 @@ from ..planner import plan_joint
 from ..runs.config import WARMUP_EXCLUDED
 from ..runs.rundir import default_run_dir
 from ..specs import ClusterSpec, ModelSpec, NodeSpec, Workload, get_model, load_cluster, write_text_atomic
-from .calibrate import calibrate, factors_text, operator_load, pacing_overrun, scaled_cluster
+from .calibrate import calibrate, copies_side_by_side, factors_text, operator_load, pacing_overrun, scaled_cluster
 from .compare import on_emulated, read_calibration, run_plan
 from .cpu_types import with_derived_types
 from .emulated_clusters import HEADROOM, check_emulated, cpu_factor
+from .plans import WORLD
 from .profile import DEFAULT_MODEL, Profile, _load
 
 
@@ -160,10 +161,11 @@ class DPComparison:
 
 
 def calibration_slice(spec: ClusterSpec) -> ClusterSpec:
-    """The four ranks a cluster's device types are calibrated on (calibrate runs its plans on four
-    ranks, ranks 0-1 one node and 2-3 another): two devices of the first node and two of the last,
-    with their node's links and the cluster's inter-node latency; the cluster itself when it is
-    already that (cpu-4)."""
+    """The world a cluster's device types are calibrated on (calibrate runs its plans on four ranks,
+    ranks 0-1 one node and 2-3 another, or several copies of them side by side): the cluster itself
+    when it is two nodes of an even number of devices each (cpu-4: one copy; cpu-8: two, so the
+    calibration's ranks share the cores as the cluster's runs do); otherwise two devices of the
+    first node and two of the last, with their node's links and the cluster's inter-node latency."""
     first, last = spec.nodes[0], spec.nodes[-1]
     if len(spec.nodes) < 2 or first.count < 2 or last.count < 2:
         raise HexiSeqError(
@@ -171,7 +173,7 @@ def calibration_slice(spec: ClusterSpec) -> ClusterSpec:
             f"nodes of at least two devices each (it has {len(spec.nodes)} node(s) of "
             f"{', '.join(str(n.count) for n in spec.nodes)})"
         )
-    if len(spec.nodes) == 2 and first.count == last.count == 2:
+    if copies_side_by_side(spec) * WORLD == spec.size:
         return spec
     return ClusterSpec(
         f"{spec.name}-slice",
@@ -193,7 +195,7 @@ def calibrated_figures(
     say: Callable[[str], None],
 ) -> tuple[Profile, dict[str, float], str]:
     """This machine's figures of `spec`'s emulated device types: a calibration.json of its calibration
-    slice read, or one measured now (profile + calibrate on the slice's four ranks) under `out`."""
+    slice read, or one measured now (profile + calibrate on the slice) under `out`."""
     part = calibration_slice(spec)
     if calibration is not None:
         record = read_calibration(calibration, part.name, model)
