@@ -1,7 +1,8 @@
 """The data-parallel comparison on the CPU emulation (hexiseq/calibrate/compare_dp.py, behind
-benchmarks/bench_dp.py): the joint plan, the best DP x symmetric baseline and DP = 1 really run on
-emulated ranks, each predicted by the step model with the calibration's figures. Its accuracy and
-which plan is measured fastest depend on the machine and its load: a benchmark, not a unit test."""
+benchmarks/bench_dp.py): the joint plan, the best DP x symmetric baseline, the best one with equal
+shares and DP = 1 really run on emulated ranks, each predicted by the step model with the
+calibration's figures. Its accuracy and which plan is measured fastest depend on the machine and its
+load: a benchmark, not a unit test."""
 
 import json
 from dataclasses import replace
@@ -33,7 +34,8 @@ def calibration(tmp_path_factory):
 def test_three_plans_run_and_are_predicted_by_the_step_model(calibration, tmp_path):
     G, S = 3, 512
     cmp = compare_dp("cpu-4", calibration, seq_len=S, global_batch=G, steps=3, out=tmp_path / "cdp", say=lambda s: None)
-    assert [r["system"] for r in cmp.rows] == ["joint", "dp-baseline", "dp1"]
+    assert [r["system"] for r in cmp.rows] == ["joint", "dp-baseline", "dp-even", "dp1"]
+    assert len(set(cmp.row("dp-even")["shares"].split(":"))) == 1  # the even split: every replica G / DP
     prof = Profile.load(data_path("profiles") / "cpu-4.yaml")
     cost = cost_cluster(load_cluster("cpu-4"), prof, dict.fromkeys(FITTED, 1.0))
     runs = json.loads((tmp_path / "cdp" / "comparison-dp.json").read_text())
@@ -57,6 +59,7 @@ def test_three_plans_run_and_are_predicted_by_the_step_model(calibration, tmp_pa
     joint = cmp.row("joint")["predicted_s"]
     assert joint <= cmp.row("dp-baseline")["predicted_s"] * (1 + 1e-9)
     assert joint <= cmp.row("dp1")["predicted_s"] * (1 + 1e-9)
+    assert cmp.row("dp-baseline")["predicted_s"] <= cmp.row("dp-even")["predicted_s"] * (1 + 1e-9)
     assert cmp.chosen == "joint"
     assert "measured fastest" in cmp.summary() and "busiest device: rank" in cmp.summary()
 
@@ -76,8 +79,16 @@ def test_the_busiest_device_is_the_one_with_most_emulated_time():
         "ops_per_step": 250.0,
         "cpu_us_per_op": pytest.approx(1000.0),
         "device_s_per_step": pytest.approx(2.5),
+        "after_warmup": 0.0,
     }
     assert operator_load({}, 4) is None
+    # with the record of the steps after the warm-up, those steps count: rank 0's 1.6 s per step beats
+    # rank 1's 0.5 s there, whatever the warm-up did
+    pacing[0]["measured"] = {"ops": 2000, "cpu_s": 0.8, "steps": 2}
+    pacing[1]["measured"] = {"ops": 200, "cpu_s": 0.1, "steps": 2}
+    got = operator_load(summary, 4)
+    assert got["rank"] == 0 and got["after_warmup"] == 1.0
+    assert got["device_s_per_step"] == pytest.approx(1.6) and got["ops_per_step"] == 1000.0
 
 
 def test_bad_input_is_refused_before_any_run(calibration, tmp_path):
@@ -127,7 +138,7 @@ def test_trials_run_in_turning_rounds_and_the_median_run_counts(calibration, tmp
     import hexiseq.calibrate.compare_dp as cdp
 
     calls: list[str] = []
-    times = iter([3.0, 2.0, 1.0, 9.0, 5.0, 4.0, 2.5, 7.0, 8.0])
+    times = iter([3.0, 2.0, 1.0, 9.0, 5.0, 4.0, 2.5, 7.0, 8.0, 6.0, 1.5, 3.5])
 
     def fake_run(plan, spec, policy, predicted, path, model, steps, timeout_s, global_batch=1):
         calls.append(path.name)

@@ -237,3 +237,25 @@ def test_cli_plan_global_batch_and_estimate_joint_plan(capsys, tmp_path):
     with pytest.raises(SystemExit) as exit_:
         main(args + ["--global-batch", "4", "--dp", "0"])
     assert exit_.value.code == 2 and "--dp must be auto or a positive number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("G", [4, 6])
+def test_even_share_baselines_split_the_batch_equally(G):
+    """dp_baselines(even=True): every family's best splits the global batch equally (DP divides G),
+    is scored by the step model, and is never faster than the family's best with exact shares."""
+    from hexiseq.planner import dp_baselines
+
+    c, m = load_cluster("cpu-8"), get_model("tiny")
+    w = Workload(
+        seq_len=2048, global_batch=G, activation_checkpointing="none", param_sharding="replicated", block_size=32
+    )
+    free, even = dp_baselines(c, m, w), dp_baselines(c, m, w, even=True)
+    assert any(b.feasible for b in even.values())
+    for name, b in even.items():
+        if not b.feasible:
+            continue
+        shares = [r.sequences for r in b.plan.replicas]
+        assert len(set(shares)) == 1 and sum(shares) == G and G % b.plan.num_replicas == 0, name
+        wl = w.with_recompute(b.recompute)
+        assert estimate_step(b.plan, c, m, wl).step_time_s == pytest.approx(b.step_time_s, rel=1e-9)
+        assert free[name].step_time_s <= b.step_time_s * (1 + 1e-12)

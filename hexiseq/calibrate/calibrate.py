@@ -471,24 +471,26 @@ def pacing_overrun(summary: dict[str, Any]) -> float | None:
 
 def operator_load(summary: dict[str, Any], steps: int) -> dict[str, float] | None:
     """The rank with the most emulated device time per step, and what makes it: its operators per step,
-    their mean CPU time and f x that CPU per step (the device time its pacing emulates). A plan whose
-    ranks hold few tokens runs many small operators, whose per-operator CPU (dispatch, allocation) the
-    pacing stretches f times like any kernel's work, while the cost model has no per-operator term
-    (compare_dp.operator_fit measures how far the misses follow it). None without pacing statistics."""
+    their mean CPU time and f x that CPU per step (the device time its pacing emulates), over the steps
+    after the warm-up where the pacing record has them (`after_warmup` 1.0), else over all `steps`.
+    A plan whose ranks hold few tokens runs many small operators, whose per-operator CPU (dispatch,
+    allocation) the pacing stretches f times like any kernel's work (compare_dp.operator_fit measures
+    how far the misses follow it). None without pacing statistics."""
     emu = summary.get("emulation") or {}
     best: dict[str, float] | None = None
-    if steps < 1:
-        return None
     for rank, (f, p) in enumerate(zip(emu.get("slowdown") or [], emu.get("pacing") or [])):
-        if not p or not p.get("ops"):
+        m = (p or {}).get("measured")
+        part, n = (m, m["steps"]) if m and m.get("steps") else (p, steps)
+        if not part or not part.get("ops") or n < 1:
             continue
-        device_s = f * p["cpu_s"] / steps
+        device_s = f * part["cpu_s"] / n
         if best is None or device_s > best["device_s_per_step"]:
             best = {
                 "rank": rank,
                 "factor": f,
-                "ops_per_step": p["ops"] / steps,
-                "cpu_us_per_op": 1e6 * p["cpu_s"] / p["ops"],
+                "ops_per_step": part["ops"] / n,
+                "cpu_us_per_op": 1e6 * part["cpu_s"] / part["ops"],
                 "device_s_per_step": device_s,
+                "after_warmup": float(part is m),
             }
     return best

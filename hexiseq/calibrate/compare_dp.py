@@ -1,9 +1,11 @@
 """Data-parallel replicas measured on CPU ranks (issue 19): on an emulated cluster, the joint
 planner's plan (replicas x sharding x uneven CP x HP, its own batch shares) against the best
-DP x symmetric baseline (every DP x ring / Ulysses / USP the baselines build, equal blocks) and
-DP = 1 HexiSeq (one replica over the planner's devices, gradient accumulation in time), on the same
-model and global batch, each run for real on emulated ranks. A plan equal to one already run (the
-planner's choice is the baseline itself) is run once: its row says so and shares the measurement.
+DP x symmetric baseline (every DP x ring / Ulysses / USP the baselines build, equal blocks, exact
+shares), the best such plan with equal shares (DP dividing the global batch: the even split of a
+framework's data parallelism) and DP = 1 HexiSeq (one replica over the planner's devices, gradient
+accumulation in time), on the same model and global batch, each run for real on emulated ranks. A
+plan equal to one already run (the planner's choice is the baseline itself) is run once: its row
+says so and shares the measurement.
 With `trials` > 1 every plan runs that many times in rounds (each round in an order turned by one)
 and its measured step time is the median of its runs: the machine's own speed drifts by ~10% over
 minutes (measured: the same plan 3.52 s in one run, 3.13 s two hours later), more than the gaps the
@@ -34,7 +36,7 @@ from typing import Any
 from ..costmodel.step import estimate_step
 from ..errors import HexiSeqError
 from ..plan import Plan, Sharding
-from ..planner import plan_joint
+from ..planner import dp_baselines, plan_joint
 from ..runs.config import WARMUP_EXCLUDED
 from ..runs.rundir import default_run_dir
 from ..specs import ClusterSpec, ModelSpec, NodeSpec, Workload, get_model, load_cluster, write_text_atomic
@@ -55,7 +57,7 @@ class DPComparison:
     seq_len: int
     global_batch: int
     steps: int
-    rows: list[dict[str, Any]]  # "joint" first, then "dp-baseline", then "dp1"
+    rows: list[dict[str, Any]]  # "joint" first, then "dp-baseline", "dp-even" (when one fits), "dp1"
     out: str
     factors: dict[str, float]
     calibration: str
@@ -120,7 +122,8 @@ class DPComparison:
                 lines.append(
                     f"    busiest device: rank {op['rank']} (f = {op['factor']:g}), {op['ops_per_step']:,.0f} "
                     f"operators per step at {op['cpu_us_per_op']:.1f} us of CPU each: "
-                    f"{op['device_s_per_step']:.3f} s emulated per step (mean over every step, warm-up included)"
+                    f"{op['device_s_per_step']:.3f} s emulated per step (mean over "
+                    + ("the steps after the warm-up)" if op.get("after_warmup") else "every step, warm-up included)")
                 )
             for q in r["replicas"]:
                 lines.append(
@@ -132,7 +135,13 @@ class DPComparison:
             f"planned (least predicted): {self.chosen}; measured fastest: {self.fastest}",
             f"joint plan's speedup, measured (predicted): over the best DP x symmetric baseline "
             f"{self.speedup('dp-baseline', 'measured_s'):.2f}x ({self.speedup('dp-baseline', 'predicted_s'):.2f}x), "
-            f"over DP = 1 {self.speedup('dp1', 'measured_s'):.2f}x ({self.speedup('dp1', 'predicted_s'):.2f}x)",
+            + (
+                f"over the best even-share DP plan {self.speedup('dp-even', 'measured_s'):.2f}x "
+                f"({self.speedup('dp-even', 'predicted_s'):.2f}x), "
+                if any(r["system"] == "dp-even" for r in self.rows)
+                else ""
+            )
+            + f"over DP = 1 {self.speedup('dp1', 'measured_s'):.2f}x ({self.speedup('dp1', 'predicted_s'):.2f}x)",
             f"worst prediction error {self.worst_error:.1%} (goal 10%); calibration: {self.calibration}; multipliers "
             + factors_text(self.factors),
         ]
@@ -302,9 +311,19 @@ def compare_dp(
     if base is None or res.dp1 is None:
         raise HexiSeqError(f"no DP x symmetric baseline or DP = 1 plan fits {spec.name} at S = {seq_len:,}")
     dp1 = Plan.joint([res.dp1.plan], [global_batch], Sharding("replicated", "all"), name="dp1")
+    even = min(
+        (b for b in dp_baselines(cost, mspec, wl, even=True).values() if b.feasible),
+        key=lambda b: (b.step_time_s, b.name),
+        default=None,
+    )
     picks = [
         ("joint", res.plan, res.recompute, res.partition),
         ("dp-baseline", base.plan, base.recompute, f"{base.name}: {base.config}"),
+        *(
+            [("dp-even", even.plan, even.recompute, f"{even.name} with equal shares: {even.config}")]
+            if even is not None
+            else []
+        ),
         ("dp1", dp1, res.dp1.recompute, "HexiSeq at DP = 1 (one replica, replicated parameters)"),
     ]
     root.mkdir(parents=True, exist_ok=True)

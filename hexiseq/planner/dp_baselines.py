@@ -64,8 +64,11 @@ def dp_baselines(
     strategies: Sequence[Sharding] | None = None,
     options: CostOptions = CostOptions(),
     cache: dict | None = None,
+    even: bool = False,
 ) -> dict[str, DPBaseline]:
-    """The best DP x family plan of every family (module doc), by step time."""
+    """The best DP x family plan of every family (module doc), by step time. `even`: only plans whose
+    replicas take equal shares (DP divides the global batch), the data parallelism of frameworks that
+    split a batch evenly."""
     strategies = STRATEGIES if strategies is None else strategies
     cache = {} if cache is None else cache
     G, S = workload.global_batch, workload.seq_len
@@ -76,12 +79,14 @@ def dp_baselines(
     grids = []
     for label, devs in device_subsets(cluster):
         for dp in divisors(len(devs)):
-            if dp > G:
+            if dp > G or (even and G % dp):
                 continue
             n = len(devs) // dp
             blocks = [list(devs[i * n : (i + 1) * n]) for i in range(dp)]
             per_seq = [min_compute_time(tok_rate[b], att_rate[b], float(S), pairs) for b in blocks]
-            grids.append((lower_shares_bound(per_seq, G), label, blocks))
+            # equal shares: the slowest block's G / DP sequences bound it (no better share can help)
+            bound = max(per_seq) * (G // dp) if even else lower_shares_bound(per_seq, G)
+            grids.append((bound, label, blocks))
     grids.sort(key=lambda x: x[0])
     seen: set = set()
     # less recompute is faster for the same layout and strategy: once every strategy fits, stop
@@ -106,7 +111,9 @@ def dp_baselines(
                     wl = workload.with_recompute(policy)
                     best = out[f"dp x {name}"]
                     best.tried += 1
-                    t, plan, all_fit = best_over_strategies(reps, cluster, model, wl, strategies, options, name, cache)
+                    t, plan, all_fit = best_over_strategies(
+                        reps, cluster, model, wl, strategies, options, name, cache, even
+                    )
                     if plan is not None and t < best.step_time_s:
                         out[f"dp x {name}"] = DPBaseline(
                             best.name,

@@ -124,11 +124,15 @@ def best_over_strategies(
     options: CostOptions,
     name: str,
     cache: dict | None = None,
+    even: bool = False,
 ) -> tuple[float, Plan | None, bool]:
     """The fastest fitting (step seconds, joint plan) of these replica layouts over the strategies,
-    with exact shares, and whether every replica fits under every strategy (then more recompute
-    cannot give a faster plan of these layouts)."""
+    with exact shares (`even`: the global batch split equally, every replica taking G / DP; no plan
+    when DP does not divide G), and whether every replica fits under every strategy (then more
+    recompute cannot give a faster plan of these layouts)."""
     G = workload.global_batch
+    if even and G % len(replicas):
+        return math.inf, None, True
     cache = {} if cache is None else cache
     best: tuple[float, Plan | None] = (math.inf, None)
     tried: set = set()
@@ -146,7 +150,7 @@ def best_over_strategies(
             all_fit = False
             continue
         all_fit = all_fit and all(ln.fits for ln in lines)
-        shares = batch_shares(lines, G, lockstep_sets(trial, groups))
+        shares = [G // len(replicas)] * len(replicas) if even else batch_shares(lines, G, lockstep_sets(trial, groups))
         used = [i for i, b in enumerate(shares) if b > 0]
         if not used:
             continue
