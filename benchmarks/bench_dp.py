@@ -4,13 +4,14 @@
                                   [--trials 3] [--calibration DIR] [--quick] [--out data/results/dp.txt]
 
 On each emulated cluster (data/clusters/README.md): first this machine's figures of its device types,
-`hexiseq calibrate` on its calibration slice (two ranks of its first node, two of its last; cpu-4 is
-its own), kept in <out>-calibration/<slice>/calibration.json (--calibration DIR: such a directory
-to reuse). Then the same model (tiny) and global batch under three plans, each planned with those
-figures and run for real (every rank emulating its device and the link
-between the nodes; hexiseq/calibrate/compare_dp.py):
+`hexiseq calibrate` on the cluster itself (cpu-4; cpu-8 runs the four-rank plans twice side by side)
+or on a slice of two ranks of its first node and two of its last, kept in
+<out>-calibration/<cluster>/calibration.json (--calibration DIR: such a directory to reuse). Then
+the same model (tiny) and global batch under four plans, each planned with those figures and run for
+real (every rank emulating its device and the link between the nodes; hexiseq/calibrate/compare_dp.py):
 - joint: the joint planner's plan (replicas x sharding x uneven CP x HP, its batch shares);
-- dp-baseline: the best DP x symmetric baseline (DP x ring / Ulysses / USP, equal blocks);
+- dp-baseline: the best DP x symmetric baseline (DP x ring / Ulysses / USP, equal blocks, exact shares);
+- dp-even: the best of those with equal shares (DP divides the global batch);
 - dp1: HexiSeq at DP = 1 (one replica, gradient accumulation in time, replicated parameters).
 Each plan runs --trials times, in rounds whose order turns by one plan each round, and its measured
 step time is the median of its runs (the machine's speed drifts by ~10% over minutes).
@@ -53,7 +54,7 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=3, help="runs of each plan, in interleaved rounds (median)")
     ap.add_argument(
         "--calibration",
-        help="calibrations to reuse: a directory of <slice>/calibration.json, e.g. data/results/dp-calibration",
+        help="calibrations to reuse: a directory of <cluster>/calibration.json, e.g. data/results/dp-calibration",
     )
     ap.add_argument("--quick", action="store_true", help="a short calibration (3 steps per plan)")
     ap.add_argument("--out", default="data/results/dp.txt")

@@ -52,15 +52,18 @@ def test_evidence_figures_are_the_generated_ones(doc, figures):
 
 
 def test_the_readme_dp_table_is_the_committed_benchmark():
-    """README's CPU-emulation table quotes data/results/dp.txt (bench_dp): each cluster's three plans,
+    """README's CPU-emulation table quotes data/results/dp.txt (bench_dp): each cluster's plans,
     predicted / measured, and the per-operator line's slope, so a rerun fails here until the prose follows."""
     text = (ROOT / "data" / "results" / "dp.txt").read_text()
     readme = (ROOT / "README.md").read_text()
     table = {line.split(" |")[0].lstrip("| "): line for line in readme.splitlines() if line.startswith("| cpu-")}
     for block in text.split("\n== ")[1:]:
         cluster = block.split("\n", 1)[0].strip()
-        for system in ("joint", "dp-baseline", "dp1"):
-            row = next(x for x in block.splitlines() if x.startswith(system + " "))
+        for system in ("joint", "dp-baseline", "dp-even", "dp1"):
+            row = next((x for x in block.splitlines() if x.startswith(system + " ")), None)
+            if row is None and system == "dp-even":
+                continue  # no even-share DP plan fits (or a benchmark from before that row)
+            assert row is not None, (cluster, system)
             predicted, measured = row.split()[-4:-2]
             quoted = (f"{predicted} / {measured}", f"{predicted} / **{measured}**")  # the fastest is bold
             assert any(q in table[cluster] for q in quoted), (cluster, system, predicted, measured)
