@@ -12,9 +12,9 @@ tell the two apart.
 Every plan uses devices 0..3 (one spawned world runs them all). A cluster of two nodes of 2k devices
 each is calibrated on its whole world (`side_by_side`): every plan runs k times at once, copy c on
 devices 2c, 2c+1 of each node, as data-parallel replicas. Its ranks then share the cores as the
-cluster's own runs do: on this project's 2-core VM (2026-12-05) the four-rank plans took up to 8%
-longer (median 3.5%) with a second copy running beside them, and cpu-8's eight-rank runs came out
-11-16% slower than a four-rank calibration predicted. Chunk lengths, shards and heads are
+cluster's own runs do: on this project's 2-core VM (2026-12-05) the four-rank plans took up to 8.5%
+longer (median 3.3%) with a second copy running beside them, and cpu-8's eight-rank runs came out
+8-16% slower than a four-rank calibration predicted. Chunk lengths, shards and heads are
 whole blocks / whole KV heads; uneven splits are fixed proportions, so the set is the same on every
 machine. `FIT` names the plans the calibration fits on; the others are held out.
 """
