@@ -42,8 +42,9 @@ demo: setup
 	$(VENV)/bin/hexiseq plan --cluster cpu-4 --model tiny --seq-len 256 --out out/plan-cpu-4.json
 	$(VENV)/bin/hexiseq run --plan out/plan-cpu-4.json --model tiny --data data/text/tinyshakespeare.txt \
 		--steps 12 --lr 3e-3 --warmup-steps 2 --out out/run-text --plot
-	@# This machine calibrated (cpu-4, short), then the joint plan against the best DP x symmetric baseline and
-	@# DP = 1, each measured on the emulation and predicted by the step model with the calibrated figures
+	@# This machine calibrated (cpu-4, short), then the joint plan against the best DP x symmetric baseline, the
+	@# best one with equal shares and DP = 1, each measured on the emulation and predicted by the step model
+	@# with the calibrated figures
 	$(PY) benchmarks/bench_dp.py --clusters cpu-4 --seq-len 1024 --global-batch 4 --steps 4 --trials 1 --quick --out out/dp.txt
 
 test: setup
