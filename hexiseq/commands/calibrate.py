@@ -2,7 +2,7 @@
 plans on the local world, measure their step times with the real executor, fit what the profile
 cannot measure, and print predicted (before and after the fit) vs measured per plan.
 
-    hexiseq calibrate                      4 CPU ranks of this machine, 12 plans, tiny at 8K tokens
+    hexiseq calibrate                      4 CPU ranks of this machine, 13 plans, tiny at 8K tokens
     hexiseq calibrate --quick --json       short runs (tests), one JSON object
     hexiseq calibrate --cluster cpu-4 --compare
                                            profile and calibrate cpu-4, then the planner's uneven plan
