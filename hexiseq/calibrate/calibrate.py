@@ -196,8 +196,8 @@ def predict_with_devices(cluster: ClusterSpec, model: ModelSpec, cp: CalPlan) ->
     per-operator cost and its optimizer step (SimResult.device_s), each replica replayed at its own
     sequences -- what the emulation's pacing measures on that rank (`measured_devices`)."""
     plan, wl = cp.plan, Workload(cp.plan.seq_len, cp.global_batch, cp.recompute, "replicated", cp.plan.block_size)
-    if not plan.replicas:
-        sim = simulate(plan, cluster, model, wl)
+    if plan.num_replicas == 1:  # the step model's step of one replica is its replay, bit for bit
+        sim = simulate(plan.replica(0), cluster, model, wl)
         return float(sim.iteration_time_s), [float(x) for x in sim.device_s]
     devices: list[float] = []
     for i, rep in enumerate(plan.replicas):
@@ -262,7 +262,7 @@ def fit(
         for p, m, dev in zip(plans, measured, devices):
             step, pred = predict_with_devices(c, model, p)
             out.append(math.log(step / m))
-            out += [math.log(a / b) for a, b in zip(pred, dev or [])]
+            out += [math.log(a / b) for a, b in zip(pred, dev, strict=True)] if dev else []
         return out + [ridge * v for v in x]
 
     def loss(*x: float) -> float:

@@ -13,8 +13,9 @@ comparison is about.
 
 Predictions come from the step model (costmodel/step.py, the one the joint planner optimises) with
 this machine's calibrated figures of the cluster's own device types: `calibrate.py` (a profile, four
-fitted multipliers) run on the cluster's calibration slice, two ranks of its first node and two of
-its last with its links (cpu-4 is its own slice), measured now or read from a calibration.json. Not
+fitted multipliers) run on `calibration_slice(cluster)` -- the cluster itself when it is two nodes
+of an even number of devices (cpu-4, cpu-8), else two ranks of its first node and two of its last
+with its links -- measured now or read from a calibration.json. Not
 figures derived from another cluster's types: cpu-8's CPU-x8 / CPU-x20 derived from a calibration of
 cpu-4's CPU-x4 / CPU-x10 (cpu_types.with_derived_types) left its joint plan 11% short (measured
 3.517 s, 2026-12-05); a calibration of its slice predicts 3.590 s (+2.1%). What the runs measure
