@@ -1,7 +1,8 @@
 """Data-parallel replicas measured on the CPU emulation (issue 19, part 6).
 
     python benchmarks/bench_dp.py [--clusters cpu-4,cpu-8] [--seq-len 2048] [--global-batch 6] [--steps 8]
-                                  [--trials 3] [--calibration DIR] [--quick] [--out data/results/dp.txt]
+                                  [--trials 3] [--calibration DIR] [--no-recalibrate] [--quick]
+                                  [--out data/results/dp.txt]
 
 On each emulated cluster (data/clusters/README.md): first this machine's figures of its device types,
 `hexiseq calibrate` on the cluster itself (cpu-4; cpu-8 runs the four-rank plans twice side by side)
@@ -15,6 +16,11 @@ real (every rank emulating its device and the link between the nodes; hexiseq/ca
 - dp1: HexiSeq at DP = 1 (one replica, gradient accumulation in time, replicated parameters).
 Each plan runs --trials times, in rounds whose order turns by one plan each round, and its measured
 step time is the median of its runs (the machine's speed drifts by ~10% over minutes).
+The predictions use a second, in-window calibration: the calibration's plans run again on the same
+profile, dealt over those rounds (after each round's compared plans), and fitted when they are done,
+so that the figures predicting a run were measured in the same minutes as it (--no-recalibrate:
+predict with the planning calibration; both are reported). Kept as <out>-calibration/<cluster>/
+in-window.json.
 Reported: predicted (the step model, costmodel/step.py, calibrated) and measured (median after the
 warm-up steps, median over the runs) step time of each, per replica predicted time, measured compute and waiting, each
 run's pacing overrun (1.00 = the emulation held), which plan the planner chose (least predicted)
@@ -56,6 +62,12 @@ def main() -> int:
         "--calibration",
         help="calibrations to reuse: a directory of <cluster>/calibration.json, e.g. data/results/dp-calibration",
     )
+    ap.add_argument(
+        "--no-recalibrate",
+        dest="recalibrate",
+        action="store_false",
+        help="predict with the planning calibration (no second calibration in the rounds)",
+    )
     ap.add_argument("--quick", action="store_true", help="a short calibration (3 steps per plan)")
     ap.add_argument("--out", default="data/results/dp.txt")
     args = ap.parse_args()
@@ -81,13 +93,14 @@ def main() -> int:
             steps=args.steps,
             trials=args.trials,
             quick=args.quick,
+            recalibrate=args.recalibrate,
             out=work / name,
         )
-        if reused is None:  # the calibration measured now, kept beside the report
-            (kept / part.name).mkdir(parents=True, exist_ok=True)
-            write_text_atomic(
-                kept / part.name / "calibration.json", (work / name / "calibration" / "calibration.json").read_text()
-            )
+        # the calibrations measured now, kept beside the report
+        for measured, kept_as in (("calibration", "calibration.json"), ("calibration-in-window", "in-window.json")):
+            if (work / name / measured / "calibration.json").exists():
+                (kept / part.name).mkdir(parents=True, exist_ok=True)
+                write_text_atomic(kept / part.name / kept_as, (work / name / measured / "calibration.json").read_text())
         done.append(cmp)
         block = ["", f"== {name}", cmp.summary()]
         print("\n".join(block), flush=True)

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from hexiseq.calibrate.calibrate import FITTED, operator_load
-from hexiseq.calibrate.compare_dp import _same_run, compare_dp, cost_cluster, operator_fit
+from hexiseq.calibrate.calibrate import FITTED, device_times, measured_devices, operator_load
+from hexiseq.calibrate.compare_dp import _same_run, compare_dp, cost_cluster, device_check, operator_fit
 from hexiseq.calibrate.profile import Profile
 from hexiseq.costmodel.step import estimate_step
 from hexiseq.errors import HexiSeqError
@@ -55,6 +55,10 @@ def test_three_plans_run_and_are_predicted_by_the_step_model(calibration, tmp_pa
         summary = json.loads((run / "summary.json").read_text())
         assert r["operator_load"] == operator_load(summary, 3)
         assert r["operator_load"]["ops_per_step"] > 0 and r["operator_load"]["device_s_per_step"] > 0
+        # each rank's device time per step: the model's per replica, and the median run's pacing record
+        assert r["predicted_device_s"] == pytest.approx(device_times(plan, cost, get_model("tiny"), wl), rel=1e-9)
+        median = json.loads((Path(r["median_run_dir"]) / "summary.json").read_text())
+        assert r["measured_device_s"] == measured_devices(median) and len(r["measured_device_s"]) == r["ranks"]
     # the planner is never worse than the plans it is compared with, by its own model
     joint = cmp.row("joint")["predicted_s"]
     assert joint <= cmp.row("dp-baseline")["predicted_s"] * (1 + 1e-9)
@@ -62,6 +66,17 @@ def test_three_plans_run_and_are_predicted_by_the_step_model(calibration, tmp_pa
     assert cmp.row("dp-baseline")["predicted_s"] <= cmp.row("dp-even")["predicted_s"] * (1 + 1e-9)
     assert cmp.chosen == "joint"
     assert "measured fastest" in cmp.summary() and "busiest device: rank" in cmp.summary()
+    assert "each rank's device time per step, predicted / measured" in cmp.summary()
+    # recomputed from the finished directory (python -m hexiseq.calibrate.compare_dp DIR): the same
+    (tmp_path / "cdp" / "calibration").mkdir()
+    (tmp_path / "cdp" / "calibration" / "calibration.json").write_text(calibration.read_text())
+    again = {e["system"]: e for e in device_check(tmp_path / "cdp")}
+    for r in cmp.rows:
+        if not r.get("same_as"):
+            assert again[r["system"]]["predicted_device_s"] == pytest.approx(r["predicted_device_s"], rel=1e-9)
+            assert again[r["system"]]["measured_device_s"] == r["measured_device_s"]
+            types = again[r["system"]]["types"]
+            assert len(types) == r["ranks"] and set(types) <= {"CPU-x4", "CPU-x10"}
 
 
 def test_the_busiest_device_is_the_one_with_most_emulated_time():
@@ -185,3 +200,70 @@ def test_each_cluster_is_calibrated_on_its_own_world_or_a_slice_of_its_device_ty
     one = ClusterSpec.from_nodes("one-node", [("CPU-x4", 4, 0.05)])
     with pytest.raises(HexiSeqError, match="two nodes of at least two devices each"):
         calibration_slice(one)
+
+
+def test_the_in_window_calibration_runs_in_the_rounds_and_makes_the_predictions(calibration, tmp_path, monkeypatch):
+    """With recalibrate, the calibration's plans run again on the same profile, plan k in round
+    k mod trials after that round's compared plans, each once; the fit of those runs predicts every
+    row, and the figures the plans were chosen by stay beside it (`planned_s`, the planner's choice).
+    Fake runs and a fake fit: no world is spawned."""
+    import importlib
+
+    import hexiseq.calibrate.compare_dp as cdp
+
+    calmod = importlib.import_module("hexiseq.calibrate.calibrate")  # the module, not the package's function
+    calls: list[tuple[str, object]] = []
+    ran: dict[str, Plan] = {}
+
+    def fake_run(plan, spec, policy, predicted, path, model, steps, timeout_s, global_batch=1):
+        calls.append(("plan", path.name.split("-trial")[0]))
+        ran[path.name.split("-trial")[0]] = plan
+        return {"measured_step_time_s": 2.0, "replicas": []}
+
+    def fake_calibration(runs, indices, *, timeout_s, say):
+        for i in indices:
+            calls.append(("cal", i))
+            (Path(runs.jobs[i].run_dir) / "summary.json").write_text(json.dumps({"measured_step_time_s": 1.0 + i}))
+
+    window_factors = {"peak_bf16_tflops": 0.5, "eff_hbm": 2.0, "link_latency_us": 1.5, "op_overhead_us": 0.75}
+    fitted_on: list[list[float]] = []
+
+    def fake_fit(cluster, model, plans, measured, devices=None):
+        fitted_on.append(list(measured))
+        return dict(window_factors)
+
+    monkeypatch.setattr(cdp, "run_plan", fake_run)
+    monkeypatch.setattr(cdp, "run_calibration", fake_calibration)
+    monkeypatch.setattr(calmod, "fit", fake_fit)
+    G, S, trials = 3, 1024, 2  # the calibration plans need 768+ tokens
+    cmp = compare_dp(
+        "cpu-4", calibration, seq_len=S, global_batch=G, steps=3, trials=trials, recalibrate=True, out=tmp_path,
+        say=lambda s: None,
+    )  # fmt: skip
+    window = json.loads((tmp_path / "calibration-in-window" / "calibration.json").read_text())
+    n_cal = len(window["rows"])
+    systems = [r["system"] for r in cmp.rows if not r.get("same_as")]
+    n = len(systems)
+    # each round: the compared plans, then its share of the calibration plans; every one runs once
+    expected: list[tuple[str, object]] = []
+    for t in range(trials):
+        expected += [("plan", s) for s in systems[t % n :] + systems[: t % n]]
+        expected += [("cal", i) for i in range(t, n_cal, trials)]
+    assert calls == expected
+    fit_rows = [r for r in window["rows"] if r["split"] == "fit"]
+    assert fit_rows and fitted_on == [[r["measured_s"] for r in fit_rows]]
+    assert cmp.factors == window_factors and cmp.planning_factors == dict.fromkeys(FITTED, 1.0)
+    # every row predicted with the window's figures; planned_s with those the plans were chosen by
+    prof = Profile.load(data_path("profiles") / "cpu-4.yaml")
+    spec, tiny = load_cluster("cpu-4"), get_model("tiny")
+    now, then = cost_cluster(spec, prof, window_factors), cost_cluster(spec, prof, dict.fromkeys(FITTED, 1.0))
+    for r in cmp.rows:
+        plan = ran[r.get("same_as", r["system"])]  # recorded for cpu-4 itself: its fingerprint left out
+        plan = replace(plan, meta={k: v for k, v in plan.meta.items() if k != "cluster_fingerprint"})
+        wl = Workload(S, G, r["recompute"], "replicated", plan.block_size)
+        assert r["predicted_s"] == pytest.approx(estimate_step(plan, now, tiny, wl).step_time_s, rel=1e-9)
+        assert r["planned_s"] == pytest.approx(estimate_step(plan, then, tiny, wl).step_time_s, rel=1e-9)
+        assert r["predicted_s"] != pytest.approx(r["planned_s"], rel=1e-3)
+    # the planner's choice is by the planning figures, whatever the window's predictions say
+    assert cmp.chosen == min(cmp.rows, key=lambda r: r["planned_s"])["system"] == "joint"
+    assert "in-window" in cmp.summary() and "planning calibration's multipliers" in cmp.summary()

@@ -6,7 +6,8 @@
   `hexiseq plan/estimate --profile` reads (profile.py, measure.py);
 - `calibrate(world=4, profile=None, quick=False) -> Calibration`: run the calibration plans on that
   world, measure, fit what the profile cannot measure, predicted vs measured per plan (calibrate.py,
-  plans.py);
+  plans.py); `prepare_calibration` / `run_calibration` / `fit_calibration` are its three parts, for a
+  caller that runs the plans a few at a time between its own runs (compare_dp's in-window calibration);
 - `compare("cpu-4") -> Comparison`: the planner's uneven plan against the best even plan on an
   emulated heterogeneous cluster, measured and predicted (compare.py);
 - `emulation`: which clusters CPU ranks can emulate and how (the mechanism: hexiseq/runtime/emulation.py);

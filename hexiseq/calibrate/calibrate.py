@@ -46,6 +46,7 @@ from ..costmodel import simulate
 from ..costmodel.step import estimate_step
 from ..errors import HexiSeqError
 from ..fitting import grid_search, least_squares
+from ..plan import Plan
 from ..runs.config import WARMUP_EXCLUDED
 from ..runs.loop import RunJob, run_worker
 from ..runs.rundir import RunDir, default_run_dir
@@ -199,12 +200,19 @@ def predict_with_devices(cluster: ClusterSpec, model: ModelSpec, cp: CalPlan) ->
     if plan.num_replicas == 1:  # the step model's step of one replica is its replay, bit for bit
         sim = simulate(plan.replica(0), cluster, model, wl)
         return float(sim.iteration_time_s), [float(x) for x in sim.device_s]
-    devices: list[float] = []
-    for i, rep in enumerate(plan.replicas):
-        sub = plan.replica(i)
-        sim = simulate(sub, cluster, model, replace(wl, global_batch=rep.sequences))
-        devices += [float(x) for x in sim.device_s]
-    return float(estimate_step(plan, cluster, model, wl).step_time_s), devices
+    return float(estimate_step(plan, cluster, model, wl).step_time_s), device_times(plan, cluster, model, wl)
+
+
+def device_times(plan: Plan, cluster: ClusterSpec, model: ModelSpec, workload: Workload) -> list[float]:
+    """Each rank's device time per step (rank order): every replica replayed at its own sequences
+    (SimResult.device_s: its kernels, their per-operator cost, its optimizer step) -- what an emulated
+    rank's pacing measures (`measured_devices`)."""
+    shares = [r.sequences for r in plan.replicas] or [workload.global_batch]
+    out: list[float] = []
+    for i, n in enumerate(shares):
+        sim = simulate(plan.replica(i), cluster, model, replace(workload, global_batch=n))
+        out += [float(x) for x in sim.device_s]
+    return out
 
 
 def measured_devices(summary: dict[str, Any]) -> list[float] | None:
@@ -315,7 +323,25 @@ def calibrate_worker(rank: int, world: int, jobs: list[Any]) -> list[dict[str, A
     return [run_worker(rank, world, job) for job in jobs]
 
 
-def calibrate(
+@dataclass
+class CalibrationRuns:
+    """The calibration's plans set up as runs (run directories written, nothing run yet): what
+    `run_calibration` runs, in one go or a few at a time, and `fit_calibration` fits."""
+
+    spec: ClusterSpec
+    model: ModelSpec
+    seq_len: int
+    steps: int
+    plans: list[CalPlan]
+    profile: Profile
+    cost_cluster: ClusterSpec  # spec with the profile's figures: the "before" predictions
+    before: list[float]
+    root: Path
+    jobs: list[RunJob]
+    load_before: list[float] = field(default_factory=list)
+
+
+def prepare_calibration(
     world: int | None = None,
     profile: Profile | str | Path | None = None,
     quick: bool = False,
@@ -325,11 +351,10 @@ def calibrate(
     seq_len: int | None = None,
     steps: int | None = None,
     out: str | Path | None = None,
-    timeout_s: float = 3600.0,
     say: Callable[[str], None] | None = None,
-) -> Calibration:
-    """Run the calibration (module doc) and return its rows; runs and calibration.json go under `out`
-    (default runs/calibrate-<time>). `quick`: a short sequence and 3 steps per plan (tests, notebooks)."""
+) -> CalibrationRuns:
+    """Check the world, measure (or read) the profile and write every calibration plan's run directory
+    under `out` (default runs/calibrate-<time>); `calibrate`'s arguments."""
     say = say or print
     spec, named = resolve_world(world, cluster)
     copies = copies_side_by_side(spec) if named else 1
@@ -393,14 +418,39 @@ def calibrate(
         )
         run, cfg = start_run(p.plan, settings, root / p.name)
         jobs.append(RunJob(str(run.path), cfg))
-    load0 = _load()
-    say(f"running {len(plans)} plans x {n_steps} steps on {spec.size} CPU ranks ({spec.name}, S={S:,}) ...")
+    return CalibrationRuns(spec, mspec, S, n_steps, plans, prof, cost_cluster, before, root, jobs, _load())
+
+
+def run_calibration(
+    runs: CalibrationRuns,
+    indices: Sequence[int] | None = None,
+    *,
+    timeout_s: float = 3600.0,
+    say: Callable[[str], None] | None = None,
+) -> None:
+    """Run the calibration plans `indices` (default: all), one after another in one spawned world."""
+    say = say or print
+    todo = list(range(len(runs.jobs)) if indices is None else indices)
+    if not todo:
+        return
+    say(
+        f"running {len(todo)} calibration plan(s) x {runs.steps} steps on {runs.spec.size} CPU ranks "
+        f"({runs.spec.name}, S={runs.seq_len:,}) ..."
+    )
     t0 = time.perf_counter()
     with warm_cores():
-        spawn_world(calibrate_worker, spec.size, jobs, timeout_s=timeout_s, pg_timeout_s=300.0)
+        spawn_world(
+            calibrate_worker, runs.spec.size, [runs.jobs[i] for i in todo], timeout_s=timeout_s, pg_timeout_s=300.0
+        )
     say(f"  done in {time.perf_counter() - t0:.0f} s")
+
+
+def fit_calibration(runs: CalibrationRuns) -> Calibration:
+    """Read every calibration run's measured step and device times, fit the multipliers on the fit
+    plans, and write calibration.json (module doc): the Calibration."""
+    mspec, plans, cost_cluster = runs.model, runs.plans, runs.cost_cluster
     measured, overrun, devices = [], [], []
-    for job in jobs:
+    for job in runs.jobs:
         summary = RunDir(job.run_dir).read_json(RunDir(job.run_dir).summary) or {}
         if summary.get("measured_step_time_s") is None:
             raise HexiSeqError(
@@ -422,7 +472,7 @@ def calibrate(
     after = [a for a, _ in after_both]
     rows = []
     for p, m, b, a, o, job, dev, (_, dev_after) in zip(
-        plans, measured, before, after, overrun, jobs, devices, after_both
+        plans, measured, runs.before, after, overrun, runs.jobs, devices, after_both
     ):
         rows.append(
             {
@@ -447,10 +497,41 @@ def calibrate(
         for name in fitted_cluster.gpu_types
     }
     cal = Calibration(
-        rows, fitted, factors, prof, spec.name, mspec.name, S, n_steps, str(root), {"before": load0, "after": _load()}
+        rows,
+        fitted,
+        factors,
+        runs.profile,
+        runs.spec.name,
+        mspec.name,
+        runs.seq_len,
+        runs.steps,
+        str(runs.root),
+        {"before": runs.load_before, "after": _load()},
     )
-    write_text_atomic(root / "calibration.json", json.dumps(cal.to_dict(), indent=2, default=float) + "\n")
+    write_text_atomic(runs.root / "calibration.json", json.dumps(cal.to_dict(), indent=2, default=float) + "\n")
     return cal
+
+
+def calibrate(
+    world: int | None = None,
+    profile: Profile | str | Path | None = None,
+    quick: bool = False,
+    *,
+    cluster: str | ClusterSpec | None = None,
+    model: str = DEFAULT_MODEL,
+    seq_len: int | None = None,
+    steps: int | None = None,
+    out: str | Path | None = None,
+    timeout_s: float = 3600.0,
+    say: Callable[[str], None] | None = None,
+) -> Calibration:
+    """Run the calibration (module doc) and return its rows; runs and calibration.json go under `out`
+    (default runs/calibrate-<time>). `quick`: a short sequence and 3 steps per plan (tests, notebooks)."""
+    runs = prepare_calibration(
+        world, profile, quick, cluster=cluster, model=model, seq_len=seq_len, steps=steps, out=out, say=say
+    )
+    run_calibration(runs, timeout_s=timeout_s, say=say)
+    return fit_calibration(runs)
 
 
 def pacing_overrun(summary: dict[str, Any]) -> float | None:

@@ -11,6 +11,14 @@ and its measured step time is the median of its runs: the machine's own speed dr
 minutes (measured: the same plan 3.52 s in one run, 3.13 s two hours later), more than the gaps the
 comparison is about.
 
+With `recalibrate` the predictions come from a second calibration measured in the same minutes as the
+runs: the calibration's plans again, on the same profile, plan k in round k mod trials after that
+round's compared plans, fitted once all have run (the in-window calibration). The plans are chosen
+with the first (planning) calibration, whose predictions stay beside (`planned_s`): measured on cpu-8,
+a calibration fitted the compute rate x1.06 and the joint plan ran 3.531 s; twenty minutes later
+another fitted x1.19 and the same plan ran 3.859 s -- the machine moved between a calibration and the
+runs that followed it, in opposite directions.
+
 Predictions come from the step model (costmodel/step.py, the one the joint planner optimises) with
 this machine's calibrated figures of the cluster's own device types: `calibrate.py` (a profile, four
 fitted multipliers) run on `calibration_slice(cluster)` -- the cluster itself when it is two nodes
@@ -25,12 +33,13 @@ the emulation held).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +50,19 @@ from ..planner import dp_baselines, plan_joint
 from ..runs.config import WARMUP_EXCLUDED
 from ..runs.rundir import default_run_dir
 from ..specs import ClusterSpec, ModelSpec, NodeSpec, Workload, get_model, load_cluster, write_text_atomic
-from .calibrate import calibrate, copies_side_by_side, factors_text, operator_load, pacing_overrun, scaled_cluster
+from .calibrate import (
+    calibrate,
+    copies_side_by_side,
+    device_times,
+    factors_text,
+    fit_calibration,
+    measured_devices,
+    operator_load,
+    pacing_overrun,
+    prepare_calibration,
+    run_calibration,
+    scaled_cluster,
+)
 from .compare import on_emulated, read_calibration, run_plan
 from .cpu_types import with_derived_types
 from .emulated_clusters import HEADROOM, check_emulated, cpu_factor
@@ -66,14 +87,18 @@ class DPComparison:
     cores_needed: float = 0.0  # Σ 1/f over the cluster's emulated devices: the cores its ranks take
     cores: int = 0  # this machine's
     trials: int = 1  # runs of each plan, in interleaved rounds; measured_s is their median
+    # with an in-window calibration: the planning calibration's multipliers (`factors` are the window's)
+    planning_factors: dict[str, float] | None = None
+    window: str = ""  # the in-window calibration's summary, when there is one
 
     def row(self, system: str) -> dict[str, Any]:
         return next(r for r in self.rows if r["system"] == system)
 
     @property
     def chosen(self) -> str:
-        """The plan of least predicted step time: the planner's choice."""
-        return min(self.rows, key=lambda r: r["predicted_s"])["system"]
+        """The planner's choice: the plan of least step time by the figures it was planned with (the
+        planning calibration's; the in-window calibration only predicts what was run)."""
+        return min(self.rows, key=lambda r: r.get("planned_s", r["predicted_s"]))["system"]
 
     @property
     def fastest(self) -> str:
@@ -102,14 +127,27 @@ class DPComparison:
                 if self.cores_needed > self.cores / HEADROOM
                 else ""
             ),
+            *(
+                [
+                    "predicted: with the calibration measured in the same rounds as these runs (in-window); "
+                    "planned: with the calibration the plans were chosen by, measured before them"
+                ]
+                if self.planning_factors is not None
+                else []
+            ),
             f"{'plan':<12} {'shares':<10} {'sharding':<22} {'predicted s':>11} {'measured s':>10} {'error':>7} "
-            f"{'overrun':>7}",
+            f"{'overrun':>7}" + (f" {'planned s':>9} {'error':>7}" if self.planning_factors is not None else ""),
         ]
         for r in self.rows:
             o = r.get("pacing_overrun")
             lines.append(
                 f"{r['system']:<12} {r['shares']:<10} {r['sharding']:<22} {r['predicted_s']:>11.3f} "
                 f"{r['measured_s']:>10.3f} {r['error']:>+7.1%} {'' if o is None else f'{o:.2f}':>7}"
+                + (
+                    f" {r['planned_s']:>9.3f} {r['planned_s'] / r['measured_s'] - 1:>+7.1%}"
+                    if self.planning_factors is not None
+                    else ""
+                )
             )
             lines.append(f"    {r['config']}")
             if r.get("same_as"):
@@ -126,6 +164,11 @@ class DPComparison:
                     f"{op['device_s_per_step']:.3f} s emulated per step (mean over "
                     + ("the steps after the warm-up)" if op.get("after_warmup") else "every step, warm-up included)")
                 )
+            if r.get("measured_device_s") and r.get("predicted_device_s"):
+                lines.append(
+                    "    each rank's device time per step, predicted / measured s: "
+                    + " ".join(f"{a:.2f}/{b:.2f}" for a, b in zip(r["predicted_device_s"], r["measured_device_s"]))
+                )
             for q in r["replicas"]:
                 lines.append(
                     f"    replica {q['replica']} ({q['ranks']} ranks, {q['sequences']} seq): predicted "
@@ -133,7 +176,7 @@ class DPComparison:
                     f"{q['measured_waiting_s']:.3f} s"
                 )
         lines += [
-            f"planned (least predicted): {self.chosen}; measured fastest: {self.fastest}",
+            f"planned (least predicted by its planning figures): {self.chosen}; measured fastest: {self.fastest}",
             f"joint plan's speedup, measured (predicted): over the best DP x symmetric baseline "
             f"{self.speedup('dp-baseline', 'measured_s'):.2f}x ({self.speedup('dp-baseline', 'predicted_s'):.2f}x), "
             + (
@@ -146,6 +189,12 @@ class DPComparison:
             f"worst prediction error {self.worst_error:.1%} (goal 10%); calibration: {self.calibration}; multipliers "
             + factors_text(self.factors),
         ]
+        if self.planning_factors is not None:
+            planned = max(abs(r["planned_s"] / r["measured_s"] - 1) for r in self.rows)
+            lines.append(
+                f"with the planning calibration's multipliers ({factors_text(self.planning_factors)}): worst "
+                f"error {planned:.1%}"
+            )
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -166,6 +215,8 @@ class DPComparison:
             "cores_needed": self.cores_needed,
             "cores": self.cores,
             "trials": self.trials,
+            "planning_factors": self.planning_factors,
+            "window": self.window,
             "emulated": True,
         }
 
@@ -272,13 +323,15 @@ def compare_dp(
     steps: int = 5,
     trials: int = 1,
     quick: bool = False,
+    recalibrate: bool = False,
     out: str | Path | None = None,
     timeout_s: float = 3600.0,
     say: Callable[[str], None] | None = None,
 ) -> DPComparison:
     """Calibrate (or read a calibration), plan `cluster` jointly with the calibrated figures, run the
     joint plan, the best DP x symmetric baseline and DP = 1, each `trials` times in interleaved rounds,
-    and compare their median step times with the predictions (module doc)."""
+    and compare their median step times with the predictions (module doc). `recalibrate`: run the
+    calibration's plans again, dealt over the same rounds, and predict with that in-window fit."""
     say = say or print
     spec = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
     check_emulated(spec)
@@ -339,12 +392,35 @@ def compare_dp(
             distinct.append(i)
         else:
             twin_of[i] = j
-    estimates = {
-        i: estimate_step(
-            picks[i][1], cost, mspec, Workload(seq_len, global_batch, picks[i][2], "replicated", picks[i][1].block_size)
+
+    def estimates_on(c: ClusterSpec) -> dict[int, Any]:
+        return {
+            i: estimate_step(
+                picks[i][1],
+                c,
+                mspec,
+                Workload(seq_len, global_batch, picks[i][2], "replicated", picks[i][1].block_size),
+            )
+            for i in distinct
+        }
+
+    estimates = estimates_on(cost)
+    planned = {i: e.step_time_s for i, e in estimates.items()}
+    # the in-window calibration: the same plans as the planning one, on the same profile, one run each,
+    # dealt over the rounds (plan k in round k mod trials, after that round's compared plans)
+    window = (
+        prepare_calibration(
+            profile=profile,
+            quick=quick,
+            cluster=calibration_slice(spec),
+            model=model,
+            seq_len=seq_len,
+            out=root / "calibration-in-window",
+            say=say,
         )
-        for i in distinct
-    }
+        if recalibrate
+        else None
+    )
     runs: dict[int, list[tuple[float, dict[str, Any], Path, float]]] = {i: [] for i in distinct}
     for t in range(trials):
         for i in distinct[t % len(distinct) :] + distinct[: t % len(distinct)]:
@@ -364,6 +440,20 @@ def compare_dp(
                 global_batch=global_batch,
             )
             runs[i].append((float(summary["measured_step_time_s"]), summary, path, time.perf_counter() - t0))
+        if window is not None:
+            run_calibration(window, range(t, len(window.jobs), trials), timeout_s=timeout_s, say=say)
+    planning_factors, window_text, final = None, "", cost
+    if window is not None:
+        cal = fit_calibration(window)
+        window_text = cal.summary()
+        say(window_text)
+        planning_factors, factors = factors, dict(cal.factors)
+        final = cost_cluster(spec, profile, factors)
+        estimates = estimates_on(final)
+        source = (
+            f"in-window, fitted on {len(cal.rows)} plans of {window.spec.name} run in the same rounds ({cal.out}); "
+            f"planned with: {source}"
+        )
     rows: list[dict[str, Any]] = []
     for i, (system, plan, policy, config) in enumerate(picks):
         if i in twin_of:  # the same plan as one already run: its run is this one's
@@ -379,7 +469,7 @@ def compare_dp(
             )
             continue
         est, done = estimates[i], runs[i]
-        m, summary, _, _ = middle(done)
+        m, summary, run_dir, _ = middle(done)
         rows.append(
             {
                 "system": system,
@@ -392,12 +482,19 @@ def compare_dp(
                 "measured_s": m,
                 "trials_s": [r[0] for r in done],
                 "predicted_s": est.step_time_s,
+                "planned_s": planned[i],
                 "error": est.step_time_s / m - 1,
                 "sync_s": est.sync_s,
                 "replicas": _replica_rows(est, summary),
                 "pacing_overrun": max((o for r in done if (o := pacing_overrun(r[1])) is not None), default=None),
                 "operator_load": operator_load(summary, steps),
+                # each rank's device time per step (f x its operators' CPU time), predicted and measured
+                "predicted_device_s": device_times(
+                    plan, final, mspec, Workload(seq_len, global_batch, policy, "replicated", plan.block_size)
+                ),
+                "measured_device_s": measured_devices(summary),
                 "run_dir": str(done[0][2]),
+                "median_run_dir": str(run_dir),
                 "wall_s": sum(r[3] for r in done),
             }
         )
@@ -405,6 +502,7 @@ def compare_dp(
         spec.name, mspec.name, seq_len, global_batch, steps, rows, str(root), factors, source,
         {"before": load0, "after": _load()},
         sum(1.0 / (cpu_factor(d.gpu) or 1.0) for d in spec.devices), os.cpu_count() or 1, trials,
+        planning_factors, window_text,
     )  # fmt: skip
     write_text_atomic(root / "comparison-dp.json", json.dumps(cmp.to_dict(), indent=2, default=float) + "\n")
     return cmp
@@ -433,3 +531,66 @@ def operator_fit(comparisons: Sequence[DPComparison]) -> dict[str, float] | None
         return None
     slope, intercept = statistics.linear_regression(xs, ys)
     return {"runs": len(pts), "slope_s": slope, "intercept_s": intercept, "r": statistics.correlation(xs, ys)}
+
+
+def device_check(root: str | Path) -> list[dict[str, Any]]:
+    """Each rank's device time per step, predicted (the comparison's own figures: its profile and
+    multipliers) and measured (the median run's pacing record), recomputed from a finished comparison
+    directory (comparison-dp.json and its calibrations): one entry per plan run."""
+    root = Path(root)
+    cmp = json.loads((root / "comparison-dp.json").read_text())
+    cal = next(
+        (p for p in (root / "calibration-in-window" / "calibration.json", root / "calibration" / "calibration.json")
+         if p.exists()),
+        None,
+    )  # fmt: skip
+    if cal is None:
+        raise HexiSeqError(f"{root} holds no calibration.json: give the directory of a comparison that measured one")
+    p = json.loads(cal.read_text())["profile"]
+    spec, mspec = load_cluster(cmp["cluster"]), get_model(cmp["model"])
+    cost = cost_cluster(spec, Profile(p["gpus"], p.get("measured") or {}, p.get("notes") or ""), cmp["factors"])
+    out = []
+    for r in cmp["rows"]:
+        if r.get("same_as"):
+            continue
+        runs = [root / r["system"]] + [root / f"{r['system']}-trial{t}" for t in range(2, len(r["trials_s"]) + 1)]
+        run = Path(r.get("median_run_dir") or min(runs, key=lambda d: abs(_step_of(d) - r["measured_s"])))
+        plan = Plan.load(run / "plan.json")
+        plan = replace(plan, meta={k: v for k, v in plan.meta.items() if k != "cluster_fingerprint"})
+        wl = Workload(cmp["seq_len"], cmp["global_batch"], r["recompute"], "replicated", plan.block_size)
+        summary = json.loads((run / "summary.json").read_text())
+        out.append(
+            {
+                "system": r["system"],
+                "run": str(run),
+                "types": [spec.devices[d].gpu.name for g in plan.groups for d in g.devices],  # rank order
+                "predicted_device_s": device_times(plan, cost, mspec, wl),
+                "measured_device_s": measured_devices(summary),
+            }
+        )
+    return out
+
+
+def _step_of(run: Path) -> float:
+    return float(json.loads((run / "summary.json").read_text())["measured_step_time_s"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m hexiseq.calibrate.compare_dp",
+        description="each rank's device time per step, predicted / measured, of a finished comparison",
+    )
+    ap.add_argument("dirs", nargs="+", help="comparison directories (bench_dp's <runs>/<cluster>)")
+    args = ap.parse_args(argv)
+    for d in args.dirs:
+        for e in device_check(d):
+            pairs = zip(e["predicted_device_s"], e["measured_device_s"] or [])
+            print(
+                f"{d} {e['system']}: "
+                + " ".join(f"{t} {a:.2f}/{b:.2f} ({a / b - 1:+.0%})" for t, (a, b) in zip(e["types"], pairs))
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
