@@ -178,3 +178,34 @@ def test_a_profile_with_an_unknown_type_or_key_is_refused(tmp_path):
     p.write_text("gpus:\n  CPU-x4: {peak_bf16_tflops: 0.1}\nmeasure: {}\n")
     with pytest.raises(SpecError, match="measure"):
         Profile.load(p)
+
+
+def test_the_attention_blocks_per_row_cost_leaves_out_their_operators(monkeypatch):
+    """measure_attention: a block's time = its operators at the per-operator time + the keys' work
+    (+ a per-row cost): the operators' part is not a per-row cost (the cost model charges it per
+    operator, costmodel/operators.py); a true per-row cost is still found. Synthetic times, no timing."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from hexiseq.calibrate import measure
+
+    cfg = SimpleNamespace(heads=8, kv_heads=4, head_dim=16)
+    lq, lks = measure.attention_blocks(2048, 8)
+    ops = measure.operators_of(measure._attention_fwd_bwd(lq, lks[0], "full", cfg, torch.Generator().manual_seed(0)))
+    op_us, per_key = 40.0, 2e-5
+
+    def fake_timed(fn, repeats, stat=min):
+        lk = fake_timed.lks.pop(0)
+        return ops * op_us * 1e-6 + per_key * (lk + fake_timed.per_row_keys)
+
+    monkeypatch.setattr(measure, "_timed", fake_timed)
+    for per_row_keys, want in ((0.0, 0.0), (50.0, 50.0)):
+        fake_timed.per_row_keys = per_row_keys
+        fake_timed.lks = [lks[0], lks[0], lks[1], lks[1], lq]  # the two full blocks (fwd+bwd, fwd), the causal
+        att = measure.measure_attention(cfg, 2048, 8, 1, 1.0, torch.Generator().manual_seed(0), op_us)
+        assert att["half_keys"] == pytest.approx(want, abs=1e-6) and att["operators"] == ops
+    # without the per-operator time, the operators' fixed cost reads as a per-row cost of ops x op_us / per_key keys
+    fake_timed.lks, fake_timed.per_row_keys = [lks[0], lks[0], lks[1], lks[1], lq], 0.0
+    att = measure.measure_attention(cfg, 2048, 8, 1, 1.0, torch.Generator().manual_seed(0))
+    assert att["half_keys"] == pytest.approx(ops * op_us * 1e-6 / per_key, rel=1e-6)

@@ -6,7 +6,8 @@ Compute (every rank at once, each under its own emulation, the shapes a plan of 
   rows, and a square GEMM; FLOPs = 3 x 2·rows·in·out;
 - attention: the executor's own kernels (runtime.kernels.local_attention and its backward) on the
   blocks a zigzag layout runs — full blocks of Lq query rows against two key lengths (their difference
-  gives the rate per pair, their intercept the per-row cost) and a causal diagonal block — all
+  gives the rate per pair, their intercept less the block's operators at the per-operator time the
+  per-row cost) and a causal diagonal block — all
   query/KV heads of the model; useful FLOPs as the cost model counts them: 4·d per visible pair
   forward, (1 + attn_bwd_factor) x that forward + backward;
 - memory-bound kernels: one layer's norms, RoPE, SwiGLU activation and residual adds forward +
@@ -150,9 +151,15 @@ def attention_blocks(seq_len: int, world: int) -> tuple[int, list[int]]:
 
 
 def measure_attention(
-    cfg: Any, seq_len: int, world: int, repeats: int, bwd_factor: float, gen: torch.Generator
+    cfg: Any, seq_len: int, world: int, repeats: int, bwd_factor: float, gen: torch.Generator, op_us: float = 0.0
 ) -> dict[str, Any]:
-    """Full blocks at two key lengths (rate per pair and per-row cost) and a causal diagonal block."""
+    """Full blocks at two key lengths (rate per pair and per-row cost) and a causal diagonal block.
+    The intercept of the two full blocks' times, less the block's operators at `op_us` each (the
+    per-operator time, which the cost model charges apart: costmodel/operators.py), is the per-row
+    cost. Measured on one CPU thread (2026-12-05): the intercept is a fixed 0.29-0.30 ms per block
+    of 75 operators at 128 and 256 query rows and none at 512 -- a cost per call, not per row; left
+    in, the per-row charge it became priced a ring's many short blocks ~30% above a Ulysses group's
+    few long ones per pair, where the kernels measured the same within 6%."""
     lq, lks = attention_blocks(seq_len, world)
     per_pair = 4.0 * cfg.head_dim * cfg.heads  # forward FLOPs of one (query, key) pair, all heads
     rows = []
@@ -177,7 +184,9 @@ def measure_attention(
     (a, b) = rows[0], rows[1]
     slope = (b["seconds"] - a["seconds"]) / (b["lk"] - a["lk"])  # seconds per key (all lq rows, all heads)
     rate = (1 + bwd_factor) * per_pair * lq / slope if slope > 0 else b["tflops"] * 1e12
-    half_keys = max(0.0, a["seconds"] / slope - a["lk"]) if slope > 0 else 0.0
+    ops = operators_of(_attention_fwd_bwd(lq, lks[0], "full", cfg, gen))
+    beyond_ops = a["seconds"] - ops * op_us * 1e-6  # the block's time less its operators' own
+    half_keys = max(0.0, beyond_ops / slope - a["lk"]) if slope > 0 else 0.0
     return {
         "heads": cfg.heads,
         "kv_heads": cfg.kv_heads,
@@ -185,6 +194,8 @@ def measure_attention(
         "blocks": rows,
         "tflops": rate / 1e12,
         "half_keys": half_keys,
+        "operators": ops,
+        "op_us": op_us,
         "bwd_over_fwd": (b["seconds"] - b["forward_s"]) / b["forward_s"],
     }
 
@@ -338,8 +349,10 @@ def measure_worker(rank: int, world: int, job: MeasureJob) -> dict[str, Any]:
             pacer.stats = emu.PacerStats()
         dist.barrier()
         out["matmul"] = measure_matmul(cfg, rows, job.repeats, gen)
-        out["attention"] = measure_attention(cfg, job.seq_len, world, job.repeats, job.attn_bwd_factor, gen)
-        out["memory"] = measure_memory(cfg, spec, rows, job.repeats, gen)
+        out["memory"] = measure_memory(cfg, spec, rows, job.repeats, gen)  # its per-operator time first
+        out["attention"] = measure_attention(
+            cfg, job.seq_len, world, job.repeats, job.attn_bwd_factor, gen, out["memory"]["op_us"]
+        )
         out["step_parts"] = measure_step_parts(cfg, rows, job.repeats, gen)
     if pacer is not None:
         out["pacing"] = {"slowdown": pacer.factor, **pacer.stats.to_dict()}
