@@ -156,10 +156,11 @@ def measure_attention(
     """Full blocks at two key lengths (rate per pair and per-row cost) and a causal diagonal block.
     The intercept of the two full blocks' times, less the block's operators at `op_us` each (the
     per-operator time, which the cost model charges apart: costmodel/operators.py), is the per-row
-    cost. Measured on one CPU thread (2026-12-05): the intercept is a fixed 0.29-0.30 ms per block
-    of 75 operators at 128 and 256 query rows and none at 512 -- a cost per call, not per row; left
-    in, the per-row charge it became priced a ring's many short blocks ~30% above a Ulysses group's
-    few long ones per pair, where the kernels measured the same within 6%."""
+    cost. Measured on one CPU thread (benchmarks/bench_attention_blocks.py, data/results/
+    attention_blocks.txt): the intercept is 0.29 / 0.26 / 0.07 ms at 128 / 256 / 512 query rows, 75
+    operators per block each time -- a cost per call, not per row; left in, the per-row charge it
+    became priced a ring's many short blocks ~30% above a Ulysses group's few long ones per pair,
+    where the executor's blocks of those layouts took 5.35-5.70 ns per model pair alike."""
     lq, lks = attention_blocks(seq_len, world)
     per_pair = 4.0 * cfg.head_dim * cfg.heads  # forward FLOPs of one (query, key) pair, all heads
     rows = []
