@@ -20,7 +20,8 @@ The predictions use a second, in-window calibration: the calibration's plans run
 profile, dealt over those rounds (after each round's compared plans), and fitted when they are done,
 so that the figures predicting a run were measured in the same minutes as it (--no-recalibrate:
 predict with the planning calibration; both are reported). Kept as <out>-calibration/<cluster>/
-in-window.json.
+in-window.json. In three runs on 2026-12-05 it predicted no better than the planning calibration
+(worse in two): compare_dp's doc.
 Reported: predicted (the step model, costmodel/step.py, calibrated) and measured (median after the
 warm-up steps, median over the runs) step time of each, per replica predicted time, measured compute and waiting, each
 run's pacing overrun (1.00 = the emulation held), which plan the planner chose (least predicted)

@@ -14,10 +14,13 @@ comparison is about.
 With `recalibrate` the predictions come from a second calibration measured in the same minutes as the
 runs: the calibration's plans again, on the same profile, plan k in round k mod trials after that
 round's compared plans, fitted once all have run (the in-window calibration). The plans are chosen
-with the first (planning) calibration, whose predictions stay beside (`planned_s`): measured on cpu-8,
-a calibration fitted the compute rate x1.06 and the joint plan ran 3.531 s; twenty minutes later
-another fitted x1.19 and the same plan ran 3.859 s -- the machine moved between a calibration and the
-runs that followed it, in opposite directions.
+with the first (planning) calibration, whose predictions stay beside (`planned_s`). It was built to
+test whether the misses are the machine drifting between a calibration and the runs after it (on
+cpu-8 one calibration fitted the compute rate x1.06 and the joint plan ran 3.531 s; twenty minutes
+later another fitted x1.19 and the same plan ran 3.859 s). Measured in three bench_dp runs
+(2026-12-05, data/results/dp.txt and README): it predicted no better than the planning calibration,
+worse in two of the three (cpu-8 worst 12.0% against 5.9%, 22.0% against 11.6%), so drift is not
+what the misses are.
 
 Predictions come from the step model (costmodel/step.py, the one the joint planner optimises) with
 this machine's calibrated figures of the cluster's own device types: `calibrate.py` (a profile, four
