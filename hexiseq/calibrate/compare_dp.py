@@ -263,9 +263,8 @@ def calibrated_figures(
     part = calibration_slice(spec)
     if calibration is not None:
         record = read_calibration(calibration, part.name, model)
-        p = record["profile"]
         return (
-            Profile(p["gpus"], p.get("measured") or {}, p.get("notes") or ""),
+            Profile.from_dict(record["profile"]),
             dict(record["factors"]),
             str(calibration),
         )
@@ -396,16 +395,12 @@ def compare_dp(
         else:
             twin_of[i] = j
 
+    workloads = {
+        i: Workload(seq_len, global_batch, picks[i][2], "replicated", picks[i][1].block_size) for i in distinct
+    }
+
     def estimates_on(c: ClusterSpec) -> dict[int, Any]:
-        return {
-            i: estimate_step(
-                picks[i][1],
-                c,
-                mspec,
-                Workload(seq_len, global_batch, picks[i][2], "replicated", picks[i][1].block_size),
-            )
-            for i in distinct
-        }
+        return {i: estimate_step(picks[i][1], c, mspec, workloads[i]) for i in distinct}
 
     estimates = estimates_on(cost)
     planned = {i: e.step_time_s for i, e in estimates.items()}
@@ -492,9 +487,7 @@ def compare_dp(
                 "pacing_overrun": max((o for r in done if (o := pacing_overrun(r[1])) is not None), default=None),
                 "operator_load": operator_load(summary, steps),
                 # each rank's device time per step (f x its operators' CPU time), predicted and measured
-                "predicted_device_s": device_times(
-                    plan, final, mspec, Workload(seq_len, global_batch, policy, "replicated", plan.block_size)
-                ),
+                "predicted_device_s": device_times(plan, final, mspec, workloads[i]),
                 "measured_device_s": measured_devices(summary),
                 "run_dir": str(done[0][2]),
                 "median_run_dir": str(run_dir),
@@ -549,15 +542,17 @@ def device_check(root: str | Path) -> list[dict[str, Any]]:
     )  # fmt: skip
     if cal is None:
         raise HexiSeqError(f"{root} holds no calibration.json: give the directory of a comparison that measured one")
-    p = json.loads(cal.read_text())["profile"]
     spec, mspec = load_cluster(cmp["cluster"]), get_model(cmp["model"])
-    cost = cost_cluster(spec, Profile(p["gpus"], p.get("measured") or {}, p.get("notes") or ""), cmp["factors"])
+    cost = cost_cluster(spec, Profile.from_dict(json.loads(cal.read_text())["profile"]), cmp["factors"])
     out = []
     for r in cmp["rows"]:
         if r.get("same_as"):
             continue
-        runs = [root / r["system"]] + [root / f"{r['system']}-trial{t}" for t in range(2, len(r["trials_s"]) + 1)]
-        run = Path(r.get("median_run_dir") or min(runs, key=lambda d: abs(_step_of(d) - r["measured_s"])))
+        if r.get("median_run_dir"):
+            run = Path(r["median_run_dir"])
+        else:  # a comparison from before rows named it: the trial whose step time is the median
+            trials = [root / r["system"]] + [root / f"{r['system']}-trial{t}" for t in range(2, len(r["trials_s"]) + 1)]
+            run = min(trials, key=lambda d: abs(_step_of(d) - r["measured_s"]))
         plan = Plan.load(run / "plan.json")
         plan = replace(plan, meta={k: v for k, v in plan.meta.items() if k != "cluster_fingerprint"})
         wl = Workload(cmp["seq_len"], cmp["global_batch"], r["recompute"], "replicated", plan.block_size)

@@ -91,6 +91,11 @@ class Profile:
     def to_dict(self) -> dict[str, Any]:
         return {"notes": self.notes, "gpus": self.gpus, "measured": self.measured}
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Profile:
+        """The inverse of `to_dict` (the `profile` record of a calibration.json)."""
+        return cls(d["gpus"], d.get("measured") or {}, d.get("notes") or "")
+
     def to_yaml(self) -> str:
         """The profile file's text (data/profiles/README.md); `load_profile` reads it."""
         body = yaml.safe_dump(_plain(self.to_dict()), sort_keys=False, width=120, default_flow_style=None)
