@@ -44,7 +44,7 @@ demo: setup
 		--steps 12 --lr 3e-3 --warmup-steps 2 --out out/run-text --plot
 	@# This machine calibrated (cpu-4, short), then the joint plan against the best DP x symmetric baseline, the
 	@# best one with equal shares and DP = 1, each measured on the emulation and predicted by the step model
-	@# with the figures of a second calibration run right after them (the in-window one: bench_dp's doc)
+	@# with the calibration's figures (the ones the plans were chosen by: bench_dp's doc)
 	$(PY) benchmarks/bench_dp.py --clusters cpu-4 --seq-len 1024 --global-batch 4 --steps 4 --trials 1 --quick --out out/dp.txt
 
 test: setup

@@ -1,7 +1,7 @@
 """Data-parallel replicas measured on the CPU emulation (issue 19, part 6).
 
     python benchmarks/bench_dp.py [--clusters cpu-4,cpu-8] [--seq-len 2048] [--global-batch 6] [--steps 8]
-                                  [--trials 3] [--calibration DIR] [--no-recalibrate] [--quick]
+                                  [--trials 3] [--calibration DIR] [--recalibrate] [--quick]
                                   [--out data/results/dp.txt]
 
 On each emulated cluster (data/clusters/README.md): first this machine's figures of its device types,
@@ -16,12 +16,12 @@ real (every rank emulating its device and the link between the nodes; hexiseq/ca
 - dp1: HexiSeq at DP = 1 (one replica, gradient accumulation in time, replicated parameters).
 Each plan runs --trials times, in rounds whose order turns by one plan each round, and its measured
 step time is the median of its runs (the machine's speed drifts by ~10% over minutes).
-The predictions use a second, in-window calibration: the calibration's plans run again on the same
-profile, dealt over those rounds (after each round's compared plans), and fitted when they are done,
-so that the figures predicting a run were measured in the same minutes as it (--no-recalibrate:
-predict with the planning calibration; both are reported). Kept as <out>-calibration/<cluster>/
-in-window.json. In three runs on 2026-12-05 it predicted no better than the planning calibration
-(worse in two): compare_dp's doc.
+The predictions are the planning calibration's: the figures the plans were chosen by. --recalibrate
+adds a second, in-window calibration (the calibration's plans run again on the same profile, dealt
+over those rounds, after each round's compared plans) and predicts with it, both reported, kept as
+<out>-calibration/<cluster>/in-window.json; in three runs on 2026-12-05 (before operators were
+charged their reference CPU time) it predicted no better than the planning calibration (worse in
+two; compare_dp's doc), and it adds ~12 minutes.
 Reported: predicted (the step model, costmodel/step.py, calibrated) and measured (median after the
 warm-up steps, median over the runs) step time of each, per replica predicted time, measured compute and waiting, each
 run's pacing overrun (1.00 = the emulation held), which plan the planner chose (least predicted)
@@ -64,10 +64,9 @@ def main() -> int:
         help="calibrations to reuse: a directory of <cluster>/calibration.json, e.g. data/results/dp-calibration",
     )
     ap.add_argument(
-        "--no-recalibrate",
-        dest="recalibrate",
-        action="store_false",
-        help="predict with the planning calibration (no second calibration in the rounds)",
+        "--recalibrate",
+        action="store_true",
+        help="predict with a second calibration run in the comparison's rounds (in-window)",
     )
     ap.add_argument("--quick", action="store_true", help="a short calibration (3 steps per plan)")
     ap.add_argument("--out", default="data/results/dp.txt")

@@ -68,6 +68,37 @@ def test_a_slowed_rank_sleeps_its_factor_of_cpu_time(world):
         assert paced <= f * slow["cpu_s"] + 0.05  # (the last sleep may overshoot by a scheduler tick)
 
 
+def test_an_operator_is_charged_its_reference_not_its_sample():
+    """The device is charged, per operator, the least of the first REFERENCE_SAMPLES samples of the
+    same signature (operator, shapes, strides, dtypes, scalars), then that figure for good; the
+    samples stay in the record (`raw_cpu_s`). Synthetic samples through the rule, then a real block."""
+    pacer = E.Pacer(E.Emulation((4.0,)), 0)
+    a, b = torch.zeros(8, 8), torch.zeros(8, 16)
+    mm = torch.ops.aten.mm.default
+    samples = [5.0, 3.0, 4.0, 6.0, 2.5, 7.0, 3.5, 9.0]
+    assert len(samples) == E.REFERENCE_SAMPLES
+    got = [pacer.reference_cpu(mm, (a, a), s) for s in samples]
+    assert got == [5.0, 3.0, 3.0, 3.0, 2.5, 2.5, 2.5, 2.5]  # the least so far, never above the sample's ...
+    assert pacer.reference_cpu(mm, (a, a), 0.1) == 2.5  # ... then frozen, whatever the samples do
+    assert pacer.reference_cpu(mm, (a, a), 99.0) == 2.5
+    assert pacer.reference_cpu(mm, (a, b), 8.0) == 8.0  # another shape is another operator
+    assert pacer.reference_cpu(mm, (a.t(), a), 1.0) == 1.0  # so is another stride
+    assert pacer.reference_cpu(torch.ops.aten.slice.Tensor, (a, 0, 0, 4), 2.0) == 2.0
+    assert pacer.reference_cpu(torch.ops.aten.slice.Tensor, (a, 0, 4, 8), 3.0) == 3.0  # and other scalars
+    x = torch.randn(96, 96, generator=torch.Generator().manual_seed(0))
+    with E.activate(E.Emulation((2.0,)), 0) as live:
+        for _ in range(3 * E.REFERENCE_SAMPLES):
+            torch.mm(x, x)
+    st = live.stats
+    assert st.ops == 3 * E.REFERENCE_SAMPLES and 0 < st.cpu_s <= st.raw_cpu_s
+    (ref,) = [v for k, v in live.references.items() if k[0] is torch.ops.aten.mm.default]
+    assert isinstance(ref, float)  # frozen after its samples
+    # every charge is at least the final reference (the least so far only falls), the frozen ones
+    # exactly it, and the first ones at most their samples
+    n = E.REFERENCE_SAMPLES
+    assert st.ops * ref <= st.cpu_s * (1 + 1e-9) and st.cpu_s <= (st.ops - n) * ref + st.raw_cpu_s * (1 + 1e-9)
+
+
 def test_host_time_between_operators_runs_behind_the_device_work():
     """The host's own time between operators (here a Python sleep) pays off what the slowed device
     still owes instead of adding to it (a GPU's launch queue), and never runs ahead of the device:

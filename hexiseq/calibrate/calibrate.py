@@ -19,7 +19,7 @@ with measured, per plan.
    data/operators.yaml by costmodel/operators.py; the profile measures it on one layer's
    memory-bound kernels at two sizes) — minimising
    Σ log²(predicted / measured) over the fit plans -- their step times and each rank's device time
-   per step (f x its operators' CPU time after the warm-up, from the pacing record: the step alone
+   per step (f x its operators' reference CPU time after the warm-up, from the pacing record: the step alone
    is the slowest rank's, so a fit on it could trade a slow rank's many small operators against a
    fast rank's large ones; measured on cpu-8, such a fit left its slower ranks' device time 26-34%
    short on plans of small shards) -- plus a small penalty on the multipliers' log2
@@ -216,7 +216,7 @@ def device_times(plan: Plan, cluster: ClusterSpec, model: ModelSpec, workload: W
 
 
 def measured_devices(summary: dict[str, Any]) -> list[float] | None:
-    """Each rank's emulated device time per measured step: f x its operators' CPU time over the steps
+    """Each rank's emulated device time per measured step: f x its operators' (reference) CPU time over the steps
     after the warm-up (the pacing record's `measured` part). None for a run without that record."""
     emu = summary.get("emulation") or {}
     out = []

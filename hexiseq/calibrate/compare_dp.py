@@ -486,7 +486,7 @@ def compare_dp(
                 "replicas": _replica_rows(est, summary),
                 "pacing_overrun": max((o for r in done if (o := pacing_overrun(r[1])) is not None), default=None),
                 "operator_load": operator_load(summary, steps),
-                # each rank's device time per step (f x its operators' CPU time), predicted and measured
+                # each rank's device time per step (f x its operators' reference CPU time), predicted and measured
                 "predicted_device_s": device_times(plan, final, mspec, workloads[i]),
                 "measured_device_s": measured_devices(summary),
                 "run_dir": str(done[0][2]),

@@ -16,8 +16,14 @@ raw figure. The derivation (per rank, then the median of the ranks of one type):
     link_bandwidth_gbps, link_latency_us   the median ping-pong bandwidth and latency over the rank's
                          pairs inside its node (the real links; emulated ones are recorded as a check)
 
-Emulated CPU types (CPU-x<f>) pool every rank: a rank's rates times its f estimate one unpaced core,
-the median over all ranks is that core, and each type gets it divided by its f (`derive`).
+Emulated CPU types (CPU-x<f>) are measured like any other: the median over the type's own ranks. They
+are not one core divided by f: a paced rank sleeps between its operators, and the more it sleeps the
+more CPU each operator takes on waking (cold caches). Measured on this project's 2-core VM (cpu-8's
+profile in data/results/dp-calibration/cpu-8/calibration.json, `measured.ranks`): the CPU-x20 ranks'
+per-operator time was 7.0-7.7 us of one core against 5.3-5.6 us on the CPU-x8 ranks, their linear
+and memory-bound rates 10% and 12% lower per core (benchmarks/bench_pacing.py measures it alone).
+Pooled into one core, those differences put every CPU-x20 rank's device time 5-20% short and every
+CPU-x8 rank's a few % over.
 
 Bytes are counted as the cost model counts them (bf16, 2 per element), whatever the CPU run's dtype,
 so the figures plug into the cost model unchanged.
@@ -204,13 +210,9 @@ def rank_figures(m: Mapping[str, Any], intra_pairs: list[dict[str, Any]]) -> dic
 def derive(
     ranks: list[dict[str, Any]], types: list[str], cluster: ClusterSpec, emulation: dict[str, Any] | None
 ) -> dict[str, dict[str, float]]:
-    """{type: GPUType fields}: each rank's figures, then the median over the ranks of a type. Emulated
-    CPU types (CPU-x<f>) are one core slowed by f by construction, so their figures pool every rank:
-    rates times the rank's f (per-operator times over it), the median over all ranks, divided by each
-    type's f (times it) (the types keep
-    exactly the ratios the emulation gives them; the per-rank figures stay in the record)."""
-    from .emulated_clusters import at_factor, cpu_factor
-
+    """{type: GPUType fields}: each rank's figures, then the median over the ranks of a type -- emulated
+    CPU types too (module doc: a type's pacing changes what each operator costs, so one core divided by
+    f is not what its ranks run; the per-rank figures stay in the record)."""
     pairs = [p for r in ranks for p in r["links"]["pairs"]]
     emulated = {
         (a, b)
@@ -223,17 +225,11 @@ def derive(
     for r in ranks:
         mine = [p for p in real if r["rank"] in (p["a"], p["b"])] or real
         per_rank.append(rank_figures(r, mine))
-    factors = [cpu_factor(t) for t in types]
-    pooled = all(f is not None for f in factors)
-    if pooled:
-        per_rank = [at_factor(row, 1.0 / f) for row, f in zip(per_rank, factors)]
     out: dict[str, dict[str, float]] = {}
     for name in dict.fromkeys(types):
-        rows = per_rank if pooled else [f for f, t in zip(per_rank, types) if t == name]
+        rows = [f for f, t in zip(per_rank, types) if t == name]
         keys = [k for k in rows[0] if all(k in row for row in rows)]
         fields = {k: statistics.median(row[k] for row in rows) for k in keys}
-        if pooled:
-            fields.update(at_factor(fields, cpu_factor(name)))
         if "link_bandwidth_gbps" not in fields:  # a world of one rank: no link measured, the catalog's stays
             g = gpu_catalog()[name]
             fields.update(link_bandwidth_gbps=g.link_bandwidth_gbps, link_latency_us=g.link_latency_us)

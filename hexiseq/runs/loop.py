@@ -346,7 +346,8 @@ def describe_emulation(emu: emulation.Emulation) -> dict[str, object]:
         }
     )
     return {
-        "method": "each CPU operator stretched to f x its CPU time by sleeping; transfers over emulated links held to "
+        "method": "each CPU operator stretched to f x its reference CPU time (the least of its first samples of "
+        "the same shapes) by sleeping; transfers over emulated links held to "
         "alpha + bytes(bf16)/beta (hexiseq/runtime/emulation.py)",
         "slowdown": list(emu.slowdown),
         "links": [{"gbps": g, "latency_us": lat} for g, lat in links],

@@ -4,12 +4,24 @@ The method (every figure it produces is labelled "emulated", with its factors):
 
 - **Compute.** Rank r emulates a device `slowdown[r]` = f ≥ 1 times slower than one unpaced CPU core.
   Every aten operator the rank runs (forward, backward, recompute, optimizer: a TorchDispatchMode
-  sees them all) is timed with the thread's CPU time c and its wall time w; the rank then owes
-  f·c − w seconds, and sleeps them off once they exceed `QUANTUM_S` and before every communication
-  (so a message leaves at the emulated time). Sleeping, not busy-waiting, keeps the cores free for the
-  other ranks; pacing by CPU time, not wall time, keeps the emulated rate when ranks briefly share a
-  core (an operator slowed by a neighbour owes less sleep). An emulated rank runs one torch thread.
-  The rank is a device of 1/f of a core as long as Σ 1/f over the ranks stays within the cores.
+  sees them all) is timed with the thread's CPU time and its wall time w, and charged its reference
+  CPU time c (below); the rank then owes f·c − w seconds, and sleeps them off once they exceed
+  `QUANTUM_S` and before every communication (so a message leaves at the emulated time). Sleeping,
+  not busy-waiting, keeps the cores free for the other ranks; charging CPU time, not wall time, keeps
+  the emulated rate when ranks briefly share a core (an operator slowed by a neighbour owes less
+  sleep). An emulated rank runs one torch thread. The rank is a device of 1/f of a core as long as
+  Σ 1/f over the ranks stays within the cores.
+- **The reference CPU time of an operator.** A device runs a kernel of given shapes in a near-fixed
+  time; a paced CPU rank does not: it sleeps between operators, and an operator run on waking takes
+  more CPU than the same operator unpaced, the more the longer it sleeps, by an amount that varies
+  from run to run. On this project's 2-core VM (benchmarks/bench_pacing.py, data/results/pacing.txt:
+  the tiny model's forward + backward alone) the sampled CPU per operator was 9-24% above unpaced at
+  f = 4-20 on 112 tokens, 3-12% on 448; in runs of cpu-8, a plan's step time varied by up to 22%
+  between three runs, and the CPU-x20 ranks ran 10-35% slower per unit of work than the CPU-x8 ranks
+  (the profile's per-rank figures). So each operator is charged the least of the first `REFERENCE_SAMPLES` samples of its
+  signature (the operator, its tensors' shapes, strides and dtypes, its other arguments), and that
+  figure for good once they are taken: what one core takes for it when nothing gets in the way. The
+  samples stay in the record (`PacerStats.raw_cpu_s`).
 - **Host time.** The emulated device runs the operators asynchronously from its host, as a GPU's
   launch queue does: the host's own wall time between operators (Python, the autograd engine, the
   dispatch, waiting on an asynchronous collective) pays off what the device still owes instead of
@@ -58,6 +70,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..errors import HexiSeqError
 from ..links import ring_allreduce_s
 
+REFERENCE_SAMPLES = 8  # samples of an operator's signature whose least is its reference CPU time (module doc)
 QUANTUM_S = 5e-3  # the rank sleeps off what it owes once it exceeds this: each sleep costs a wake-up, so not too often
 MIN_SLEEP_S = (
     2e-4  # before a message, less than this stays owed: a sleep costs Linux's timer slack (50 us) and a wake-up
@@ -132,19 +145,20 @@ class Emulation:
 
 @dataclass
 class PacerStats:
-    """What the emulation did on one rank (seconds): the operators' CPU and wall time, the host time
-    between them (hidden behind the device's work, or exposed), the sleep that made them f times
-    slower, and the sleep that emulated links. Held pacing: wall_s + host_s + compute_sleep_s =
-    f x cpu_s."""
+    """What the emulation did on one rank (seconds): the operators' CPU time charged (their reference,
+    module doc) and sampled, their wall time, the host time between them (hidden behind the device's
+    work, or exposed), the sleep that made them f times slower, and the sleep that emulated links.
+    Held pacing: wall_s + host_s + compute_sleep_s = f x cpu_s."""
 
     ops: int = 0
-    cpu_s: float = 0.0
+    cpu_s: float = 0.0  # the operators' reference CPU time: what the device is charged (f x it)
     wall_s: float = 0.0
     host_s: float = 0.0  # host time between operators that ran while the device still owed (module doc)
     host_exposed_s: float = 0.0  # host time between operators with nothing owed: the rank was host-bound
     compute_sleep_s: float = 0.0
     link_sleep_s: float = 0.0
     messages: int = 0
+    raw_cpu_s: float = 0.0  # the operators' CPU time as sampled (0 in records from before the reference)
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -168,6 +182,7 @@ class Pacer(TorchDispatchMode):
         self.mark: float | None = None  # time.monotonic() up to which the rank's wall time is accounted
         self.bookkeeping = False  # True while the emulation's own operators run (message stamps): not paced
         self.stats = PacerStats()
+        self.references: dict[tuple, list[float] | float] = {}
 
     # ------------------------------------------------------------------ compute
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
@@ -184,6 +199,8 @@ class Pacer(TorchDispatchMode):
         out = func(*args, **kwargs)
         dc, dw = time.thread_time() - c0, time.monotonic() - w0
         st = self.stats
+        st.raw_cpu_s += dc
+        dc = self.reference_cpu(func, args, dc)
         st.ops += 1
         st.cpu_s += dc
         st.wall_s += dw
@@ -192,6 +209,21 @@ class Pacer(TorchDispatchMode):
         if self.debt > QUANTUM_S:
             self.settle()
         return out
+
+    def reference_cpu(self, func: Any, args: tuple, sample: float) -> float:
+        """The CPU time the device is charged for `func` on `args`, given this call's `sample` (module
+        doc): the least sample of its signature so far, fixed after REFERENCE_SAMPLES of them."""
+        key = (func, *(_signature(a) for a in args))
+        ref = self.references.get(key)
+        if ref is None:
+            ref = self.references[key] = []
+        if isinstance(ref, float):
+            return ref
+        ref.append(sample)
+        mid = min(ref)
+        if len(ref) >= REFERENCE_SAMPLES:
+            self.references[key] = mid
+        return mid
 
     def host(self) -> float:
         """Account the host's wall time since `mark` (module doc, host time): what the device still
@@ -414,3 +446,13 @@ def p2p_links() -> P2PLinks | None:
     """A P2PLinks for a new batch when links are emulated, else None."""
     pacer = active()
     return P2PLinks(pacer) if pacer is not None and pacer.emulation.emulates_links else None
+
+
+def _signature(a: Any) -> Any:
+    """What tells one call of an operator from another of different cost: a tensor's shape, strides
+    and dtype; a sequence's items; a plain value itself; any other object its type."""
+    if isinstance(a, torch.Tensor):
+        return (tuple(a.shape), tuple(a.stride()), a.dtype)
+    if isinstance(a, (list, tuple)):
+        return tuple(_signature(x) for x in a)
+    return a if isinstance(a, (int, float, bool, str, type(None))) else type(a)
