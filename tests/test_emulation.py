@@ -47,7 +47,9 @@ def _work(rank: int, world: int, factors: list[float], link: tuple[float, float]
         y = ragged_all_to_all(torch.full((2 * n,), float(rank)), [n, n], [n, n])
         out["a2a_s"] = time.monotonic() - t0
         out["a2a_ok"] = bool(torch.equal(y[:n], torch.zeros(n)) and torch.equal(y[n:], torch.ones(n)))
-        out["links"] = {k: v for k, v in pacer.stats.to_dict().items() if k in ("link_sleep_s", "messages")}
+        out["links"] = {
+            k: v for k, v in pacer.stats.to_dict().items() if k in ("link_sleep_s", "link_wait_s", "messages")
+        }
     out["compute"] = compute
     return out
 
@@ -133,6 +135,9 @@ def test_emulated_link_holds_messages_and_keeps_them_intact(world):
         assert r["p2p_s"] >= want * 0.99
         assert r["a2a_s"] >= want * 0.99
         assert r["links"]["link_sleep_s"] > 0 and r["links"]["messages"] >= 2
+        # the exchanges' time is the wait for their real transfers and the hold after it, both recorded
+        held = r["links"]["link_sleep_s"] + r["links"]["link_wait_s"]
+        assert r["links"]["link_wait_s"] >= 0 and 0.5 * (r["p2p_s"] + r["a2a_s"]) <= held <= r["p2p_s"] + r["a2a_s"]
 
 
 def test_emulation_refuses_bad_factors_and_shapes():

@@ -18,10 +18,10 @@ The method (every figure it produces is labelled "emulated", with its factors):
   the tiny model's forward + backward alone) the sampled CPU per operator was 9-24% above unpaced at
   f = 4-20 on 112 tokens, 3-12% on 448; in runs of cpu-8, a plan's step time varied by up to 22%
   between three runs, and the CPU-x20 ranks ran 10-35% slower per unit of work than the CPU-x8 ranks
-  (the profile's per-rank figures). So each operator is charged the least of the first `REFERENCE_SAMPLES` samples of its
-  signature (the operator, its tensors' shapes, strides and dtypes, its other arguments), and that
-  figure for good once they are taken: what one core takes for it when nothing gets in the way. The
-  samples stay in the record (`PacerStats.raw_cpu_s`).
+  (the profile's per-rank figures). So each operator is charged the least of the first
+  `REFERENCE_SAMPLES` samples of its signature (the operator, its tensors' shapes, strides and
+  dtypes, its other arguments), and that figure for good once they are taken: what one core takes
+  for it when nothing gets in the way. The samples stay in the record (`PacerStats.raw_cpu_s`).
 - **Host time.** The emulated device runs the operators asynchronously from its host, as a GPU's
   launch queue does: the host's own wall time between operators (Python, the autograd engine, the
   dispatch, waiting on an asynchronous collective) pays off what the device still owes instead of
@@ -147,8 +147,10 @@ class Emulation:
 class PacerStats:
     """What the emulation did on one rank (seconds): the operators' CPU time charged (their reference,
     module doc) and sampled, their wall time, the host time between them (hidden behind the device's
-    work, or exposed), the sleep that made them f times slower, and the sleep that emulated links.
-    Held pacing: wall_s + host_s + compute_sleep_s = f x cpu_s."""
+    work, or exposed), the sleep that made them f times slower, and for messages over emulated links
+    the wait for their real transfers and the sleep that held them. Held pacing: wall_s + host_s +
+    compute_sleep_s = f x cpu_s; a step is about that, host_exposed_s, link_wait_s and link_sleep_s
+    (and the time inside the communication calls themselves)."""
 
     ops: int = 0
     cpu_s: float = 0.0  # the operators' reference CPU time: what the device is charged (f x it)
@@ -159,6 +161,7 @@ class PacerStats:
     link_sleep_s: float = 0.0
     messages: int = 0
     raw_cpu_s: float = 0.0  # the operators' CPU time as sampled (0 in records from before the reference)
+    link_wait_s: float = 0.0  # waiting for the real transfers of a message over an emulated link, before its hold
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -264,17 +267,27 @@ class Pacer(TorchDispatchMode):
     # ------------------------------------------------------------------ links
     def hold_until(self, deadline: float) -> None:
         """Block until `deadline` (time.monotonic) for an emulated link."""
-        wait = deadline - time.monotonic()
+        now = self._waited()
+        wait = deadline - now
         if wait > 0:
             time.sleep(wait)
             self.stats.link_sleep_s += wait
         self.mark = time.monotonic()  # a link's time is not host time
 
     def hold(self, seconds: float) -> None:
+        self._waited()
         if seconds > 0:
             time.sleep(seconds)
             self.stats.link_sleep_s += seconds
         self.mark = time.monotonic()
+
+    def _waited(self) -> float:
+        """Account the time since `mark` as waiting for a communication's real transfers (the rank
+        settled before posting it, so nothing owed ran meanwhile); returns now."""
+        now = time.monotonic()
+        if self.mark is not None and now > self.mark:
+            self.stats.link_wait_s += now - self.mark
+        return now
 
     def a2a_seconds(self, ranks: Sequence[int], send_elems: Sequence[int], recv_elems: Sequence[int]) -> float:
         """Emulated time of this rank's part of an all-to-all among `ranks` (global, group order):
