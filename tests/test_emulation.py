@@ -92,11 +92,11 @@ def test_an_operator_is_charged_its_reference_not_its_sample():
         for _ in range(3 * E.REFERENCE_SAMPLES):
             torch.mm(x, x)
     st = live.stats
-    assert st.ops == 3 * E.REFERENCE_SAMPLES and 0 < st.cpu_s <= st.raw_cpu_s
+    assert st.ops == 3 * E.REFERENCE_SAMPLES and st.cpu_s > 0 and st.raw_cpu_s > 0
     (ref,) = [v for k, v in live.references.items() if k[0] is torch.ops.aten.mm.default]
     assert isinstance(ref, float)  # frozen after its samples
     # every charge is at least the final reference (the least so far only falls), the frozen ones
-    # exactly it, and the first ones at most their samples
+    # exactly it (a later sample may be less), and the first ones at most their samples
     n = E.REFERENCE_SAMPLES
     assert st.ops * ref <= st.cpu_s * (1 + 1e-9) and st.cpu_s <= (st.ops - n) * ref + st.raw_cpu_s * (1 + 1e-9)
 
