@@ -101,6 +101,26 @@ def test_an_operator_is_charged_its_reference_not_its_sample():
     assert st.ops * ref <= st.cpu_s * (1 + 1e-9) and st.cpu_s <= (st.ops - n) * ref + st.raw_cpu_s * (1 + 1e-9)
 
 
+def test_an_emulated_links_hold_runs_the_owed_device_work_meanwhile():
+    """A message over an emulated link is held until its α-β time; the device's owed work runs during
+    the hold (a GPU computes while its NIC transfers): the hold pays the debt off first and only its
+    excess is link time. In-process, one rank, the hold called directly."""
+    import time
+
+    pacer = E.Pacer(E.Emulation((4.0,)), 0)
+    pacer.debt, pacer.mark = 0.02, time.monotonic()  # 20 ms owed, a hold of 60 ms
+    pacer.hold_until(time.monotonic() + 0.06)
+    st = pacer.stats
+    # (the microseconds before the call are host time: they pay the first of the debt)
+    assert st.compute_sleep_s + st.host_s == pytest.approx(0.02) and st.link_sleep_s >= 0.04 - 1e-3
+    assert pacer.debt <= 1e-12
+    pacer = E.Pacer(E.Emulation((4.0,)), 0)
+    pacer.debt, pacer.mark = 0.2, time.monotonic()  # 200 ms owed, a hold of 30 ms: all of it device work
+    pacer.hold_until(time.monotonic() + 0.03)
+    st = pacer.stats
+    assert st.link_sleep_s == 0.0 and st.compute_sleep_s >= 0.03 - 1e-3 and 0.0 < pacer.debt <= 0.17 + 1e-3
+
+
 def test_host_time_between_operators_runs_behind_the_device_work():
     """The host's own time between operators (here a Python sleep) pays off what the slowed device
     still owes instead of adding to it (a GPU's launch queue), and never runs ahead of the device:

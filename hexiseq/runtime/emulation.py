@@ -161,7 +161,7 @@ class PacerStats:
     link_sleep_s: float = 0.0
     messages: int = 0
     raw_cpu_s: float = 0.0  # the operators' CPU time as sampled (0 in records from before the reference)
-    link_wait_s: float = 0.0  # waiting for the real transfers of a message over an emulated link, before its hold
+    link_wait_s: float = 0.0  # waiting for an emulated link's real transfers with nothing owed, before its hold
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -266,27 +266,34 @@ class Pacer(TorchDispatchMode):
 
     # ------------------------------------------------------------------ links
     def hold_until(self, deadline: float) -> None:
-        """Block until `deadline` (time.monotonic) for an emulated link."""
+        """Block until `deadline` (time.monotonic) for an emulated link. The device's owed work runs
+        meanwhile (a GPU computes while its NIC transfers): the wait for the real transfers and the
+        hold pay it off first, and only what the link adds beyond it is link time."""
         now = self._waited()
         wait = deadline - now
         if wait > 0:
             time.sleep(wait)
-            self.stats.link_sleep_s += wait
+            slept = time.monotonic() - now
+            paid = min(slept, max(self.debt, 0.0))
+            self.debt -= paid
+            self.stats.compute_sleep_s += paid
+            self.stats.link_sleep_s += slept - paid
         self.mark = time.monotonic()  # a link's time is not host time
 
     def hold(self, seconds: float) -> None:
-        self._waited()
-        if seconds > 0:
-            time.sleep(seconds)
-            self.stats.link_sleep_s += seconds
-        self.mark = time.monotonic()
+        self.hold_until(time.monotonic() + seconds)
 
     def _waited(self) -> float:
-        """Account the time since `mark` as waiting for a communication's real transfers (the rank
-        settled before posting it, so nothing owed ran meanwhile); returns now."""
+        """Account the time since `mark`, spent waiting for a communication's real transfers: what
+        the device still owes runs meanwhile (as behind host time), the rest is `link_wait_s`."""
         now = time.monotonic()
         if self.mark is not None and now > self.mark:
-            self.stats.link_wait_s += now - self.mark
+            gap = now - self.mark
+            hidden = min(gap, max(self.debt, 0.0))
+            self.debt -= hidden
+            self.stats.host_s += hidden
+            self.stats.link_wait_s += gap - hidden
+        self.mark = now
         return now
 
     def a2a_seconds(self, ranks: Sequence[int], send_elems: Sequence[int], recv_elems: Sequence[int]) -> float:
