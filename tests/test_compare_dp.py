@@ -95,15 +95,20 @@ def test_the_busiest_device_is_the_one_with_most_emulated_time():
         "cpu_us_per_op": pytest.approx(1000.0),
         "device_s_per_step": pytest.approx(2.5),
         "after_warmup": 0.0,
+        "host_exposed_s": 0.0,  # a record from before these fields: none
+        "link_wait_s": 0.0,
+        "link_sleep_s": 0.0,
     }
     assert operator_load({}, 4) is None
     # with the record of the steps after the warm-up, those steps count: rank 0's 1.6 s per step beats
     # rank 1's 0.5 s there, whatever the warm-up did
-    pacing[0]["measured"] = {"ops": 2000, "cpu_s": 0.8, "steps": 2}
+    pacing[0]["measured"] = {"ops": 2000, "cpu_s": 0.8, "steps": 2, "host_exposed_s": 0.3, "link_wait_s": 0.1}
     pacing[1]["measured"] = {"ops": 200, "cpu_s": 0.1, "steps": 2}
     got = operator_load(summary, 4)
     assert got["rank"] == 0 and got["after_warmup"] == 1.0
     assert got["device_s_per_step"] == pytest.approx(1.6) and got["ops_per_step"] == 1000.0
+    # and the rest of that rank's step, per step of the same record
+    assert (got["host_exposed_s"], got["link_wait_s"], got["link_sleep_s"]) == pytest.approx((0.15, 0.05, 0.0))
 
 
 def test_bad_input_is_refused_before_any_run(calibration, tmp_path):

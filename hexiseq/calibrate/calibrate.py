@@ -552,7 +552,8 @@ def pacing_overrun(summary: dict[str, Any]) -> float | None:
 
 def operator_load(summary: dict[str, Any], steps: int) -> dict[str, float] | None:
     """The rank with the most emulated device time per step, and what makes it: its operators per step,
-    their mean CPU time and f x that CPU per step (the device time its pacing emulates), over the steps
+    their mean CPU time and f x that CPU per step (the device time its pacing emulates), and the time
+    its step held beyond it (host time nothing hid, the emulated links' wait and hold), over the steps
     after the warm-up where the pacing record has them (`after_warmup` 1.0), else over all `steps`.
     A plan whose ranks hold few tokens runs many small operators, whose per-operator CPU (dispatch,
     allocation) the pacing stretches f times like any kernel's work (compare_dp.operator_fit measures
@@ -573,5 +574,8 @@ def operator_load(summary: dict[str, Any], steps: int) -> dict[str, float] | Non
                 "cpu_us_per_op": 1e6 * part["cpu_s"] / part["ops"],
                 "device_s_per_step": device_s,
                 "after_warmup": float(part is m),
+                # what else its step held, per step: host time nothing hid, waiting for an emulated
+                # link's real transfers and the hold after them (runtime/emulation.py, PacerStats)
+                **{k: part.get(k, 0.0) / n for k in ("host_exposed_s", "link_wait_s", "link_sleep_s")},
             }
     return best

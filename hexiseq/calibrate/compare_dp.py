@@ -167,6 +167,13 @@ class DPComparison:
                     f"{op['device_s_per_step']:.3f} s emulated per step (mean over "
                     + ("the steps after the warm-up)" if op.get("after_warmup") else "every step, warm-up included)")
                 )
+                beyond = [op.get(k, 0.0) for k in ("host_exposed_s", "link_wait_s", "link_sleep_s")]
+                lines.append(
+                    f"    beyond its device time, per step: {beyond[0]:.3f} s of host time nothing hid (waits on "
+                    f"exchanges inside a node included), {beyond[1]:.3f} s waiting for emulated links' transfers, "
+                    f"{beyond[2]:.3f} s held for them, {r['measured_s'] - op['device_s_per_step'] - sum(beyond):+.3f} "
+                    "s elsewhere (the communication calls, the step's edges)"
+                )
             if r.get("measured_device_s") and r.get("predicted_device_s"):
                 lines.append(
                     "    each rank's device time per step, predicted / measured s: "
