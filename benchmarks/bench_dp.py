@@ -96,11 +96,15 @@ def main() -> int:
             recalibrate=args.recalibrate,
             out=work / name,
         )
-        # the calibrations measured now, kept beside the report
+        # the calibrations measured now, kept beside the report; one an earlier run left and this one
+        # did not measure goes, so that the directory describes one run
         for measured, kept_as in (("calibration", "calibration.json"), ("calibration-in-window", "in-window.json")):
-            if (work / name / measured / "calibration.json").exists():
-                (kept / part.name).mkdir(parents=True, exist_ok=True)
-                write_text_atomic(kept / part.name / kept_as, (work / name / measured / "calibration.json").read_text())
+            source, target = work / name / measured / "calibration.json", kept / part.name / kept_as
+            if source.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                write_text_atomic(target, source.read_text())
+            else:
+                target.unlink(missing_ok=True)
         done.append(cmp)
         block = ["", f"== {name}", cmp.summary()]
         print("\n".join(block), flush=True)

@@ -16,6 +16,7 @@ iterations and the spread over the repeats. Depends on the machine and its load:
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -60,11 +61,11 @@ def main() -> int:
     ap.add_argument("--out", default="data/results/pacing.txt")
     args = ap.parse_args()
     m = machine()
-    load0 = Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
+    load0 = os.getloadavg()[0]
     lines = [
         f"bench_pacing: {' '.join(sys.argv)}",
         f"machine: {m['cpu']} ({m['cores']} cores), torch {m['torch']}, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, "
-        f"load average {load0}",
+        f"load average {load0:.2f}",
         "per operator, us of CPU: sampled (median over the iterations; min-max over the repeats) | reference",
     ]
     print("\n".join(lines), flush=True)
@@ -85,8 +86,8 @@ def main() -> int:
                 f"x{statistics.median(ref) / (base * 1e6):.3f}"
             )
         print("\n".join(lines[-len(FACTORS) - 1 :]), flush=True)
-    load1 = Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
-    lines.append(f"load average after: {load1}")
+    load1 = os.getloadavg()[0]
+    lines.append(f"load average after: {load1:.2f}")
     write_text_atomic(Path(args.out), "\n".join(lines) + "\n")
     print(f"wrote {args.out}")
     return 0

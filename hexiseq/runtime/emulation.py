@@ -231,13 +231,18 @@ class Pacer(TorchDispatchMode):
     def host(self) -> float:
         """Account the host's wall time since `mark` (module doc, host time): what the device still
         owes runs meanwhile; the rest of it was host-bound. Returns now (time.monotonic), the new mark."""
+        return self._account_gap("host_exposed_s")
+
+    def _account_gap(self, exposed: str) -> float:
+        """The wall time since `mark`: what the device still owes runs meanwhile (`host_s`), the rest
+        goes to the `exposed` statistic. Returns now, the new mark."""
         now = time.monotonic()
         if self.mark is not None and now > self.mark:
             gap = now - self.mark
             hidden = min(gap, max(self.debt, 0.0))
             self.debt -= hidden
             self.stats.host_s += hidden
-            self.stats.host_exposed_s += gap - hidden
+            setattr(self.stats, exposed, getattr(self.stats, exposed) + gap - hidden)
         self.mark = now
         return now
 
@@ -269,7 +274,7 @@ class Pacer(TorchDispatchMode):
         """Block until `deadline` (time.monotonic) for an emulated link. The device's owed work runs
         meanwhile (a GPU computes while its NIC transfers): the wait for the real transfers and the
         hold pay it off first, and only what the link adds beyond it is link time."""
-        now = self._waited()
+        now = self._account_gap("link_wait_s")  # the wait for the real transfers, behind owed work
         wait = deadline - now
         if wait > 0:
             time.sleep(wait)
@@ -282,19 +287,6 @@ class Pacer(TorchDispatchMode):
 
     def hold(self, seconds: float) -> None:
         self.hold_until(time.monotonic() + seconds)
-
-    def _waited(self) -> float:
-        """Account the time since `mark`, spent waiting for a communication's real transfers: what
-        the device still owes runs meanwhile (as behind host time), the rest is `link_wait_s`."""
-        now = time.monotonic()
-        if self.mark is not None and now > self.mark:
-            gap = now - self.mark
-            hidden = min(gap, max(self.debt, 0.0))
-            self.debt -= hidden
-            self.stats.host_s += hidden
-            self.stats.link_wait_s += gap - hidden
-        self.mark = now
-        return now
 
     def a2a_seconds(self, ranks: Sequence[int], send_elems: Sequence[int], recv_elems: Sequence[int]) -> float:
         """Emulated time of this rank's part of an all-to-all among `ranks` (global, group order):
