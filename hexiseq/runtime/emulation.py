@@ -30,6 +30,10 @@ The method (every figure it produces is labelled "emulated", with its factors):
   communication is not host time (the device's queue is drained before it). Without this, every
   rank ran f·(operator CPU) + (host time at 1x): a per-operator cost the cost model (a GPU's) does not
   have, largest on the fast ranks (least sleep to hide it) and on plans with many small operators.
+  The emulation's own bookkeeping after each operator (its timing and reference lookup, recorded as
+  `PacerStats.bookkeeping_s`) is neither the host's time nor the device's: like time lost to
+  contention, it is made up later by sleeping less, so a rank whose host keeps up with its device
+  does not pay it.
 - **Links.** A pair (a, b) may have an emulated link of β bytes/s and α seconds (two "nodes" joined by
   a slower network). Bytes are counted as the cost model counts them: 2 bytes per element (bf16),
   whatever dtype the CPU run uses, so β is in the cost model's units. A batched P2P exchange
@@ -149,7 +153,7 @@ class PacerStats:
     module doc) and sampled, their wall time, the host time between them (hidden behind the device's
     work, or exposed), the sleep that made them f times slower, and for messages over emulated links
     the wait for their real transfers and the sleep that held them. Held pacing: wall_s + host_s +
-    compute_sleep_s = f x cpu_s; a step is about that, host_exposed_s, link_wait_s and link_sleep_s
+    bookkeeping_s + compute_sleep_s = f x cpu_s; a step is about that, host_exposed_s, link_wait_s and link_sleep_s
     (and the time inside the communication calls themselves)."""
 
     ops: int = 0
@@ -162,6 +166,7 @@ class PacerStats:
     messages: int = 0
     raw_cpu_s: float = 0.0  # the operators' CPU time as sampled (0 in records from before the reference)
     link_wait_s: float = 0.0  # waiting for an emulated link's real transfers with nothing owed, before its hold
+    bookkeeping_s: float = 0.0  # the emulation's own time after each operator: made up by sleeping less (module doc)
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -200,15 +205,18 @@ class Pacer(TorchDispatchMode):
         w0 = self.host()
         c0 = time.thread_time()
         out = func(*args, **kwargs)
-        dc, dw = time.thread_time() - c0, time.monotonic() - w0
+        w1 = time.monotonic()
+        dc, dw = time.thread_time() - c0, w1 - w0
         st = self.stats
         st.raw_cpu_s += dc
         dc = self.reference_cpu(func, args, dc)
         st.ops += 1
         st.cpu_s += dc
         st.wall_s += dw
-        self.debt = max(-CREDIT_S, self.debt + self.factor * dc - dw)
-        self.mark = w0 + dw
+        self.mark = time.monotonic()
+        # the time of the bookkeeping above is the emulation's, neither the host's nor the device's (module doc)
+        st.bookkeeping_s += self.mark - w1
+        self.debt = max(-CREDIT_S, self.debt + self.factor * dc - dw - (self.mark - w1))
         if self.debt > QUANTUM_S:
             self.settle()
         return out
