@@ -21,7 +21,15 @@ Compute (every rank at once, each under its own emulation, the shapes a plan of 
 Links (one pair at a time, the others waiting at a barrier): a ping-pong of a small and a large
 message with `comm.P2PBatch` (emulated links apply) gives each pair's latency (half the small round
 trip) and bandwidth (the large message over the extra time); an all-to-all of the world gives its
-bandwidth. Bytes are counted as the cost model counts them, 2 per element (bf16).
+bandwidth. Bytes are counted as the cost model counts them, 2 per element (bf16). On an emulated
+world, each pair inside a node also exchanges a small message both ways at once (as an all-to-all
+or an exchange round does) after paced work and a settle, as a run's ranks come to every message
+(`paced_latency_us`, the mean of 40): what a message costs there, waking and waiting for the peer
+included. Measured
+on this project's 2-core VM (benchmarks/bench_paced_collectives.py, data/results/paced-collectives.txt)
+a two-rank all-to-all after paced work took 1.5-2.1 ms on average at f = 4-20, against a ping-pong
+latency of 0.2-0.3 ms in the profiles of cpu-4; the per-message latency the cost model charges is
+this paced figure.
 """
 
 from __future__ import annotations
@@ -336,6 +344,43 @@ def measure_links(rank: int, world: int, elems: int, repeats: int) -> dict[str, 
     return {"pairs": pairs, "all_to_all": {"elements_per_peer": per_peer, "seconds": t, "gbps": sent / t / 1e9}}
 
 
+PACED_WORK = 20  # small matmuls (64 x 64) of paced work before each timed message: f x ~0.6 ms
+PACED_MESSAGES = (5, 40)  # messages of each pair left out, then timed: the mean is what a run's messages sum to
+
+
+def measure_paced_latency(world: int, rank: int, local: Callable[[int], bool]) -> dict[tuple[int, int], float]:
+    """{(a, b): microseconds} for each pair inside a node (`local(peer)`; one pair at a time): the
+    mean of PACED_MESSAGES one-element exchanges both ways at once, each after paced work and a settle
+    (module doc). Run under the rank's own pacing."""
+    pacer = active()
+    a_mat = torch.randn(64, 64, generator=torch.Generator().manual_seed(rank))
+    out: dict[tuple[int, int], float] = {}
+    for a in range(world):
+        for b in range(a + 1, world):
+            dist.barrier()
+            if rank not in (a, b) or not local(b if rank == a else a):
+                continue
+            peer = b if rank == a else a
+            times = []
+            skip, timed = PACED_MESSAGES
+            for i in range(skip + timed):
+                for _ in range(PACED_WORK):
+                    a_mat = torch.tanh(a_mat @ a_mat) * 0.5
+                if pacer is not None:
+                    pacer.settle(0.0)
+                t0 = time.perf_counter()
+                batch = P2PBatch()
+                batch.send(torch.zeros(1), peer, 9)
+                batch.recv(torch.empty(1), peer, 9)
+                batch.start().wait()
+                if i >= skip:
+                    times.append(time.perf_counter() - t0)
+            if rank == a:
+                out[(a, b)] = statistics.mean(times) * 1e6
+    dist.barrier()
+    return out
+
+
 def measure_worker(rank: int, world: int, job: MeasureJob) -> dict[str, Any]:
     """Body of one rank of `hexiseq profile`."""
     cfg = LlamaConfig(**job.model)
@@ -361,4 +406,11 @@ def measure_worker(rank: int, world: int, job: MeasureJob) -> dict[str, Any]:
     links = emu.Emulation.from_dict({**job.emulation, "slowdown": [1.0] * world}) if job.emulation else None
     with emu.activate(links, rank):
         out["links"] = measure_links(rank, world, job.link_elems, job.repeats)
+    if pacer is not None:
+        emulation = emu.Emulation.from_dict(job.emulation)
+        with emu.activate(None, rank, pacer):
+            paced = measure_paced_latency(world, rank, lambda peer: emulation.link(rank, peer) is None)
+        for p in out["links"]["pairs"]:
+            if (p["a"], p["b"]) in paced:
+                p["paced_latency_us"] = paced[(p["a"], p["b"])]
     return out

@@ -14,7 +14,8 @@ raw figure. The derivation (per rank, then the median of the ranks of one type):
     hbm_bandwidth_gbps   the larger of a streaming copy and the memory-bound kernels' rate (bf16 bytes)
     eff_hbm              the memory-bound kernels' rate / hbm_bandwidth_gbps
     link_bandwidth_gbps, link_latency_us   the median ping-pong bandwidth and latency over the rank's
-                         pairs inside its node (the real links; emulated ones are recorded as a check)
+                         pairs inside its node (the real links; emulated ones are recorded as a check);
+                         on an emulated world the latency is the paced exchange's (measure.py)
 
 Emulated CPU types (CPU-x<f>) are measured like any other: the median over the type's own ranks. They
 are not one core divided by f: a paced rank sleeps between its operators, and the more it sleeps the
@@ -203,7 +204,8 @@ def rank_figures(m: Mapping[str, Any], intra_pairs: list[dict[str, Any]]) -> dic
     measured = [p["gbps"] for p in intra_pairs if p["gbps"]]
     if measured:
         out["link_bandwidth_gbps"] = statistics.median(measured)
-        out["link_latency_us"] = statistics.median(p["latency_us"] for p in intra_pairs)
+        # an emulated world's per-message latency is what a message costs between paced ranks (measure.py)
+        out["link_latency_us"] = statistics.median(p.get("paced_latency_us", p["latency_us"]) for p in intra_pairs)
     return out
 
 
