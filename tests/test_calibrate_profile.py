@@ -209,3 +209,35 @@ def test_the_attention_blocks_per_row_cost_leaves_out_their_operators(monkeypatc
     fake_timed.lks, fake_timed.per_row_keys = [lks[0], lks[0], lks[1], lks[1], lq], 0.0
     att = measure.measure_attention(cfg, 2048, 8, 1, 1.0, torch.Generator().manual_seed(0))
     assert att["half_keys"] == pytest.approx(ops * op_us * 1e-6 / per_key, rel=1e-6)
+
+
+def _paced_latency(rank: int, world: int) -> dict:
+    """One rank of an emulated two-rank world (f = 4, no emulated link): measure_paced_latency."""
+    from hexiseq.calibrate.measure import PACED_MESSAGES, measure_paced_latency
+    from hexiseq.runtime import emulation as emu
+
+    with emu.activate(emu.Emulation((4.0, 4.0)), rank) as pacer:
+        got = measure_paced_latency(world, rank, lambda peer: True)
+        return {"latency": got, "messages": pacer.stats.messages, "ops": pacer.stats.ops, "timed": PACED_MESSAGES}
+
+
+def test_an_emulated_worlds_latency_is_timed_between_paced_ranks():
+    """measure.measure_paced_latency: the pair's exchanges come after paced work (operators charged and
+    slept off), the first rank of the pair reports its mean in microseconds; profile.rank_figures takes
+    it as the link's latency where it exists, the ping-pong's elsewhere."""
+    from hexiseq.calibrate.profile import rank_figures
+    from hexiseq.runtime.world import spawn_world
+
+    r0, r1 = spawn_world(_paced_latency, 2, timeout_s=120)
+    skip, timed = r0["timed"]
+    assert set(r0["latency"]) == {(0, 1)} and r1["latency"] == {}
+    assert 0.0 < r0["latency"][(0, 1)] < 1e6  # a mean of real exchanges, in microseconds
+    assert r0["ops"] >= (skip + timed) * 20  # every message after its paced work
+    pair = {"a": 0, "b": 1, "latency_us": 250.0, "gbps": 1.0}
+    m = {
+        "matmul": {"layer_tflops": 1.0, "square": {"tflops": 1.0}, "lm_head": {"tflops": 1.0}},
+        "attention": {"tflops": 0.5, "half_keys": 1.0},
+        "memory": {"gbps": 1.0, "copy": {"gbps": 2.0}, "op_us": 5.0},
+    }
+    assert rank_figures(m, [pair])["link_latency_us"] == 250.0
+    assert rank_figures(m, [{**pair, "paced_latency_us": 2500.0}])["link_latency_us"] == 2500.0
