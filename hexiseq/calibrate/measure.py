@@ -25,11 +25,10 @@ bandwidth. Bytes are counted as the cost model counts them, 2 per element (bf16)
 world, each pair inside a node also exchanges a small message both ways at once (as an all-to-all
 or an exchange round does) after paced work and a settle, as a run's ranks come to every message
 (`paced_latency_us`, the mean of 40): what a message costs there, waking and waiting for the peer
-included. Measured
-on this project's 2-core VM (benchmarks/bench_paced_collectives.py, data/results/paced-collectives.txt)
-a two-rank all-to-all after paced work took 1.5-2.1 ms on average at f = 4-20, against a ping-pong
-latency of 0.2-0.3 ms in the profiles of cpu-4; the per-message latency the cost model charges is
-this paced figure.
+included. Measured on this project's 2-core VM (benchmarks/bench_paced_collectives.py,
+data/results/paced-collectives.txt), a two-rank all-to-all after paced work took 1.5-2.1 ms on
+average at f = 4-20, against a ping-pong latency of 0.2-0.3 ms in the profiles of cpu-4; the
+per-message latency the cost model charges is this paced figure.
 """
 
 from __future__ import annotations
