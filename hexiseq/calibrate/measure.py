@@ -406,9 +406,8 @@ def measure_worker(rank: int, world: int, job: MeasureJob) -> dict[str, Any]:
     with emu.activate(links, rank):
         out["links"] = measure_links(rank, world, job.link_elems, job.repeats)
     if pacer is not None:
-        emulation = emu.Emulation.from_dict(job.emulation)
         with emu.activate(None, rank, pacer):
-            paced = measure_paced_latency(world, rank, lambda peer: emulation.link(rank, peer) is None)
+            paced = measure_paced_latency(world, rank, lambda peer: pacer.emulation.link(rank, peer) is None)
         for p in out["links"]["pairs"]:
             if (p["a"], p["b"]) in paced:
                 p["paced_latency_us"] = paced[(p["a"], p["b"])]
