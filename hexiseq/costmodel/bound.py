@@ -93,7 +93,7 @@ def min_iteration_time(
         tok_rate, att_rate, float(B * S), float(B * model.layers * model.heads * model.causal_pairs(S))
     )
     w = work_times([d.gpu for d in cluster.devices], model, options)
-    local_params = model.param_count / (cluster.size if workload.param_sharding == "zero3" else 1)
+    local_params = model.param_count / (options.shards(cluster.size) if workload.param_sharding == "zero3" else 1)
     return work + float((local_params * w.optimizer).min())
 
 
@@ -154,7 +154,7 @@ def least_optimizer_time(cluster: ClusterSpec, model: ModelSpec, options: CostOp
     """The least optimizer step of any rank of any plan on the cluster: its parameters sharded over
     every device (no shard group is larger), on the fastest device (`min_iteration_time`'s term)."""
     w = work_times([d.gpu for d in cluster.devices], model, options)
-    return float((model.param_count / cluster.size * w.optimizer).min())
+    return float((model.param_count / options.shards(cluster.size) * w.optimizer).min())
 
 
 def sequence_memory(
@@ -167,7 +167,7 @@ def sequence_memory(
     η / group_size KV heads), so c_w takes c_u / group_size. A device's room: its capacity less the
     reserved fraction, the least model states of any rank (the least over the sharding stages with
     every device in the shard group) and the constant terms; 0 when that is negative."""
-    per_stage = [sharded_state_bytes(model, stage, cluster.size) for stage in ShardingStage]
+    per_stage = [sharded_state_bytes(model, stage, options.shards(cluster.size)) for stage in ShardingStage]
     states = min(sum(x.values()) for x in per_stage)
     terms = [
         t for key, t in memory_terms(model, workload, cluster.size, options=options).items() if key not in per_stage[0]
@@ -274,7 +274,7 @@ def _pass_bound(
     S, B = workload.seq_len, workload.global_batch
     pairs = float(model.heads * model.causal_pairs(S))  # per layer and sequence
     work = compute(1.0 / tau, 1.0 / rho, float(B * S), float(B * model.layers) * pairs)
-    local_params = model.param_count / (n_devices if workload.param_sharding == "zero3" else 1)
+    local_params = model.param_count / (options.shards(n_devices) if workload.param_sharding == "zero3" else 1)
     optimizer = float((local_params * w.optimizer).min())
     # (2) pass by pass
     per_pass = {

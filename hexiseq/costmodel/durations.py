@@ -212,7 +212,7 @@ def coefficients(
         x_rb = np.bincount(
             t.dst * k + t.round, kv_bytes(t.num_kv_heads * mult, model.head_dim), minlength=R * k
         ).reshape(R, k)
-    local_params = model.param_count / (R if workload.param_sharding == "zero3" else 1)
+    local_params = model.param_count / (options.shards(R) if workload.param_sharding == "zero3" else 1)
     ops = operator_charges(w.operator, a.grp, a.eta, k, rule)
     return Coefficients(
         a=a,

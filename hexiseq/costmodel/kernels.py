@@ -70,8 +70,15 @@ class CostOptions:
     loss_bytes_per_logit: float = 12.0  # HBM traffic of softmax + cross entropy fwd+bwd per logit
     optimizer_bytes_per_param: float = 28.0  # AdamW: read grad, master, m, v; write master, m, v, bf16 weight
     ignore_comm: bool = False  # every transfer free: the pure compute schedule (tests, what-ifs)
+    # > 0: the sharded model states of a plan split over at least this many devices, not only its
+    # own ranks (the joint planner plans a replica whose states are sharded with other replicas')
+    state_shards: int = 0
     # the software stack whose kernel factors scale the catalog's rates (`rates`); explicit default
     stack: Stack = field(default_factory=default_stack)
+
+    def shards(self, ranks: int) -> int:
+        """The devices a plan of `ranks` ranks splits its sharded model states over."""
+        return max(ranks, self.state_shards)
 
 
 @dataclass(frozen=True)

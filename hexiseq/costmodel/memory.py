@@ -137,7 +137,7 @@ def memory_terms(
     att_w, att_u = 2.0 * (BF16 * 2 * d + FP32), 2.0 * BF16 * 2 * d
     grad_w, grad_u = 2.0 * BF16 * 2 * d, 2.0 * BF16 * 2 * d  # dq, dout and dk, dv of the layer in flight
     send_s = BF16 * (model.heads + 2 * model.kv_heads) * d
-    out = {key: MemoryTerms(const=v) for key, v in state_bytes(model, workload, ranks).items()}
+    out = {key: MemoryTerms(const=v) for key, v in state_bytes(model, workload, options.shards(ranks)).items()}
     if rule.keep == "inputs":
         out["activations"] = MemoryTerms(c_s=Lyr * BF16 * model.hidden)
         out["attention"] = MemoryTerms(c_s=tok + send_s, c_w=att_w + grad_w, c_u=att_u + grad_u)

@@ -224,7 +224,7 @@ def _lower_bound(a: PlanArrays, fl: _Floors, model: ModelSpec, workload: Workloa
     rerun = again.rerun_linear * (w.pre_fwd + w.post_fwd)
     bwd = a.s * (w.pre_bwd + w.post_bwd + rerun) + ex_b + again.replay_layer * fwd
     own = {"f": fwd, "b": bwd, "h": a.s * w.head}
-    local_params = model.param_count / (a.R if workload.param_sharding == "zero3" else 1)
+    local_params = model.param_count / (options.shards(a.R) if workload.param_sharding == "zero3" else 1)
     shape = StepShape(params=fl.pc, layers=model.layers, batch=workload.global_batch, comm=not options.ignore_comm)
     total = float(local_params * w.optimizer.max())
     for step in pass_schedule(shape):

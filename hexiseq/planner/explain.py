@@ -120,6 +120,12 @@ def may_fit(
         + (total_states if workload.param_sharding == "replicated" else 0.0)
     )
     devs = cluster.devices if devices is None else [cluster.devices[i] for i in devices]
+    if options.state_shards and workload.param_sharding == "zero3":
+        # the states sharded over more devices than these: a plan on k of them holds a 1/max(k, N)
+        # share on each, at least total / max(len(devs), N); a device with less room is no help
+        each = total_states / options.shards(len(devs))
+        room = sum(max(0.0, (1 - options.reserved_fraction) * d.gpu.memory_bytes - per_rank - each) for d in devs)
+        return workload.seq_len * per_tok <= room
     room = sum(max(0.0, (1 - options.reserved_fraction) * dev.gpu.memory_bytes - per_rank) for dev in devs)
     need = workload.seq_len * per_tok + (total_states if workload.param_sharding == "zero3" else 0.0)
     return need <= room

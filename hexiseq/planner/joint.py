@@ -212,18 +212,20 @@ class _Shapes:
         scale = ratios[len(ratios) // 2] if ratios else 1.0
         return [planned.get(spec[n], compute[n] * scale) for n in range(len(nodes))]
 
-    def plan(self, rep: Replica) -> tuple[Plan, str] | None:
-        key = shape_key(self.cluster, rep)
+    def plan(self, rep: Replica, shards: int = 0) -> tuple[Plan, str] | None:
+        """The shape's plan on the replica's devices and its recompute policy (None: it does not fit).
+        `shards` > 0: its model states sharded over that many devices (with other replicas'), not
+        only its own, which leaves it more memory for a sequence."""
+        key = (shape_key(self.cluster, rep), shards)
         if key not in self.plans:
             t0 = time.perf_counter()
             sub = sub_cluster(self.cluster, rep, "replica")
             wl = replace(self.workload, global_batch=1, param_sharding="zero3")
+            options = replace(self.options, state_shards=shards) if shards else self.options
             try:
-                res = plan_cluster(
-                    sub, self.model, wl, progress=False, options=self.options, work=SHAPE_WORK, gap=SHAPE_GAP
-                )
+                res = plan_cluster(sub, self.model, wl, progress=False, options=options, work=SHAPE_WORK, gap=SHAPE_GAP)
                 self.plans[key] = (res.plan, res.recompute)
-                if all(p.count == self.cluster.nodes[p.node].count for p in rep):  # whole nodes only
+                if not shards and all(p.count == self.cluster.nodes[p.node].count for p in rep):  # whole nodes only
                     self.times[key] = (tuple(p.node for p in rep), res.iteration_time_s)
             except (InfeasibleError, HexiSeqError):
                 self.plans[key] = None
@@ -323,7 +325,12 @@ def plan_joint(
         nonlocal best_s, best_plan, best_label, best_policy
         planned = [shapes.plan(r) for r in part.replicas]
         if any(p is None for p in planned):
-            return
+            # a replica that cannot hold its own states may still run with them sharded over the
+            # partition's devices (ZeRO over all devices): plan the shapes with that memory
+            n = sum(len(replica_devices(cluster, r)) for r in part.replicas)
+            planned = [shapes.plan(r, shards=n) for r in part.replicas]
+            if any(p is None for p in planned):
+                return
         for pol in sorted({pol for _, pol in planned}):
             wl = workload.with_recompute(pol)
             reps = [p for p, _ in planned]
