@@ -100,3 +100,45 @@ def test_never_refuses_a_plan_that_fits(mixed4, seed):
         plan = random_plan(4, seq_len, m.heads, m.kv_heads, seed=seed, block_size=BLOCK, whole_kv_heads=True)
         if estimate(plan, mixed4, m, wl).fits:
             assert may_fit(mixed4, m, wl, devices=plan.rank_devices)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_never_refuses_a_plan_that_fits_with_states_sharded_wider(mixed4, seed):
+    """The same with the model states sharded over more devices than the plan's (CostOptions.
+    state_shards, a replica of a joint plan): every random plan that fits under those options passes
+    may_fit under them, around the longest sequence they allow; and the wider sharding lets an 8B
+    model's long sequence fit where its own states leave no room."""
+    m = get_model("llama3-8b")
+    opts = CostOptions(state_shards=(8, 16, 64)[seed % 3])
+    policy = ("none", "selective", "full")[seed % 3]
+    lo, hi = 1, 1 << 16  # the longest sequence may_fit accepts under the options (whole chunk pairs)
+    wl = lambda n: Workload(seq_len=n * 2 * BLOCK * 4, activation_checkpointing=policy)  # noqa: E731
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if may_fit(mixed4, m, wl(mid), opts) else (lo, mid)
+    checked = 0
+    for n in (lo // 4, lo // 2, lo, hi):
+        if n < 1:
+            continue
+        w = wl(n)
+        plan = random_plan(4, w.seq_len, m.heads, m.kv_heads, seed=seed, block_size=BLOCK, whole_kv_heads=True)
+        if estimate(plan, mixed4, m, w, opts).fits:
+            checked += 1
+            assert may_fit(mixed4, m, w, opts, devices=plan.rank_devices)
+    assert not may_fit(mixed4, m, wl(hi), opts) and checked >= 1
+    assert may_fit(mixed4, m, wl(lo), opts) and not may_fit(mixed4, m, wl(lo), CostOptions())
+
+
+def test_plan_cluster_without_the_explanation(mixed4):
+    """plan_cluster(explain=False), the joint planner's replica shapes: the same InfeasibleError,
+    one line instead of the explanation (which solves a dozen memory models)."""
+    from hexiseq.errors import InfeasibleError
+    from hexiseq.planner import plan_cluster
+
+    m, wl = get_model("llama2-70b"), Workload(seq_len=32 * 1024, activation_checkpointing="auto")
+    with pytest.raises(InfeasibleError) as short:
+        plan_cluster(mixed4, m, wl, progress=False, explain=False)
+    assert str(short.value) == "llama2-70b at 32,768 tokens does not fit on mixed-4"
+    with pytest.raises(InfeasibleError) as full:
+        plan_cluster(mixed4, m, wl, progress=False)
+    assert "what would make it fit" in str(full.value)

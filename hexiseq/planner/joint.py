@@ -223,7 +223,9 @@ class _Shapes:
             wl = replace(self.workload, global_batch=1, param_sharding="zero3")
             options = replace(self.options, state_shards=shards) if shards else self.options
             try:
-                res = plan_cluster(sub, self.model, wl, progress=False, options=options, work=SHAPE_WORK, gap=SHAPE_GAP)
+                res = plan_cluster(
+                    sub, self.model, wl, progress=False, options=options, work=SHAPE_WORK, gap=SHAPE_GAP, explain=False
+                )
                 self.plans[key] = (res.plan, res.recompute)
                 if not shards and all(p.count == self.cluster.nodes[p.node].count for p in rep):  # whole nodes only
                     self.times[key] = (tuple(p.node for p in rep), res.iteration_time_s)
@@ -326,15 +328,18 @@ def plan_joint(
         planned = [shapes.plan(r) for r in part.replicas]
         if any(p is None for p in planned):
             # a replica that cannot hold its own states may still run with them sharded over the
-            # partition's devices (ZeRO over all devices): plan the shapes with that memory
+            # partition's devices (ZeRO over all devices): plan those shapes with that memory (the
+            # others' own plans fit under it too)
             n = sum(len(replica_devices(cluster, r)) for r in part.replicas)
-            planned = [shapes.plan(r, shards=n) for r in part.replicas]
+            planned = [p if p is not None else shapes.plan(r, shards=n) for r, p in zip(part.replicas, planned)]
             if any(p is None for p in planned):
                 return
         for pol in sorted({pol for _, pol in planned}):
             wl = workload.with_recompute(pol)
             reps = [p for p, _ in planned]
-            t, plan, _ = best_over_strategies(reps, cluster, model, wl, strategies, options, "hexiseq", cache)
+            t, plan, _ = best_over_strategies(
+                reps, cluster, model, wl, strategies, options, "hexiseq", cache, cutoff=best_s
+            )
             if plan is not None and isinstance(dp, int) and plan.num_replicas != dp:
                 continue
             if plan is not None and t < best_s * (1 - 1e-12):

@@ -98,10 +98,18 @@ def plan_cluster(
     work: int = DEFAULT_WORK,
     gap: float = DEFAULT_GAP,
     options: CostOptions = CostOptions(),
+    explain: bool = True,
 ) -> PlanResult:
     """Find the fastest asymmetric CP x HP plan that fits (module doc). `work` caps the search's
     cutting-plane rounds and `gap` stops it early (both leave the reported bound valid). Raises
-    InfeasibleError with an explanation when nothing fits in memory."""
+    InfeasibleError with an explanation when nothing fits in memory (`explain` False: a one-line
+    reason, for callers that only need to know; the explanation solves a dozen memory models)."""
+
+    def infeasible(wl: Workload) -> InfeasibleError:
+        if explain:
+            return InfeasibleError(explain_infeasible(cluster, model, wl))
+        return InfeasibleError(f"{model.name} at {wl.seq_len:,} tokens does not fit on {cluster.name}")
+
     if solver != "highs":
         raise HexiSeqError(
             f"solver {solver!r}: the planner solves its models with the embedded HiGHS; export a model with "
@@ -127,7 +135,7 @@ def plan_cluster(
             if workload.recompute != "auto" or may_fit(cluster, model, workload.with_recompute(p), options)
         ]
         if not policies:
-            raise InfeasibleError(explain_infeasible(cluster, model, workload.with_recompute(RecomputePolicy.FULL)))
+            raise infeasible(workload.with_recompute(RecomputePolicy.FULL))
         base = baselines(cluster, model, workload, progress=tick, policies=policies, options=options)
         stages["baselines"] = time.perf_counter() - t
         t = time.perf_counter()
@@ -147,7 +155,7 @@ def plan_cluster(
                 if workload.recompute == RecomputePolicy.AUTO
                 else workload
             )
-            raise InfeasibleError(explain_infeasible(cluster, model, explain_wl))
+            raise infeasible(explain_wl)
         t = time.perf_counter()
         wl = workload.with_recompute(res.best_policy)
         plan, sim_t, moves = refine(res.best_plan, res.best_s, cluster, model, wl, tick=tick, options=options)
