@@ -98,6 +98,7 @@ class Enumerated:
     best: Plan | None
     worst_s: float
     times: list[float]
+    by_partition: dict[tuple[tuple[int, ...], ...], float]  # each replica partition's best step
 
 
 def every_joint_plan(
@@ -114,6 +115,7 @@ def every_joint_plan(
     layouts_ = layouts_ or ReplicaLayouts(cluster, model, workload)
     cache = {} if cache is None else cache
     times: list[float] = []
+    by_partition: dict[tuple[tuple[int, ...], ...], float] = {}
     best_s, best = math.inf, None
     for part in replica_partitions(cluster, G):
         per_replica = [layouts_.plans(block) for block in part]
@@ -134,6 +136,7 @@ def every_joint_plan(
                     plan = Plan.joint(list(combo), list(seqs), sharding, name="enumerated")
                     t = step_time(plan, cluster, model, lines)
                     times.append(t)
+                    by_partition[part] = min(by_partition.get(part, math.inf), t)
                     if t < best_s:
                         best_s, best = t, plan
-    return Enumerated(len(times), best_s, best, max(times, default=math.inf), times)
+    return Enumerated(len(times), best_s, best, max(times, default=math.inf), times, by_partition)

@@ -22,7 +22,9 @@ from hexiseq.costmodel.kernels import CostOptions, work_times
 from hexiseq.costmodel.step import estimate_step, replica_lines, step_time
 from hexiseq.errors import InfeasibleError
 from hexiseq.plan import random_plan, ulysses_plan
-from hexiseq.planner.joint import every_joint_plan_bound, plan_joint
+from hexiseq.planner.joint import _Shapes, every_joint_plan_bound, plan_joint
+from hexiseq.planner.replicas import Partition, Piece
+from hexiseq.planner.replicas import shape_key as _shape_key
 from hexiseq.planner.shares import STRATEGIES
 from hexiseq.specs import ClusterSpec, ModelSpec, Workload
 
@@ -65,6 +67,7 @@ def check_certificate(
     filled on first use). The enumeration's count and best, for the table."""
     policies = ["none", "selective", "full"] if wl.recompute == "auto" else [str(wl.recompute)]
     times: list[float] = []
+    by_partition: dict[tuple, float] = {}
     best_s, best, best_wl = math.inf, None, wl
     for policy in policies:
         wp = wl.with_recompute(policy)
@@ -72,12 +75,20 @@ def check_certificate(
             layouts[policy] = ReplicaLayouts(cluster, model, wp)
         found = every_joint_plan(cluster, model, wp, STRATEGIES, layouts[policy], cache)
         times += found.times
+        for part, t in found.by_partition.items():
+            by_partition[part] = min(by_partition.get(part, math.inf), t)
         if found.best_s < best_s:
             best_s, best, best_wl = found.best_s, found.best, wp
     assert times and best is not None and math.isfinite(best_s)
     # the enumeration's judge is the replay: its best plan replays to the time it was scored at
     assert estimate_step(best, cluster, model, best_wl).step_time_s == pytest.approx(best_s, rel=REL)
-    found = type(found)(len(times), best_s, best, max(times), times)
+    found = type(found)(len(times), best_s, best, max(times), times, by_partition)
+    # the search's floor of a replica partition (what it says of the partitions it does not plan)
+    # is below every plan of that partition, whatever its layouts, strategy and shares
+    shapes = _Shapes(cluster, model, wl, CostOptions())
+    for part, t in by_partition.items():
+        floor = shapes.partition_floor(Partition("", tuple(_pieces(cluster, block) for block in part)), wl.global_batch)
+        assert floor <= t * (1 + REL), (part, floor, t)
     res = plan_joint(cluster, model, wl)
     print(
         f"{label:<34} G={wl.global_batch}  plans {found.count:>6}  best {found.best_s:.6f} s  planner "
@@ -95,6 +106,14 @@ def check_certificate(
         assert step_time(res.plan, cluster, model, lines) == pytest.approx(res.step_time_s, rel=REL)
     assert sum(r.sequences for r in res.plan.replicas) == wl.global_batch
     return found, res
+
+
+def _pieces(cluster: ClusterSpec, block: tuple[int, ...]) -> tuple[Piece, ...]:
+    """A replica's devices as planner/replicas.py's pieces (identical GPUs of a node are interchangeable)."""
+    by_node: dict[int, list[int]] = {}
+    for d in block:
+        by_node.setdefault(cluster.devices[d].node, []).append(cluster.devices[d].local_rank)
+    return tuple(Piece(n, min(r), len(r)) for n, r in sorted(by_node.items()))
 
 
 # The two large cases (6 and 7 GPUs: up to 132,250 plans per G) run at G = 1 and 3 only, to keep
@@ -158,6 +177,11 @@ def test_the_joint_bound_holds_when_memory_rules_out_a_policy(G):
     _, _, layouts, cache = _ENUMERATED["deep"]
     found, res = check_certificate(cluster, wl, layouts, cache, "node of 2, DEEP 64K, auto", DEEP)
     assert res.lower_bound_s == pytest.approx(lower)
+    # the search's floor of a replica of both GPUs counts the recompute it needs (checked above
+    # against every plan): above its balanced compute without recompute
+    shapes = _Shapes(cluster, DEEP, wl, CostOptions())
+    both = (Piece(0, 0, 2),)
+    assert shapes.per_sequence_bound(both) > 1.05 * shapes.compute[_shape_key(cluster, both)]
     assert "with selective recompute (the least of the policies one sequence can fit under: selective, full)" in (
         res.bound_covers
     )

@@ -17,7 +17,11 @@ step of `global_batch` sequences.
   left out.
 - Search: partitions in the order of a proven lower bound of their step (each shape's balanced
   compute per sequence, costmodel.bound, with the same exact shares); it stops when the next bound
-  is within `gap` of the best step found.
+  is within `gap` of the best step found. A partition's floor is tighter: each shape's compute under
+  the least recompute with which it can hold a sequence, each device's share held to its memory
+  (the model states sharded over the whole cluster, the most any strategy shards them); a partition
+  whose floor is no better than the best step is not planned, and the floors of those not planned
+  are what the search's bound says of them.
 - Lower bound of every plan (any partition, any strategy, any layout; `every_joint_plan_bound`):
   the cluster's balanced compute for G sequences under the recompute policy, plus the least
   optimizer step. A plan's replicas together do the same token and attention work (and its policy's
@@ -172,26 +176,44 @@ class _Shapes:
         self.plans: dict[tuple, tuple[Plan, str] | None] = {}
         self.seconds = 0.0  # spent planning shapes
         self.bounds: dict[tuple, float] = {}
+        self.compute: dict[tuple, float] = {}  # the balanced compute part of each bound (node_rates)
         # per planned shape of whole nodes: its nodes and its plan's seconds per sequence (node_rates)
         self.times: dict[tuple, tuple[tuple[int, ...], float]] = {}
 
     def per_sequence_bound(self, rep: Replica) -> float:
-        """A lower bound of the shape's seconds per sequence: its balanced compute (costmodel.bound)."""
+        """A lower bound of the shape's seconds per sequence: its balanced compute (costmodel.bound),
+        and its compute under the least recompute that lets it hold a sequence, each device's share
+        held to its memory (costmodel.bound.memory_capped_work_time) with the model states sharded
+        over the whole cluster, the most any strategy shards them (inf: no policy fits)."""
         key = shape_key(self.cluster, rep)
         if key not in self.bounds:
             sub = sub_cluster(self.cluster, rep, "replica")
             S = self.workload.seq_len
             wl = replace(self.workload, global_batch=1, param_sharding="zero3")
+            widest = replace(self.options, state_shards=self.cluster.size)
+            capped = min(
+                memory_capped_work_time(sub, self.model, wl.with_recompute(p), widest)
+                for p in policies_of(self.workload)
+            )
             if wl.recompute == "auto":
-                wl = wl.with_recompute("none")  # the bound leaves recompute out
+                wl = wl.with_recompute("none")  # the balanced compute leaves recompute out
             one, two = (
                 S * b / compute_bound(sub, self.model, replace(wl, global_batch=b), self.options) for b in (1, 2)
             )
-            self.bounds[key] = max(0.0, two - one)  # the compute of one more sequence (no optimizer)
+            self.compute[key] = max(0.0, two - one)  # the compute of one more sequence (no optimizer)
+            self.bounds[key] = max(self.compute[key], capped)
         return self.bounds[key]
 
     def partition_bound(self, part: Partition, global_batch: int) -> float:
-        """A lower bound of the partition's step: its shapes' balanced compute, with exact shares."""
+        """The partition's balanced compute with exact shares: the order the search visits
+        partitions in (a lower bound of its step too, `partition_floor` the tighter one)."""
+        for r in part.replicas:
+            self.per_sequence_bound(r)
+        return lower_shares_bound([self.compute[shape_key(self.cluster, r)] for r in part.replicas], global_batch)
+
+    def partition_floor(self, part: Partition, global_batch: int) -> float:
+        """A lower bound of the partition's step: its shapes' `per_sequence_bound`, with exact shares
+        (a shape that cannot hold a sequence takes none)."""
         return lower_shares_bound([self.per_sequence_bound(r) for r in part.replicas], global_batch)
 
     def node_rates(self) -> list[float]:
@@ -200,8 +222,10 @@ class _Shapes:
         the median planned / compute ratio of the specs that were planned."""
         nodes = self.cluster.nodes
         spec = [spec_key(node) for node in nodes]
-        bounds = [self.per_sequence_bound((Piece(n, 0, node.count),)) for n, node in enumerate(nodes)]
-        compute = [1.0 / max(b, 1e-12) for b in bounds]
+        whole = [(Piece(n, 0, node.count),) for n, node in enumerate(nodes)]
+        for rep in whole:
+            self.per_sequence_bound(rep)
+        compute = [1.0 / max(self.compute[shape_key(self.cluster, rep)], 1e-12) for rep in whole]
         planned: dict[tuple, float] = {}
         for members, seconds in self.times.values():
             if len({spec[n] for n in members}) == 1 and math.isfinite(seconds) and seconds > 0:
@@ -345,16 +369,28 @@ def plan_joint(
             if plan is not None and t < best_s * (1 - 1e-12):
                 best_s, best_plan, best_label, best_policy = t, plan, part.label, pol
 
-    for lb, _, part in parts:
-        if lb >= best_s * (1 - gap):
-            searched_lb = min(searched_lb, lb)
-            break
-        if visited >= MAX_PARTITIONS_VISITED:
-            searched_lb = min(searched_lb, lb)
-            notes.append(f"the search stopped after {visited} partitions planned in full: the bound covers the rest")
-            break
-        visited += 1
-        visit(part)
+    def search(entries: list[tuple[float, int, Partition]], limit: int | None) -> None:
+        """Visit the partitions in the order of their balanced compute until it proves the rest
+        slower (or `limit` are planned); one whose floor is no better than the best plan is not
+        planned. What is not planned is covered by its floor."""
+        nonlocal visited, searched_lb
+        for k, (lb, _, part) in enumerate(entries):
+            stop = lb >= best_s * (1 - gap)
+            if stop or (limit is not None and visited >= limit):
+                searched_lb = min([searched_lb] + [shapes.partition_floor(p, G) for _, _, p in entries[k:]])
+                if not stop:
+                    notes.append(
+                        f"the search stopped after {visited} partitions planned in full: the bound covers the rest"
+                    )
+                return
+            floor = shapes.partition_floor(part, G)
+            if floor >= best_s * (1 - gap):
+                searched_lb = min(searched_lb, floor)
+                continue
+            visited += 1
+            visit(part)
+
+    search(parts, MAX_PARTITIONS_VISITED)
     # then rate-balanced unions of nodes, dealt by the rates of the shapes planned so far (replicas.py)
     if parts:
         known = {partition_key(part.replicas) for _, _, part in parts}
@@ -364,12 +400,7 @@ def plan_joint(
             for i, part in enumerate(balanced_unions(cluster, G, rates.__getitem__))
             if partition_key(part.replicas) not in known and not (isinstance(dp, int) and len(part.replicas) < dp)
         ]
-        for lb, _, part in sorted(more, key=lambda x: (x[0], x[1])):
-            if lb >= best_s * (1 - gap):
-                searched_lb = min(searched_lb, lb)
-                break
-            visited += 1
-            visit(part)
+        search(sorted(more, key=lambda x: (x[0], x[1])), None)
         parts += more
     # the DP = 1 planner (today's problem at this batch), unless a proven bound of its whole search
     # space is above the best plan found: it can then be neither faster nor the answer
@@ -433,7 +464,8 @@ def plan_joint(
             f"one type, GPUs inside a node, fast+slow node pairs, rate-balanced unions of nodes) {visited} were "
             "planned in full"
             + (
-                f" and no plan of the others beats {searched_lb:.4g} s (their shapes' balanced compute)"
+                f" and no plan of the others beats {searched_lb:.4g} s (their shapes' compute under the least "
+                "recompute that fits a sequence)"
                 if math.isfinite(searched_lb)
                 else ""
             )
