@@ -19,9 +19,8 @@ step of `global_batch` sequences.
   compute per sequence, costmodel.bound, with the same exact shares); it stops when the next bound
   is within `gap` of the best step found. A partition's floor is tighter: each shape's compute under
   the least recompute with which it can hold a sequence, each device's share held to its memory
-  (the model states sharded over the whole cluster, the most any strategy shards them); a partition
-  whose floor is no better than the best step is not planned, and the floors of those not planned
-  are what the search's bound says of them.
+  (the model states sharded over the whole cluster, the most any strategy shards them): the floors
+  of the partitions not planned are what the search's bound says of them.
 - Lower bound of every plan (any partition, any strategy, any layout; `every_joint_plan_bound`):
   the cluster's balanced compute for G sequences under the recompute policy, plus the least
   optimizer step. A plan's replicas together do the same token and attention work (and its policy's
@@ -371,8 +370,9 @@ def plan_joint(
 
     def search(entries: list[tuple[float, int, Partition]], limit: int | None) -> None:
         """Visit the partitions in the order of their balanced compute until it proves the rest
-        slower (or `limit` are planned); one whose floor is no better than the best plan is not
-        planned. What is not planned is covered by its floor."""
+        slower (or `limit` are planned); what is not planned is covered by its floor. (Every
+        partition in the order is planned, even one whose floor is above the best plan: the shapes
+        planned set the rates of the rate-balanced unions that follow.)"""
         nonlocal visited, searched_lb
         for k, (lb, _, part) in enumerate(entries):
             stop = lb >= best_s * (1 - gap)
@@ -383,10 +383,6 @@ def plan_joint(
                         f"the search stopped after {visited} partitions planned in full: the bound covers the rest"
                     )
                 return
-            floor = shapes.partition_floor(part, G)
-            if floor >= best_s * (1 - gap):
-                searched_lb = min(searched_lb, floor)
-                continue
             visited += 1
             visit(part)
 
