@@ -24,7 +24,6 @@ from hexiseq.errors import InfeasibleError
 from hexiseq.plan import random_plan, ulysses_plan
 from hexiseq.planner.joint import _Shapes, every_joint_plan_bound, plan_joint
 from hexiseq.planner.replicas import Partition, Piece
-from hexiseq.planner.replicas import shape_key as _shape_key
 from hexiseq.planner.shares import STRATEGIES
 from hexiseq.specs import ClusterSpec, ModelSpec, Workload
 
@@ -181,7 +180,7 @@ def test_the_joint_bound_holds_when_memory_rules_out_a_policy(G):
     # against every plan): above its balanced compute without recompute
     shapes = _Shapes(cluster, DEEP, wl, CostOptions())
     both = (Piece(0, 0, 2),)
-    assert shapes.per_sequence_bound(both) > 1.05 * shapes.compute[_shape_key(cluster, both)]
+    assert shapes.per_sequence_bound(both) > 1.05 * shapes.compute_per_sequence(both)
     assert "with selective recompute (the least of the policies one sequence can fit under: selective, full)" in (
         res.bound_covers
     )

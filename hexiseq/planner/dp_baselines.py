@@ -112,7 +112,7 @@ def dp_baselines(
                     best = out[f"dp x {name}"]
                     best.tried += 1
                     t, plan, all_fit = best_over_strategies(
-                        reps, cluster, model, wl, strategies, options, name, cache, even, cutoff=best.step_time_s
+                        reps, cluster, model, wl, strategies, options, name, cache, even
                     )
                     if plan is not None and t < best.step_time_s:
                         out[f"dp x {name}"] = DPBaseline(

@@ -179,36 +179,42 @@ class _Shapes:
         # per planned shape of whole nodes: its nodes and its plan's seconds per sequence (node_rates)
         self.times: dict[tuple, tuple[tuple[int, ...], float]] = {}
 
-    def per_sequence_bound(self, rep: Replica) -> float:
-        """A lower bound of the shape's seconds per sequence: its balanced compute (costmodel.bound),
-        and its compute under the least recompute that lets it hold a sequence, each device's share
-        held to its memory (costmodel.bound.memory_capped_work_time) with the model states sharded
-        over the whole cluster, the most any strategy shards them (inf: no policy fits)."""
+    def compute_per_sequence(self, rep: Replica) -> float:
+        """A lower bound of the shape's seconds per sequence: its balanced compute (costmodel.bound)."""
         key = shape_key(self.cluster, rep)
-        if key not in self.bounds:
+        if key not in self.compute:
             sub = sub_cluster(self.cluster, rep, "replica")
             S = self.workload.seq_len
             wl = replace(self.workload, global_batch=1, param_sharding="zero3")
-            widest = replace(self.options, state_shards=self.cluster.size)
-            capped = min(
-                memory_capped_work_time(sub, self.model, wl.with_recompute(p), widest)
-                for p in policies_of(self.workload)
-            )
             if wl.recompute == "auto":
                 wl = wl.with_recompute("none")  # the balanced compute leaves recompute out
             one, two = (
                 S * b / compute_bound(sub, self.model, replace(wl, global_batch=b), self.options) for b in (1, 2)
             )
             self.compute[key] = max(0.0, two - one)  # the compute of one more sequence (no optimizer)
-            self.bounds[key] = max(self.compute[key], capped)
+        return self.compute[key]
+
+    def per_sequence_bound(self, rep: Replica) -> float:
+        """A tighter lower bound of the shape's seconds per sequence: its balanced compute, and its
+        compute under the least recompute that lets it hold a sequence, each device's share held to
+        its memory (costmodel.bound.memory_capped_work_time) with the model states sharded over the
+        whole cluster, the most any strategy shards them (inf: no policy fits)."""
+        key = shape_key(self.cluster, rep)
+        if key not in self.bounds:
+            sub = sub_cluster(self.cluster, rep, "replica")
+            wl = replace(self.workload, global_batch=1, param_sharding="zero3")
+            widest = replace(self.options, state_shards=self.cluster.size)
+            capped = min(
+                memory_capped_work_time(sub, self.model, wl.with_recompute(p), widest)
+                for p in policies_of(self.workload)
+            )
+            self.bounds[key] = max(self.compute_per_sequence(rep), capped)
         return self.bounds[key]
 
     def partition_bound(self, part: Partition, global_batch: int) -> float:
         """The partition's balanced compute with exact shares: the order the search visits
         partitions in (a lower bound of its step too, `partition_floor` the tighter one)."""
-        for r in part.replicas:
-            self.per_sequence_bound(r)
-        return lower_shares_bound([self.compute[shape_key(self.cluster, r)] for r in part.replicas], global_batch)
+        return lower_shares_bound([self.compute_per_sequence(r) for r in part.replicas], global_batch)
 
     def partition_floor(self, part: Partition, global_batch: int) -> float:
         """A lower bound of the partition's step: its shapes' `per_sequence_bound`, with exact shares
@@ -222,9 +228,7 @@ class _Shapes:
         nodes = self.cluster.nodes
         spec = [spec_key(node) for node in nodes]
         whole = [(Piece(n, 0, node.count),) for n, node in enumerate(nodes)]
-        for rep in whole:
-            self.per_sequence_bound(rep)
-        compute = [1.0 / max(self.compute[shape_key(self.cluster, rep)], 1e-12) for rep in whole]
+        compute = [1.0 / max(self.compute_per_sequence(rep), 1e-12) for rep in whole]
         planned: dict[tuple, float] = {}
         for members, seconds in self.times.values():
             if len({spec[n] for n in members}) == 1 and math.isfinite(seconds) and seconds > 0:
@@ -360,9 +364,7 @@ def plan_joint(
         for pol in sorted({pol for _, pol in planned}):
             wl = workload.with_recompute(pol)
             reps = [p for p, _ in planned]
-            t, plan, _ = best_over_strategies(
-                reps, cluster, model, wl, strategies, options, "hexiseq", cache, cutoff=best_s
-            )
+            t, plan, _ = best_over_strategies(reps, cluster, model, wl, strategies, options, "hexiseq", cache)
             if plan is not None and isinstance(dp, int) and plan.num_replicas != dp:
                 continue
             if plan is not None and t < best_s * (1 - 1e-12):
@@ -377,7 +379,10 @@ def plan_joint(
         for k, (lb, _, part) in enumerate(entries):
             stop = lb >= best_s * (1 - gap)
             if stop or (limit is not None and visited >= limit):
-                searched_lb = min([searched_lb] + [shapes.partition_floor(p, G) for _, _, p in entries[k:]])
+                for rest_lb, _, rest in entries[k:]:  # in the order of the balanced compute, below every floor
+                    if rest_lb >= searched_lb:
+                        break
+                    searched_lb = min(searched_lb, shapes.partition_floor(rest, G))
                 if not stop:
                     notes.append(
                         f"the search stopped after {visited} partitions planned in full: the bound covers the rest"

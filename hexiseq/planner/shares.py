@@ -115,30 +115,6 @@ def lower_shares_bound(bounds: list[float], global_batch: int) -> float:
     return max(ln.time_s(s) for ln, s in zip(lines, shares))
 
 
-def free_step_bound(
-    replicas: list[Plan],
-    cluster: ClusterSpec,
-    model: ModelSpec,
-    workload: Workload,
-    options: CostOptions,
-    cache: dict,
-    even: bool = False,
-) -> float:
-    """Seconds no strategy's step of these replica layouts beats: their lines with every transfer
-    free (options.ignore_comm; the step replay is monotone in its transfers and linear in a replica's
-    sequences, so each line lies below the same replica's line under any strategy), every replica
-    allowed to fit, shared exactly (or equally with `even`), with no lockstep, synchronisation or
-    optimizer (each only adds)."""
-    n, G = len(replicas), workload.global_batch
-    free = replace(options, ignore_comm=True)
-    trial = Plan.joint(replicas, [1] * n, Sharding(ShardingStage.ZERO3, ShardingScope.ALL))
-    # a cache of its own: replica_lines' keys do not tell the transfer-free lines from the others
-    lines = replica_lines(trial, cluster, model, replace(workload, global_batch=n), free, cache.setdefault("free", {}))
-    lines = [replace(ln, fits=True) for ln in lines]
-    shares = [G // n] * n if even else batch_shares(lines, G)
-    return max(ln.time_s(b) for ln, b in zip(lines, shares))
-
-
 def best_over_strategies(
     replicas: list[Plan],
     cluster: ClusterSpec,
@@ -149,24 +125,15 @@ def best_over_strategies(
     name: str,
     cache: dict | None = None,
     even: bool = False,
-    cutoff: float = math.inf,
 ) -> tuple[float, Plan | None, bool]:
     """The fastest fitting (step seconds, joint plan) of these replica layouts over the strategies,
     with exact shares (`even`: the global batch split equally, every replica taking G / DP; no plan
     when DP does not divide G), and whether every replica fits under every strategy (then more
-    recompute cannot give a faster plan of these layouts). `cutoff`: a step the caller already has;
-    when `free_step_bound` proves that no strategy of these layouts beats it, none is scored
-    (inf, None, True: more recompute, only slower, cannot beat it either)."""
+    recompute cannot give a faster plan of these layouts)."""
     G = workload.global_batch
     if even and G % len(replicas):
         return math.inf, None, True
     cache = {} if cache is None else cache
-    if math.isfinite(cutoff):
-        try:
-            if free_step_bound(replicas, cluster, model, workload, options, cache, even) >= cutoff:
-                return math.inf, None, True
-        except PlanError:
-            pass  # the layouts are refused below, strategy by strategy
     best: tuple[float, Plan | None] = (math.inf, None)
     tried: set = set()
     all_fit = True
