@@ -185,8 +185,6 @@ class _Strategy:
     per_group: list[ParamComm]  # each group's per-micro-step collectives
     shards_of: np.ndarray  # [R] the size of each rank's shard group
     today: bool  # one replica, zero3 or replicated over all devices: coefficients' own terms
-    bw: np.ndarray  # [R, R] the plan's links
-    lat: np.ndarray
     sync: StepCollectives
     lockstep: list[list[int]]  # replica indices of each lockstep set (lockstep_sets)
 
@@ -208,32 +206,48 @@ def _strategy(
         )
         if key in cache:
             return cache[key]
-    st = _build_strategy(plan, cluster, model, options)
+    st = _build_strategy(plan, cluster, model, options, cache)
     if key is not None:
         cache[key] = st
     return st
 
 
-def _build_strategy(plan: Plan, cluster: ClusterSpec, model: ModelSpec, options: CostOptions) -> _Strategy:
+def _build_strategy(
+    plan: Plan, cluster: ClusterSpec, model: ModelSpec, options: CostOptions, cache: dict | None = None
+) -> _Strategy:
     stage = plan.sharding.stage
     bw_all, lat_all = link_matrices(cluster)
     dev = np.array(plan.rank_devices, dtype=np.int64)
-    bw, lat = bw_all[np.ix_(dev, dev)], lat_all[np.ix_(dev, dev)]
     groups = shard_groups(plan, cluster)
     shards_of = np.zeros(plan.world_size, dtype=np.int64)
     for g in groups:
         shards_of[g] = len(g)
-    sync = step_collectives(stage, groups, bw, lat, model) if not options.ignore_comm else StepCollectives()
-    per_group = [
-        replace(
-            sharding_collectives(stage, bw[np.ix_(g, g)], lat[np.ix_(g, g)], model),
-            xr_layer=sync.copies_layer_s,
-            xr_root=sync.copies_root_s,
-        )
-        for g in groups
-    ]
+    # The collectives depend only on the shard groups' device sets (the slowest link and largest
+    # latency among or across them): kept per set in `cache`, as many plans share them (on 1,024
+    # devices each costs a scan of a million links).
+    memo = cache if cache is not None else {}
+    sets = [tuple(sorted(int(d) for d in dev[g])) for g in groups]
+    if options.ignore_comm:
+        sync = StepCollectives()
+    else:
+        key = ("step collectives", stage, tuple(sorted(sets)))
+        if key not in memo:
+            union = np.array(sorted(d for s in sets for d in s), dtype=np.int64)
+            where = {d: i for i, d in enumerate(union.tolist())}
+            local = [np.array([where[d] for d in s], dtype=np.int64) for s in sets]
+            memo[key] = step_collectives(
+                stage, local, bw_all[np.ix_(union, union)], lat_all[np.ix_(union, union)], model
+            )
+        sync = memo[key]
+    per_group = []
+    for s in sets:
+        key = ("shard collectives", stage, s)
+        if key not in memo:
+            idx = np.array(s, dtype=np.int64)
+            memo[key] = sharding_collectives(stage, bw_all[np.ix_(idx, idx)], lat_all[np.ix_(idx, idx)], model)
+        per_group.append(replace(memo[key], xr_layer=sync.copies_layer_s, xr_root=sync.copies_root_s))
     today = plan.num_replicas == 1 and plan.sharding.scope == ShardingScope.ALL and stage in ("zero3", "replicated")
-    return _Strategy(stage, groups, per_group, shards_of, today, bw, lat, sync, lockstep_sets(plan, groups))
+    return _Strategy(stage, groups, per_group, shards_of, today, sync, lockstep_sets(plan, groups))
 
 
 def _replica_coefficients(
