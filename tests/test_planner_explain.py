@@ -8,7 +8,9 @@ import pytest
 
 from hexiseq.costmodel import CostOptions, estimate
 from hexiseq.costmodel.memory import memory_terms, state_bytes
+from hexiseq.errors import InfeasibleError
 from hexiseq.plan import random_plan
+from hexiseq.planner import plan_cluster
 from hexiseq.planner.baselines import baselines, proportional_plan
 from hexiseq.planner.explain import may_fit, memory_report
 from hexiseq.specs import Workload, get_model, load_cluster
@@ -132,9 +134,6 @@ def test_never_refuses_a_plan_that_fits_with_states_sharded_wider(mixed4, seed):
 def test_plan_cluster_without_the_explanation(mixed4):
     """plan_cluster(explain=False), the joint planner's replica shapes: the same InfeasibleError,
     one line instead of the explanation (which solves a dozen memory models)."""
-    from hexiseq.errors import InfeasibleError
-    from hexiseq.planner import plan_cluster
-
     m, wl = get_model("llama2-70b"), Workload(seq_len=32 * 1024, activation_checkpointing="auto")
     with pytest.raises(InfeasibleError) as short:
         plan_cluster(mixed4, m, wl, progress=False, explain=False)

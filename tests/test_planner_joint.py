@@ -6,11 +6,14 @@ import itertools
 import pytest
 
 from hexiseq import Plan, Workload, get_model, load_cluster
+from hexiseq.costmodel.kernels import CostOptions
 from hexiseq.costmodel.step import ReplicaLine, estimate_step, lockstep_time, replica_lines
 from hexiseq.planner import plan_cluster
-from hexiseq.planner.joint import plan_joint
+from hexiseq.planner.explain import may_fit
+from hexiseq.planner.joint import _Shapes, plan_joint
 from hexiseq.planner.replicas import (
     MAX_BALANCED_REPLICAS,
+    Piece,
     balanced_unions,
     families,
     partitions,
@@ -183,11 +186,6 @@ def test_replicas_that_hold_only_a_share_of_the_states_are_planned():
     but each holds an eighth of them beside one 8K sequence, so four one-node replicas with ZeRO-3
     over all devices run (the shapes are planned with the states sharded over the partition,
     CostOptions.state_shards). Without that the joint planner's own search found one replica."""
-    from hexiseq.costmodel.kernels import CostOptions
-    from hexiseq.planner.explain import may_fit
-    from hexiseq.planner.joint import _Shapes
-    from hexiseq.planner.replicas import Piece
-
     c = ClusterSpec.from_nodes("tight", [NodeSpec(get_gpu("A100-40GB"), 2, 25.0, None)] * 4, 5.0)
     m, w = get_model("gpt-13b"), Workload(seq_len=8 * 1024, global_batch=4, activation_checkpointing="auto")
     node = (Piece(0, 0, 2),)

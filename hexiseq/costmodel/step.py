@@ -232,9 +232,8 @@ def _build_strategy(
     else:
         key = ("step collectives", stage, tuple(sorted(sets)))
         if key not in memo:
-            union = np.array(sorted(d for s in sets for d in s), dtype=np.int64)
-            where = {d: i for i, d in enumerate(union.tolist())}
-            local = [np.array([where[d] for d in s], dtype=np.int64) for s in sets]
+            union = np.sort(dev)  # the shard groups cover the plan's ranks
+            local = [np.searchsorted(union, s) for s in sets]
             memo[key] = step_collectives(
                 stage, local, bw_all[np.ix_(union, union)], lat_all[np.ix_(union, union)], model
             )
