@@ -213,3 +213,44 @@ def test_judge_equals_the_estimate_of_the_rounded_plan(testbed, seed):
         t, fits = lm.judge(blocks, shards)
         est = estimate(lm.to_plan(blocks, shards), testbed, model, wl)
         assert t == pytest.approx(est.iteration_time_s, rel=1e-12) and fits == est.fits
+
+
+def _dense_lp(solver) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(row lower, row upper, column lower, column upper, matrix) of the LP a solver handed to HiGHS."""
+    lp = solver._solver_model.getLp()
+    a = lp.a_matrix_
+    dense = np.zeros((lp.num_row_, lp.num_col_))
+    start, index, value = np.asarray(a.start_), np.asarray(a.index_), np.asarray(a.value_)
+    for j in range(lp.num_col_):  # HiGHS keeps the matrix column-wise
+        dense[index[start[j] : start[j + 1]], j] = value[start[j] : start[j + 1]]
+    return (
+        np.asarray(lp.row_lower_),
+        np.asarray(lp.row_upper_),
+        np.asarray(lp.col_lower_),
+        np.asarray(lp.col_upper_),
+        dense,
+    )
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_rows_handed_over_as_numbers_are_the_pyomo_rows(testbed, fixed):
+    """planner/lp.py hands every row the layout model registered to HiGHS from its numbers: the LP
+    is the one appsi's generic path reads from the Pyomo expressions (a fixed variable's term in the
+    bound), with the cuts and K/V-buffer rows of a solve in it."""
+    from hexiseq.planner.lp import QuietHighs
+
+    model = get_model("llama3-8b")
+    wl = Workload(seq_len=64 * 1024, activation_checkpointing="selective")
+    lay = layouts(testbed, model, "all", range(testbed.size))[0].layout
+    lm = LayoutModel(testbed, model, wl, lay)
+    if fixed:
+        lm.fix_blocks([lm.nb // lm.k + (1 if g < lm.nb % lm.k else 0) for g in range(lm.k)])
+    assert lm.solve().ok
+    rows = list(lm.m.component_data_objects(lm.pyo.Constraint, active=True))
+    assert len(rows) > 10 and all(con in lm._linear_rows for con in rows)  # every row is registered
+    fast, generic = QuietHighs(linear_rows=lm._linear_rows), QuietHighs()
+    fast.set_instance(lm.m)
+    generic.set_instance(lm.m)
+    for got, want in zip(_dense_lp(fast), _dense_lp(generic)):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)

@@ -8,12 +8,13 @@ length exactly. The attention of several rounds is summed as tightly as linear f
 the products of chunk lengths estimated by planner/products.py over the model's box.
 
 A form is kept as numpy arrays while a cut is assembled (fast) and becomes one Pyomo expression in
-planner/layout_model.py.
+planner/layout_model.py, with its numbers kept beside it (`LinearRow`) for the solver (planner/lp.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -31,6 +32,16 @@ from ..costmodel.paths import (
 )
 from ..errors import HexiSeqError
 from .products import add_product_estimate
+
+
+class LinearRow(NamedTuple):
+    """A row of a layout's model as numbers: lower ≤ Σ coefs·variables ≤ upper (±inf: no bound),
+    each variable once."""
+
+    variables: list
+    coefs: list[float]
+    lower: float
+    upper: float
 
 
 class LinearForm:

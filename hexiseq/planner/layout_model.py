@@ -62,7 +62,7 @@ from ..errors import HexiSeqError
 from ..plan import Plan
 from ..specs import ClusterSpec, ModelSpec, Workload
 from .box import box_from_bound, tighten_box
-from .forms import PathForms
+from .forms import LinearRow, PathForms
 from .integer_plans import judge, plan_of
 from .layout import Layout, rank_classes, unit_plan
 from .memory_rows import MemoryRows
@@ -156,6 +156,7 @@ class LayoutModel:
         self.box_hi = np.full(k, float(self.nb - (k - 1)))
         self._schedule = pass_schedule(self.coef)
         self._cut_forms: list[tuple] = []
+        self._linear_rows: dict = {}  # cut -> its LinearRow, handed to HiGHS as numbers (planner/lp.py)
         self._mem_rows: set[tuple[int, int]] = set()
         self._memory: MemoryRows | None = None
         self._build()
@@ -188,15 +189,16 @@ class LayoutModel:
         m.w_T = pyo.Param(mutable=True, initialize=1.0)
         m.w_n = pyo.Param(range(self.NV), mutable=True, initialize=0.0)
         m.obj = pyo.Objective(expr=m.w_T * m.T + sum(m.w_n[o] * m.n[o] for o in range(self.NV)), sense=pyo.minimize)
-        m.total = pyo.Constraint(expr=m.T >= sum(st.count * m.D[st.name] for st in passes) + MS * const)
-        m.cover = pyo.Constraint(
-            expr=sum(float(len(self.orbit_groups[o])) * m.n[o] for o in range(self.NV)) == float(self.nb)
-        )
+        m.rows = pyo.ConstraintList()  # T ≥ the passes and barriers; the chunks cover the sequence
+        total = [(m.T, -1.0)] + [(m.D[st.name], float(st.count)) for st in passes]
+        self._add_row(m.rows, MS * const, total, None, 0.0)
+        cover = [(m.n[o], float(len(self.orbit_groups[o]))) for o in range(self.NV)]
+        self._add_row(m.rows, 0.0, cover, float(self.nb), float(self.nb))
         m.shards = pyo.ConstraintList()
         for o in range(self.NV):
             g = int(self.orbit_groups[o][0])
-            cs = [c for c in range(C) if self.cls_group[c] == g]
-            m.shards.add(sum(float(self.members[c]) * m.s[int(self.svar[c])] for c in cs) == 2.0 * B * m.n[o])
+            terms = [(m.s[int(self.svar[c])], float(self.members[c])) for c in range(C) if self.cls_group[c] == g]
+            self._add_row(m.shards, 0.0, terms + [(m.n[o], -2.0 * B)], 0.0, 0.0)
         # a pass is never shorter than its collective and the slowdown it causes on any rank
         # (simulate._pass: chain_r + max(0, c - window_r) + slowdown_r·c ≥ c·(1 + slowdown_r))
         slow = float(np.max(self.coef.slowdown)) if len(self.coef.slowdown) else 0.0
@@ -207,7 +209,28 @@ class LayoutModel:
         m.mem = pyo.ConstraintList()
         if self.with_memory:
             for v in range(self.SV):
-                m.mem.add(self.memory_rows.row(int(self.svar_rep[v])))
+                const, terms, cap = self.memory_rows.row(int(self.svar_rep[v]))
+                self._add_row(m.mem, const, terms, None, cap)
+
+    def _add_row(self, rows, const: float, terms: list, lower: float | None, upper: float | None):
+        """Add lower ≤ const + Σ coefficient·variable over `terms` ((variable, coefficient), ...; a
+        variable may repeat) ≤ upper to the constraint list `rows` as a Pyomo expression, with its
+        numbers registered for the solver (planner/lp.py); returns the constraint."""
+        from pyomo.core.expr.numeric_expr import LinearExpression
+
+        merged: dict[int, list] = {}  # by id: Pyomo's scalar components are not hashable
+        for v, a in terms:
+            merged.setdefault(id(v), [v, 0.0])[1] += float(a)
+        variables, coefs = [v for v, _ in merged.values()], [a for _, a in merged.values()]
+        body = LinearExpression(constant=float(const), linear_coefs=coefs, linear_vars=variables)
+        con = rows.add((lower, body, upper))
+        self._linear_rows[con] = LinearRow(
+            variables,
+            coefs,
+            -math.inf if lower is None else lower - float(const),
+            math.inf if upper is None else upper - float(const),
+        )
+        return con
 
     # ------------------------------------------------------------------ cuts
 
@@ -223,16 +246,9 @@ class LayoutModel:
 
     def _add_form(self, name: str, const: float, cn: np.ndarray, cs: np.ndarray) -> None:
         """D_name >= const + cn·n + cs·s (ms), kept so that a sub-box's model can start from it."""
-        from pyomo.core.expr.numeric_expr import LinearExpression
-
         m = self.m
-        nz_n, nz_s = np.nonzero(cn)[0], np.nonzero(cs)[0]
-        expr = LinearExpression(
-            constant=float(const),
-            linear_coefs=[float(cn[o]) for o in nz_n] + [float(cs[v]) for v in nz_s] + [-1.0],
-            linear_vars=[m.n[int(o)] for o in nz_n] + [m.s[int(v)] for v in nz_s] + [m.D[name]],
-        )
-        self._register(m.cuts.add(expr <= 0.0))
+        terms = [(m.n[int(o)], cn[o]) for o in np.nonzero(cn)[0]] + [(m.s[int(v)], cs[v]) for v in np.nonzero(cs)[0]]
+        self._register(self._add_row(m.cuts, const, terms + [(m.D[name], -1.0)], None, 0.0))
         self._cut_forms.append((name, const, cn, cs))
 
     def child(self, var: int, lo: float | None = None, hi: float | None = None) -> LayoutModel:
@@ -276,7 +292,8 @@ class LayoutModel:
     def _add_kv_row(self, c: int, j: int) -> None:
         """Class c's memory with round j's double-buffered K/V receive pieces ≤ its capacity (lazy)."""
         self._mem_rows.add((c, j))
-        self._register(self.m.mem.add(self.memory_rows.kv_row(c, j)))
+        const, terms, cap = self.memory_rows.kv_row(c, j)
+        self._register(self._add_row(self.m.mem, const, terms, None, cap))
 
     def _register(self, con) -> None:
         """Keep a row added after the first solve for the persistent solver, which does not rescan
@@ -388,7 +405,7 @@ class LayoutModel:
         from .lp import TerminationCondition as TC
 
         if self._solver is None:
-            self._solver = QuietHighs()
+            self._solver = QuietHighs(linear_rows=self._linear_rows)
         try:
             self._solver.sync(self._unsent, list(self._moved.values()), self._params_changed)
             self._unsent, self._moved, self._params_changed = [], {}, False

@@ -49,20 +49,25 @@ class MemoryRows:
         r = self.rep[c]
         return float(self.coef.a.capacity[r]) * (1.0 - self.options.reserved_fraction) / GIB
 
-    def usage(self, c: int, extra=0.0):
-        """GiB of class c, all but the K/V receive buffers (plus `extra` bytes), as an expression of
-        the model's variables."""
+    def usage(self, c: int, pieces: tuple[tuple[float, int], ...] = ()) -> tuple[float, list]:
+        """GiB of class c, all but the K/V receive buffers, plus `pieces` ((bytes per block, chunk
+        variable), ...), as a linear form of the model's variables: (constant, [(variable,
+        coefficient), ...]; a variable may repeat)."""
         r = self.rep[c]
         a = self.coef.a
         g = int(a.grp[r])
-        s, L = self.s[int(self.svar[c])], self.block_size * self.n[int(self.nvar[g])]
         per_n = float(self.c_w * a.eta[r] + self.c_u * a.kvc[r])
-        expr = float(self.const) + float(self.c_s) * s + per_n * L
-        return (expr + extra) / GIB
+        terms = [
+            (self.s[int(self.svar[c])], float(self.c_s) / GIB),
+            (self.n[int(self.nvar[g])], per_n * self.block_size / GIB),
+        ]
+        terms += [(self.n[o], bytes_per_block / GIB) for bytes_per_block, o in pieces]
+        return float(self.const) / GIB, terms
 
-    def row(self, c: int):
-        """Class c within its capacity, K/V buffers aside."""
-        return self.usage(c) <= self.capacity(c)
+    def row(self, c: int) -> tuple[float, list, float]:
+        """Class c within its capacity, K/V buffers aside: (constant, terms, capacity), GiB."""
+        const, terms = self.usage(c)
+        return const, terms, self.capacity(c)
 
     def kv_terms(self, c: int, j: int) -> tuple[tuple[float, int], tuple[float, int]]:
         """Class c's K/V receive buffers while round j runs as a linear form of the chunk blocks:
@@ -74,13 +79,13 @@ class MemoryRows:
         a, b = kv_double_buffer(np.array([this, 0.0]), np.array([0.0, nxt]))
         return (float(a), int(cf.pair_src[r, j])), (float(b), int(cf.pair_src[r, j + 1]) if j + 1 < k else 0)
 
-    def kv_row(self, c: int, j: int):
-        """Class c's memory with round j's double-buffered K/V receive pieces within its capacity."""
+    def kv_row(self, c: int, j: int) -> tuple[float, list, float]:
+        """Class c's memory with round j's double-buffered K/V receive pieces within its capacity:
+        (constant, terms, capacity), GiB."""
         (a, h1), (b, h2) = self.kv_terms(c, j)
-        piece = a * self.n[int(self.nvar[h1])]
-        if j + 1 < self.k:
-            piece = piece + b * self.n[int(self.nvar[h2])]
-        return self.usage(c, piece) <= self.capacity(c)
+        pieces = ((a, int(self.nvar[h1])),) + (((b, int(self.nvar[h2])),) if j + 1 < self.k else ())
+        const, terms = self.usage(c, pieces)
+        return const, terms, self.capacity(c)
 
     def violated(self, x_n: np.ndarray, x_s: np.ndarray, present: set[tuple[int, int]]) -> list[tuple[int, int]]:
         """The (class, round) K/V rows to add at the point (x_n blocks per group, x_s tokens per
