@@ -2,6 +2,7 @@
 partitions of a cluster's structure, and a joint plan never slower than the DP = 1 planner's."""
 
 import itertools
+import math
 
 import pytest
 
@@ -21,7 +22,7 @@ from hexiseq.planner.replicas import (
     shape_key,
     sub_cluster,
 )
-from hexiseq.planner.shares import batch_shares
+from hexiseq.planner.shares import batch_shares, lower_shares_bound
 from hexiseq.specs import ClusterSpec, NodeSpec, get_gpu
 
 
@@ -49,6 +50,21 @@ def test_batch_shares_are_exact(seed):
     assert sum(shares) == G
     got = max(ln.time_s(s) for ln, s in zip(lines, shares))
     assert got == pytest.approx(_brute(lines, G))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_lower_shares_bound_is_the_exact_min_max(seed):
+    """lower_shares_bound: the least slowest replica over integer shares of per-sequence bounds
+    (a brute force), and the value of batch_shares on those lines, to the bit."""
+    import random
+
+    rng = random.Random(seed)
+    bounds = [rng.choice([rng.uniform(0.1, 3), rng.uniform(0.1, 3), math.inf]) for _ in range(rng.randint(1, 4))]
+    G = rng.randint(0, 7)
+    lines = [ReplicaLine(0.0, b, 0.0, True, 0.0) for b in bounds]
+    got = lower_shares_bound(bounds, G)
+    assert got == max(ln.time_s(s) for ln, s in zip(lines, batch_shares(lines, G)))
+    assert got == pytest.approx(_brute(lines, G)) or got == _brute(lines, G)
 
 
 @pytest.mark.parametrize("seed", range(40))

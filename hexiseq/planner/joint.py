@@ -178,10 +178,18 @@ class _Shapes:
         self.compute: dict[tuple, float] = {}  # the balanced compute part of each bound (node_rates)
         # per planned shape of whole nodes: its nodes and its plan's seconds per sequence (node_rates)
         self.times: dict[tuple, tuple[tuple[int, ...], float]] = {}
+        self._keys: dict[tuple, tuple] = {}  # replica -> shape_key (the search scores millions of replicas)
+
+    def key(self, rep: Replica) -> tuple:
+        """The replica's shape_key, kept per replica."""
+        key = self._keys.get(rep)
+        if key is None:
+            key = self._keys[rep] = shape_key(self.cluster, rep)
+        return key
 
     def compute_per_sequence(self, rep: Replica) -> float:
         """A lower bound of the shape's seconds per sequence: its balanced compute (costmodel.bound)."""
-        key = shape_key(self.cluster, rep)
+        key = self.key(rep)
         if key not in self.compute:
             sub = sub_cluster(self.cluster, rep, "replica")
             S = self.workload.seq_len
@@ -199,7 +207,7 @@ class _Shapes:
         compute under the least recompute that lets it hold a sequence, each device's share held to
         its memory (costmodel.bound.memory_capped_work_time) with the model states sharded over the
         whole cluster, the most any strategy shards them (inf: no policy fits)."""
-        key = shape_key(self.cluster, rep)
+        key = self.key(rep)
         if key not in self.bounds:
             sub = sub_cluster(self.cluster, rep, "replica")
             wl = replace(self.workload, global_batch=1, param_sharding="zero3")
@@ -243,7 +251,7 @@ class _Shapes:
         """The shape's plan on the replica's devices and its recompute policy (None: it does not fit).
         `shards` > 0: its model states sharded over that many devices (with other replicas'), not
         only its own, which leaves it more memory for a sequence."""
-        key = (shape_key(self.cluster, rep), shards)
+        key = (self.key(rep), shards)
         if key not in self.plans:
             t0 = time.perf_counter()
             sub = sub_cluster(self.cluster, rep, "replica")

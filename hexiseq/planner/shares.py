@@ -109,10 +109,17 @@ def _lockstep_shares(lines: Sequence[ReplicaLine], global_batch: int, lockstep: 
 
 
 def lower_shares_bound(bounds: list[float], global_batch: int) -> float:
-    """min over integer shares of max_i B_i·b_i (the exact greedy on bound lines)."""
-    lines = [ReplicaLine(0.0, b, 0.0, True, 0.0) for b in bounds]
-    shares = batch_shares(lines, global_batch)
-    return max(ln.time_s(s) for ln, s in zip(lines, shares))
+    """min over integer shares of max_i B_i·b_i: batch_shares' greedy on the lines of no fixed
+    time, written out (the joint search scores every partition with it)."""
+    heap = [(b, i) for i, b in enumerate(bounds)]  # each replica's time with one sequence more
+    heapq.heapify(heap)
+    given, worst = [0] * len(bounds), 0.0
+    for _ in range(global_batch if heap else 0):
+        t, i = heapq.heappop(heap)
+        given[i] += 1
+        worst = max(worst, t)
+        heapq.heappush(heap, (bounds[i] * (given[i] + 1), i))
+    return worst
 
 
 def best_over_strategies(
