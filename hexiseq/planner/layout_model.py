@@ -189,11 +189,12 @@ class LayoutModel:
         m.w_T = pyo.Param(mutable=True, initialize=1.0)
         m.w_n = pyo.Param(range(self.NV), mutable=True, initialize=0.0)
         m.obj = pyo.Objective(expr=m.w_T * m.T + sum(m.w_n[o] * m.n[o] for o in range(self.NV)), sense=pyo.minimize)
-        m.rows = pyo.ConstraintList()  # T ≥ the passes and barriers; the chunks cover the sequence
+        m.total = pyo.ConstraintList()  # T ≥ the passes and barriers (one row)
         total = [(m.T, -1.0)] + [(m.D[st.name], float(st.count)) for st in passes]
-        self._add_row(m.rows, MS * const, total, None, 0.0)
+        self._add_row(m.total, MS * const, total, None, 0.0)
+        m.cover = pyo.ConstraintList()  # the chunks cover the sequence (one row)
         cover = [(m.n[o], float(len(self.orbit_groups[o]))) for o in range(self.NV)]
-        self._add_row(m.rows, 0.0, cover, float(self.nb), float(self.nb))
+        self._add_row(m.cover, 0.0, cover, float(self.nb), float(self.nb))
         m.shards = pyo.ConstraintList()
         for o in range(self.NV):
             g = int(self.orbit_groups[o][0])
