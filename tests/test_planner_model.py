@@ -232,6 +232,32 @@ def _dense_lp(solver) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, n
     )
 
 
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases, st.booleans())
+def test_rows_handed_over_as_numbers_are_the_pyomo_rows_on_random_layouts(case, fixed):
+    """The same on random clusters, layouts (any grouping of a random plan), policies and memory rows,
+    with the chunks free or fixed to the plan's and orbit-free aggregation of identical ranks."""
+    from hexiseq.planner.lp import QuietHighs
+
+    cluster = cluster_from(case["nodes"])
+    model = get_model(case["model"])
+    S = 2 * 128 * case["blocks"] * cluster.size
+    plan = random_plan(
+        cluster.size, S, model.heads, model.kv_heads, seed=case["seed"], block_size=128, whole_kv_heads=True
+    )
+    wl = Workload(seq_len=S, activation_checkpointing=case["policy"], param_sharding=case["sharding"])
+    lm = LayoutModel(cluster, model, wl, layout_of(plan), CostOptions(ignore_comm=not case["comm"]))
+    if fixed:
+        lm.fix_blocks([g.chunk_len // plan.block_size for g in plan.groups])
+    lm.solve(max_rounds=3)
+    fast, generic = QuietHighs(linear_rows=lm._linear_rows), QuietHighs()
+    fast.set_instance(lm.m)
+    generic.set_instance(lm.m)
+    for got, want in zip(_dense_lp(fast), _dense_lp(generic)):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("fixed", [False, True])
 def test_rows_handed_over_as_numbers_are_the_pyomo_rows(testbed, fixed):
     """planner/lp.py hands every row the layout model registered to HiGHS from its numbers: the LP
