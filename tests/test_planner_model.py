@@ -232,13 +232,24 @@ def _dense_lp(solver) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, n
     )
 
 
+def _assert_numbers_hand_over_the_pyomo_lp(lm: LayoutModel) -> None:
+    """The LP HiGHS gets from the model's registered numbers equals the one appsi's generic path
+    reads from its Pyomo expressions (bounds and matrix to 1e-12)."""
+    from hexiseq.planner.lp import QuietHighs
+
+    fast, generic = QuietHighs(linear_rows=lm._linear_rows), QuietHighs()
+    fast.set_instance(lm.m)
+    generic.set_instance(lm.m)
+    for got, want in zip(_dense_lp(fast), _dense_lp(generic)):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases, st.booleans())
 def test_rows_handed_over_as_numbers_are_the_pyomo_rows_on_random_layouts(case, fixed):
     """The same on random clusters, layouts (any grouping of a random plan), policies and memory rows,
     with the chunks free or fixed to the plan's and orbit-free aggregation of identical ranks."""
-    from hexiseq.planner.lp import QuietHighs
-
     cluster = cluster_from(case["nodes"])
     model = get_model(case["model"])
     S = 2 * 128 * case["blocks"] * cluster.size
@@ -250,12 +261,7 @@ def test_rows_handed_over_as_numbers_are_the_pyomo_rows_on_random_layouts(case, 
     if fixed:
         lm.fix_blocks([g.chunk_len // plan.block_size for g in plan.groups])
     lm.solve(max_rounds=3)
-    fast, generic = QuietHighs(linear_rows=lm._linear_rows), QuietHighs()
-    fast.set_instance(lm.m)
-    generic.set_instance(lm.m)
-    for got, want in zip(_dense_lp(fast), _dense_lp(generic)):
-        assert got.shape == want.shape
-        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    _assert_numbers_hand_over_the_pyomo_lp(lm)
 
 
 @pytest.mark.parametrize("fixed", [False, True])
@@ -263,8 +269,6 @@ def test_rows_handed_over_as_numbers_are_the_pyomo_rows(testbed, fixed):
     """planner/lp.py hands every row the layout model registered to HiGHS from its numbers: the LP
     is the one appsi's generic path reads from the Pyomo expressions (a fixed variable's term in the
     bound), with the cuts and K/V-buffer rows of a solve in it."""
-    from hexiseq.planner.lp import QuietHighs
-
     model = get_model("llama3-8b")
     wl = Workload(seq_len=64 * 1024, activation_checkpointing="selective")
     lay = layouts(testbed, model, "all", range(testbed.size))[0].layout
@@ -274,9 +278,4 @@ def test_rows_handed_over_as_numbers_are_the_pyomo_rows(testbed, fixed):
     assert lm.solve().ok
     rows = list(lm.m.component_data_objects(lm.pyo.Constraint, active=True))
     assert len(rows) > 10 and all(con in lm._linear_rows for con in rows)  # every row is registered
-    fast, generic = QuietHighs(linear_rows=lm._linear_rows), QuietHighs()
-    fast.set_instance(lm.m)
-    generic.set_instance(lm.m)
-    for got, want in zip(_dense_lp(fast), _dense_lp(generic)):
-        assert got.shape == want.shape
-        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    _assert_numbers_hand_over_the_pyomo_lp(lm)

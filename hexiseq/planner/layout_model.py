@@ -156,7 +156,7 @@ class LayoutModel:
         self.box_hi = np.full(k, float(self.nb - (k - 1)))
         self._schedule = pass_schedule(self.coef)
         self._cut_forms: list[tuple] = []
-        self._linear_rows: dict = {}  # cut -> its LinearRow, handed to HiGHS as numbers (planner/lp.py)
+        self._linear_rows: dict = {}  # every row -> its LinearRow, handed to HiGHS as numbers (planner/lp.py)
         self._mem_rows: set[tuple[int, int]] = set()
         self._memory: MemoryRows | None = None
         self._build()

@@ -15,10 +15,10 @@ costs of the generic interface dominate and are removed here (measured on sim-12
   prints it only when the process's first instance is made, so only that one is captured here
   (measured on sim-128, gpt-70b, 128K: 131 instances, 15 % of the search's time);
 - every row handed over is walked as an expression twice (its variables, then its standard
-  linear form), about 160 us a row; the cutting planes, most of the rows, are linear forms the
-  layout model wrote from arrays, so it registers each one's (variables, coefficients, bound)
-  (`linear_rows`) and they go to HiGHS as they are (measured on sim-128, gpt-70b, 512K: 15,713
-  rows handed over, 2.6 s of the plan's 9.1 s profiled).
+  linear form), about 160 us a row; the layout model writes every row from numbers, so it
+  registers each one's (variables, coefficients, bounds) (`linear_rows`) and they go to HiGHS as
+  they are (measured on sim-128, gpt-70b, 512K: 15,713 rows handed over, 2.6 s of the plan's 9.1 s
+  profiled). A row not registered still takes appsi's path.
 
 One thread, whatever ran before: HiGHS keeps one task scheduler per process, made by the process's
 first solve with that solve's `threads` option (its default: 2 on this 2-core machine). A later
@@ -88,14 +88,11 @@ class QuietHighs(Highs):
     def add_constraints(self, cons: list) -> None:
         """appsi's add_constraints, with the registered linear rows handed over from their numbers;
         the rows keep their order (runs of registered and other rows alternate as given)."""
+        known = [con in self.linear_rows for con in cons]
         start = 0
         for i in range(1, len(cons) + 1):
-            if i == len(cons) or (cons[i] in self.linear_rows) != (cons[start] in self.linear_rows):
-                run = cons[start:i]
-                if cons[start] in self.linear_rows:
-                    self._add_linear_rows(run)
-                else:
-                    super().add_constraints(run)
+            if i == len(cons) or known[i] != known[start]:
+                (self._add_linear_rows if known[start] else super().add_constraints)(cons[start:i])
                 start = i
 
     def _add_linear_rows(self, cons: list) -> None:
