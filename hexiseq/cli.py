@@ -115,5 +115,21 @@ def write_torchrun_error_file(message: str) -> None:
             pass
 
 
+def entry() -> None:
+    """The `hexiseq` executable (and `python -m hexiseq.cli`): `main`'s exit code. A torchrun rank
+    that succeeded leaves without the interpreter's teardown, once its output is flushed: gloo's
+    worker threads can abort a process at finalization ("terminate called without an active
+    exception", SIGABRT; seen in CI after a completed run), which fails that agent and leaves the
+    other one waiting in torchrun's exit barrier. Every file a rank writes is closed before `main`
+    returns. A failing rank keeps the normal exit: the teardown's delay lets its peers print their
+    own refusal before torchrun ends them."""
+    rc = main()
+    if rc == 0 and torchrun_env():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    sys.exit(rc)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    entry()
