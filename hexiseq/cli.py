@@ -12,7 +12,7 @@ import os
 import sys
 
 from .errors import HexiSeqError
-from .runtime.failures import kill_stopped, torchrun_line
+from .runtime.failures import kill_stopped, torchrun_line, wait_for_peer_reports
 from .runtime.world import WorldError, torchrun_env
 
 # Subcommands in the order `--help` lists them. A module that is absent is skipped so that a
@@ -79,6 +79,8 @@ def report(e: Exception, command: str, debug: bool, pg_timeout_s: float | None =
         line, rc, stopped = torchrun_line(e, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), pg_timeout_s)
         print(f"hexiseq {command}: {line}", file=sys.stderr, flush=True)
         write_torchrun_error_file(f"hexiseq {command}: {line}")
+        if rc == 2:  # bad input, refused by every process: each one's line out before any exits
+            wait_for_peer_reports(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
         kill_stopped(stopped)  # last: torchrun ends this process as soon as it sees the peer die
         return rc
     if isinstance(e, HexiSeqError):

@@ -314,6 +314,38 @@ def open_board(host: str, port: int, rank: int, world: int, prefix: str) -> Rank
     return _BOARD
 
 
+def board_prefix() -> str:
+    """The store prefix of this torchrun launch's boards: one per run id and restart."""
+    run, restart = os.environ.get("TORCHELASTIC_RUN_ID", "run"), os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return f"hexiseq/{run}/{restart}/"
+
+
+def env_board(rank: int, world: int) -> RankBoard | None:
+    """This process's board, opened from torchrun's environment (MASTER_ADDR / MASTER_PORT, the
+    agent's store, which is up before any process group) unless it is open already."""
+    if _BOARD is None and "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
+        open_board(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), rank, world, board_prefix())
+    return _BOARD
+
+
+def wait_for_peer_reports(rank: int, world: int, wait_s: float = 5.0) -> None:
+    """Post that this rank's line is out and wait up to `wait_s` for every rank's. Bad input is
+    refused by every process, but the first one to exit makes torchrun end the others, which then
+    print nothing: seen on a slower machine, where one process reached its check a second or two
+    after another."""
+    board = env_board(rank, world)
+    if board is None:
+        return
+    try:
+        board.store.set(f"reported/{rank}", "1")
+        keys = [f"reported/{r}" for r in range(world)]
+        deadline = time.monotonic() + wait_s
+        while not board.store.check(keys) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    except Exception:  # the store is gone (the launch is ending): nothing to wait for
+        pass
+
+
 def torchrun_line(
     exc: BaseException, rank: int, world: int, pg_timeout_s: float | None, wait_s: float = 3.0
 ) -> tuple[str, int, list[int]]:

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from .failures import LIMIT, RankFailure, classify, died, open_board, process_state, silent, summarize
+from .failures import LIMIT, RankFailure, classify, died, env_board, process_state, silent, summarize
 
 
 class WorldError(RuntimeError):
@@ -274,9 +274,7 @@ def init_from_env(
         rank = int(os.environ["RANK"]) if rank is None else rank
         world = int(os.environ["WORLD_SIZE"])
         dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s), rank=rank, world_size=world)
-        if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
-            run = f"{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
-            open_board(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), rank, world, f"hexiseq/{run}/")
+        env_board(rank, world)
     return dist.get_rank(), dist.get_world_size()
 
 
