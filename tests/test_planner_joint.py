@@ -304,3 +304,60 @@ def test_even_share_baselines_split_the_batch_equally(G):
         wl = w.with_recompute(b.recompute)
         assert estimate_step(b.plan, c, m, wl).step_time_s == pytest.approx(b.step_time_s, rel=1e-9)
         assert free[name].step_time_s <= b.step_time_s * (1 + 1e-12)
+
+
+@pytest.mark.parametrize(
+    "cluster, model, seq_len, G, even",
+    [
+        ("testbed-8", "gpt-13b", 65536, 4, False),
+        ("testbed-16", "gpt-13b", 131072, 4, False),
+        ("testbed-8", "gpt-7b", 131072, 4, True),
+        ("testbed-8", "llama2-7b", 262144, 2, False),
+    ],
+)
+def test_dp_baselines_policy_floor_bounds_every_evaluation_and_changes_no_best(
+    monkeypatch, cluster, model, seq_len, G, even
+):
+    """The per-policy floor that lets dp_baselines skip an evaluation is below the step of every
+    (blocks, policy) evaluation it could skip, and skipping changes no family's best (the same plan,
+    step and configuration as with nothing skipped); it does skip some."""
+    import importlib
+
+    D = importlib.import_module("hexiseq.planner.dp_baselines")
+    c, m = load_cluster(cluster), get_model(model)
+    w = Workload(seq_len=seq_len, global_batch=G, activation_checkpointing="auto")
+    seen = []
+    evaluate = D.best_over_strategies
+
+    def recorded(reps, cluster, model, wl, strategies, options, name, cache, even):
+        out = evaluate(reps, cluster, model, wl, strategies, options, name, cache, even)
+        seen.append(([list(r.rank_devices) for r in reps], str(wl.activation_checkpointing), out[0]))
+        return out
+
+    pruned = D.dp_baselines(c, m, w, even=even)
+    monkeypatch.setattr(D, "best_over_strategies", recorded)
+    monkeypatch.setattr(D._PolicyFloor, "step", lambda self, blocks, policy, even: 0.0)
+    full = D.dp_baselines(c, m, w, even=even)
+    monkeypatch.undo()
+    floor = D._PolicyFloor(c, m, w, CostOptions())
+    assert seen and all(floor.step(blocks, pol, even) <= t * (1 + 1e-9) for blocks, pol, t in seen)
+    for name, b in full.items():
+        p = pruned[name]
+        assert (p.step_time_s, p.config, p.recompute) == (b.step_time_s, b.config, b.recompute), name
+        assert p.plan == b.plan, name
+    assert sum(p.tried for p in pruned.values()) < sum(b.tried for b in full.values())
+
+
+def test_even_share_baselines_fit_in_memory():
+    """An equal split gives every replica sequences, so every replica of an even-share baseline fits
+    (it returned replicas that could not hold a sequence before: gpt-7b at 128K on 4 GPUs)."""
+    from hexiseq.planner import dp_baselines
+
+    c, m = load_cluster("testbed-8"), get_model("gpt-7b")
+    w = Workload(seq_len=131072, global_batch=4, activation_checkpointing="auto")
+    even = dp_baselines(c, m, w, even=True)
+    assert any(b.feasible for b in even.values())
+    for name, b in even.items():
+        if b.feasible:
+            lines = replica_lines(b.plan, c, m, w.with_recompute(b.recompute))
+            assert all(ln.fits for ln in lines), name

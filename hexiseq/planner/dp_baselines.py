@@ -8,20 +8,24 @@ FAMILIES), under every recompute policy and every sharding strategy, with the ex
 data parallelism (a sequence on one GPU). DP = 1 is today's symmetric baselines. Nothing is cut by an
 estimate: a (subset, DP) grid is skipped only when a proven bound of every plan on its blocks (each
 block's balanced compute per sequence, costmodel.bound, with the exact shares) is above the
-family's best, and a layout is not tried under more recompute once it fits under every strategy
-(more recompute is then only slower), so each family's best is exact.
+family's best; a recompute policy of a grid, when the same bound under that policy (each block's
+compute with the policy's recompute, each device's share held to what its memory can hold of a
+sequence with the model states sharded over the whole cluster, the most any strategy shards them:
+costmodel.bound.memory_capped_work_time) is above it; and a layout is not tried under more
+recompute once it fits under every strategy (more recompute is then only slower). So each
+family's best is exact.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ..costmodel.bound import kernel_rates, min_compute_time
+from ..costmodel.bound import kernel_rates, memory_capped_work_time, min_compute_time
 from ..costmodel.kernels import CostOptions
 from ..plan import Plan, Sharding
-from ..specs import RECOMPUTE_POLICIES, ClusterSpec, ModelSpec, Workload
+from ..specs import RECOMPUTE_POLICIES, ClusterSpec, ModelSpec, NodeSpec, Workload
 from .baselines import FAMILIES, divisors, policies_of
 from .candidates import device_subsets
 from .shares import STRATEGIES, best_over_strategies, lower_shares_bound
@@ -37,7 +41,7 @@ class DPBaseline:
     config: str
     recompute: str | None
     tried: int
-    skipped: int = 0  # (subset, DP) grids whose bound was above the family's best
+    skipped: int = 0  # (subset, DP) grids, or their recompute policies, whose bound was above the family's best
 
     @property
     def feasible(self) -> bool:
@@ -91,6 +95,7 @@ def dp_baselines(
     seen: set = set()
     # less recompute is faster for the same layout and strategy: once every strategy fits, stop
     policies = [p for p in RECOMPUTE_POLICIES if str(p) in policies_of(workload)]
+    floor = _PolicyFloor(cluster, model, workload, options)
     for lb, label, blocks in grids:
         n = len(blocks[0])
         for name, family in FAMILIES.items():
@@ -110,6 +115,9 @@ def dp_baselines(
                 for policy in policies:
                     wl = workload.with_recompute(policy)
                     best = out[f"dp x {name}"]
+                    if floor.step(blocks, str(policy), even) >= best.step_time_s:
+                        best.skipped += 1
+                        continue  # no layout of these blocks under this policy beats the family's best
                     best.tried += 1
                     t, plan, all_fit = best_over_strategies(
                         reps, cluster, model, wl, strategies, options, name, cache, even
@@ -128,3 +136,40 @@ def dp_baselines(
                     if all_fit:
                         break
     return out
+
+
+class _PolicyFloor:
+    """A proven lower bound of every plan of DP replicas on given blocks under one recompute policy
+    (module doc): each block's compute per sequence with the policy's recompute and its devices'
+    memory caps (costmodel.bound.memory_capped_work_time, the model states sharded over the whole
+    cluster; inf where no plan of the policy fits a sequence), with the exact shares. It reads the
+    blocks' GPU types only (no link), so it is kept per multiset of types."""
+
+    def __init__(self, cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions) -> None:
+        self.cluster, self.model, self.global_batch = cluster, model, workload.global_batch
+        self.workload = replace(workload, global_batch=1, param_sharding="zero3")
+        self.options = replace(options, state_shards=cluster.size)
+        self.per_sequence: dict[tuple, float] = {}
+
+    def block(self, devices: Sequence[int], policy: str) -> float:
+        """Seconds per sequence no plan of the policy on these devices beats."""
+        counts: dict[str, int] = {}
+        for d in devices:
+            counts[self.cluster.devices[d].gpu.name] = counts.get(self.cluster.devices[d].gpu.name, 0) + 1
+        key = (tuple(sorted(counts.items())), policy)
+        if key not in self.per_sequence:
+            node_of = {}
+            for dev in self.cluster.devices:
+                node_of.setdefault(dev.gpu.name, self.cluster.nodes[dev.node])
+            # one node per GPU type (replicas.sub_cluster's way): the bound reads no link
+            sub = ClusterSpec.from_nodes("block", [NodeSpec(node_of[g].gpu, c, node_of[g].nic_gbps) for g, c in key[0]])
+            self.per_sequence[key] = memory_capped_work_time(
+                sub, self.model, self.workload.with_recompute(policy), self.options
+            )
+        return self.per_sequence[key]
+
+    def step(self, blocks: Sequence[Sequence[int]], policy: str, even: bool) -> float:
+        """Seconds no step of these blocks as replicas beats under the policy."""
+        G = self.global_batch
+        per_seq = [self.block(b, policy) for b in blocks]
+        return max(per_seq) * (G // len(blocks)) if even else lower_shares_bound(per_seq, G)

@@ -259,7 +259,15 @@ class _Shapes:
             options = replace(self.options, state_shards=shards) if shards else self.options
             try:
                 res = plan_cluster(
-                    sub, self.model, wl, progress=False, options=options, work=SHAPE_WORK, gap=SHAPE_GAP, explain=False
+                    sub,
+                    self.model,
+                    wl,
+                    progress=False,
+                    options=options,
+                    work=SHAPE_WORK,
+                    gap=SHAPE_GAP,
+                    explain=False,
+                    certify=False,  # every_joint_plan_bound covers the joint plans
                 )
                 self.plans[key] = (res.plan, res.recompute)
                 if not shards and all(p.count == self.cluster.nodes[p.node].count for p in rep):  # whole nodes only

@@ -99,11 +99,15 @@ def plan_cluster(
     gap: float = DEFAULT_GAP,
     options: CostOptions = CostOptions(),
     explain: bool = True,
+    certify: bool = True,
 ) -> PlanResult:
     """Find the fastest asymmetric CP x HP plan that fits (module doc). `work` caps the search's
     cutting-plane rounds and `gap` stops it early (both leave the reported bound valid). Raises
     InfeasibleError with an explanation when nothing fits in memory (`explain` False: a one-line
-    reason, for callers that only need to know; the explanation solves a dozen memory models)."""
+    reason, for callers that only need to know; the explanation solves a dozen memory models).
+    `certify` False: the lower bound covers the searched candidate layouts only (the bound of every
+    other plan is not computed), for callers that use the plan and not the bound (the joint
+    planner's replica shapes: its own bound covers every joint plan)."""
 
     def infeasible(wl: Workload) -> InfeasibleError:
         if explain:
@@ -165,7 +169,10 @@ def plan_cluster(
             bar.close()
     source = res.best_source + (f" +refine ({moves} moves)" if moves else "")
     search_lb = min(res.lower_bound_s, sim_t)
-    outside_lb, covers = outside_search_bound(cluster, model, workload, policies, cands, options)
+    if certify:
+        outside_lb, covers = outside_search_bound(cluster, model, workload, policies, cands, options)
+    else:
+        outside_lb, covers = math.inf, "the searched candidate layouts only (the plans they leave out were not bounded)"
     lb = min(search_lb, outside_lb)
     plan = replace(
         plan,

@@ -157,6 +157,8 @@ def best_over_strategies(
             all_fit = False
             continue
         all_fit = all_fit and all(ln.fits for ln in lines)
+        if even and not all(ln.fits for ln in lines):
+            continue  # equal shares give every replica sequences: each must fit
         shares = [G // len(replicas)] * len(replicas) if even else batch_shares(lines, G, lockstep_sets(trial, groups))
         used = [i for i, b in enumerate(shares) if b > 0]
         if not used:
