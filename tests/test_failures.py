@@ -145,3 +145,36 @@ def test_run_time_limit_from_the_command_line(tmp_path, capsys):
     assert list(load(run)["step"]) == list(range(1, step + 1))
     assert json.loads((run / "status.json").read_text())["phase"] == "stopped"
     assert not (run / "STOP").exists()
+
+
+def test_a_refusing_torchrun_process_waits_for_every_ranks_line(monkeypatch):
+    """wait_for_peer_reports (a torchrun process refusing bad input, after printing its line): it
+    returns once every rank has posted in the agent's store, not at its deadline; a rank that never
+    posts holds it to the deadline only."""
+    import socket
+    import threading
+
+    from hexiseq.runtime import failures
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    agent = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)  # the agent's store
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "refusal")
+    monkeypatch.setattr(failures, "_BOARD", None)
+    peer = dist.PrefixStore(failures.board_prefix(), dist.TCPStore("127.0.0.1", port, is_master=False))
+    try:
+        threading.Timer(0.5, lambda: peer.set("reported/1", "1")).start()
+        t0 = time.monotonic()
+        failures.wait_for_peer_reports(0, 2, wait_s=20.0)
+        waited = time.monotonic() - t0
+        assert 0.4 <= waited < 10.0, waited  # until rank 1's post, far from the deadline
+        t0 = time.monotonic()
+        failures.wait_for_peer_reports(0, 3, wait_s=1.0)  # rank 2 never posts
+        assert time.monotonic() - t0 >= 0.95
+    finally:
+        if failures._BOARD is not None:
+            failures._BOARD.close()
+    del agent
