@@ -123,8 +123,7 @@ def entry() -> None:
     worker threads can abort a process at finalization ("terminate called without an active
     exception", SIGABRT; seen in CI after a completed run), which fails that agent and leaves the
     other one waiting in torchrun's exit barrier. Every file a rank writes is closed before `main`
-    returns. A failing rank keeps the normal exit: the teardown's delay lets its peers print their
-    own refusal before torchrun ends them."""
+    returns. A failing rank keeps the normal exit (its peers' refusals are waited for in `report`)."""
     rc = main()
     if rc == 0 and torchrun_env():
         sys.stdout.flush()
