@@ -4,10 +4,19 @@ deterministic and recovers known multipliers; bad input is refused before any ra
 accuracy target is a benchmark (benchmarks/bench_calibrate.py), not a unit test."""
 
 import json
+import os
 
 import pytest
 
-from hexiseq.calibrate.calibrate import FITTED, fit, measured_devices, predict, predict_with_devices, scaled_cluster
+from hexiseq.calibrate.calibrate import (
+    FITTED,
+    cores_used,
+    fit,
+    measured_devices,
+    predict,
+    predict_with_devices,
+    scaled_cluster,
+)
 from hexiseq.calibrate.plans import calibration_plans, side_by_side
 from hexiseq.cli import main
 from hexiseq.errors import HexiSeqError
@@ -84,6 +93,11 @@ def test_every_calibration_run_is_a_labelled_emulated_run(quick):
         for p in s["emulation"]["pacing"]:  # the steps after the warm-up, apart: 3 steps, 2 of warm-up
             m = p["measured"]
             assert m["steps"] == s["measured_steps"] == 1 and 0 < m["ops"] < p["ops"] and 0 < m["cpu_s"] < p["cpu_s"]
+            # the process's CPU over the paced step covers at least its operators' sampled CPU
+            assert m["raw_cpu_s"] <= m["process_cpu_s"] and 0 < m["block_wall_s"] < p["block_wall_s"]
+        # four ranks on this machine: at least their operators' CPU, at most every core
+        used = cores_used(s)
+        assert used is not None and 0 < used <= (os.cpu_count() or 1) + 0.1
         assert measured_devices(s) == pytest.approx(r["measured_device_s"])
         assert s["prediction"]["step_time_s"] == pytest.approx(r["predicted_before_s"])
         assert "emulating cluster cpu-4" in s["measured_on"]

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from hexiseq.calibrate.calibrate import FITTED, device_times, measured_devices, operator_load
+from hexiseq.calibrate.calibrate import FITTED, cores_used, device_times, measured_devices, operator_load
 from hexiseq.calibrate.compare_dp import _same_run, compare_dp, cost_cluster, device_check, operator_fit
 from hexiseq.calibrate.profile import Profile
 from hexiseq.costmodel.step import estimate_step
@@ -59,6 +59,9 @@ def test_three_plans_run_and_are_predicted_by_the_step_model(calibration, tmp_pa
         assert r["predicted_device_s"] == pytest.approx(device_times(plan, cost, get_model("tiny"), wl), rel=1e-9)
         median = json.loads((Path(r["median_run_dir"]) / "summary.json").read_text())
         assert r["measured_device_s"] == measured_devices(median) and len(r["measured_device_s"]) == r["ranks"]
+        # the cores its ranks used: the most over its runs, from the pacing record
+        assert r["cores_used"] == cores_used(summary)  # one trial: its run's
+        assert 0 < r["cores_used"] <= cmp.cores + 0.1
     # the planner is never worse than the plans it is compared with, by its own model
     joint = cmp.row("joint")["predicted_s"]
     assert joint <= cmp.row("dp-baseline")["predicted_s"] * (1 + 1e-9)
@@ -67,6 +70,7 @@ def test_three_plans_run_and_are_predicted_by_the_step_model(calibration, tmp_pa
     assert cmp.chosen == "joint"
     assert "measured fastest" in cmp.summary() and "busiest device: rank" in cmp.summary()
     assert "each rank's device time per step, predicted / measured" in cmp.summary()
+    assert "over the measured steps (their processes' CPU" in cmp.summary()
     # recomputed from the finished directory (python -m hexiseq.calibrate.compare_dp DIR): the same
     (tmp_path / "cdp" / "calibration").mkdir()
     (tmp_path / "cdp" / "calibration" / "calibration.json").write_text(calibration.read_text())

@@ -157,6 +157,25 @@ def test_host_time_between_operators_runs_behind_the_device_work():
     assert elapsed < device + st.host_exposed_s + 0.02
 
 
+def test_a_paced_block_records_its_process_cpu_and_wall_time():
+    """The process's CPU time over the paced blocks is what the rank really used of the machine (busy work
+    counts, sleep does not), accumulated over blocks of the same pacer: calibrate.cores_used reads it."""
+    import time
+
+    a = torch.randn(128, 128, generator=torch.Generator().manual_seed(0))
+    pacer = None
+    for _ in range(2):
+        with E.activate(E.Emulation((1.0,)), 0, pacer) as pacer:
+            end = time.process_time() + 0.05
+            while time.process_time() < end:  # 50 ms of CPU
+                torch.tanh(a @ a)
+            time.sleep(0.1)  # 100 ms of wall time and no CPU
+    st = pacer.stats
+    assert 0.1 <= st.process_cpu_s < st.block_wall_s
+    assert st.block_wall_s >= 0.3  # two blocks of >= 150 ms each
+    assert st.process_cpu_s < 0.1 + 0.5 * (st.block_wall_s - 0.1)  # the sleeps took no CPU
+
+
 def test_emulated_link_holds_messages_and_keeps_them_intact(world):
     n_bytes = 100_000 * E.MODEL_BYTES_PER_ELEMENT
     want = 5e-3 + n_bytes / 0.01e9  # alpha + bytes / beta: 25 ms
@@ -258,3 +277,50 @@ def test_warm_cores_runs_one_lowest_priority_loop_for_the_block_only():
     with pytest.raises(RuntimeError), emulation.warm_cores():
         raise RuntimeError("the block fails")
     assert spinners() == []
+
+
+def test_warm_cores_loop_ends_when_its_parent_is_killed():
+    """A process killed by a signal runs no `finally`: the busy loop it started under warm_cores must
+    still end (it watches its parent), not take a core for every later measurement."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = (
+        "import sys, time\nfrom hexiseq.runtime import emulation\n"
+        "with emulation.warm_cores():\n    print('up', flush=True)\n    time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout.readline().strip() == "up"
+
+    def loops() -> list[int]:  # the loop's processes whose parent is (or was) that process
+        out = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                argv = open(f"/proc/{pid}/cmdline").read().split("\0")
+                state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if emulation_spin() in argv and state != "Z":
+                out.append(int(pid))
+        return out
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not loops():
+        time.sleep(0.05)
+    mine = loops()
+    assert mine, "warm_cores started no loop"
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and set(mine) & set(loops()):
+        time.sleep(0.05)
+    assert not set(mine) & set(loops()), "the loop outlived its killed parent"
+
+
+def emulation_spin() -> str:
+    from hexiseq.runtime import emulation
+
+    return emulation._SPIN

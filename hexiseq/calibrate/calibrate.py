@@ -553,6 +553,25 @@ def pacing_overrun(summary: dict[str, Any]) -> float | None:
     return worst
 
 
+def cores_used(summary: dict[str, Any]) -> float | None:
+    """How many of the machine's cores the ranks really used over the measured steps: the sum over the
+    ranks of their processes' CPU time (every thread: the operators, Python, autograd, gloo, the
+    emulation's own bookkeeping) over the paced steps' wall time (PacerStats.process_cpu_s, block_wall_s;
+    the longest rank's). The device work alone needs Σ 1/f cores; a plan of many small operators needs
+    more, since each operator's host-side CPU is not slowed f times. Near the machine's cores, the ranks
+    queue for them and the step is the machine's, not the emulated cluster's (compare_dp's doc). None for
+    a record without these figures."""
+    emu = summary.get("emulation") or {}
+    cpu, wall = 0.0, 0.0
+    for p in emu.get("pacing") or []:
+        m = (p or {}).get("measured") or p or {}
+        if not m.get("block_wall_s"):
+            return None
+        cpu += m.get("process_cpu_s", 0.0)
+        wall = max(wall, m["block_wall_s"])
+    return cpu / wall if wall > 0 else None
+
+
 def operator_load(summary: dict[str, Any], steps: int) -> dict[str, float] | None:
     """The rank with the most emulated device time per step, and what makes it: its operators per step,
     their mean CPU time and f x that CPU per step (the device time its pacing emulates), and the time

@@ -56,6 +56,7 @@ from ..specs import ClusterSpec, ModelSpec, NodeSpec, Workload, get_model, load_
 from .calibrate import (
     calibrate,
     copies_side_by_side,
+    cores_used,
     device_times,
     factors_text,
     fit_calibration,
@@ -139,13 +140,15 @@ class DPComparison:
                 else []
             ),
             f"{'plan':<12} {'shares':<10} {'sharding':<22} {'predicted s':>11} {'measured s':>10} {'error':>7} "
-            f"{'overrun':>7}" + (f" {'planned s':>9} {'error':>7}" if self.planning_factors is not None else ""),
+            f"{'overrun':>7} {'cores':>5}"
+            + (f" {'planned s':>9} {'error':>7}" if self.planning_factors is not None else ""),
         ]
         for r in self.rows:
-            o = r.get("pacing_overrun")
+            o, c = r.get("pacing_overrun"), r.get("cores_used")
             lines.append(
                 f"{r['system']:<12} {r['shares']:<10} {r['sharding']:<22} {r['predicted_s']:>11.3f} "
-                f"{r['measured_s']:>10.3f} {r['error']:>+7.1%} {'' if o is None else f'{o:.2f}':>7}"
+                f"{r['measured_s']:>10.3f} {r['error']:>+7.1%} {'' if o is None else f'{o:.2f}':>7} "
+                f"{'' if c is None else f'{c:.2f}':>5}"
                 + (
                     f" {r['planned_s']:>9.3f} {r['planned_s'] / r['measured_s'] - 1:>+7.1%}"
                     if self.planning_factors is not None
@@ -185,6 +188,23 @@ class DPComparison:
                     f"{q['predicted_s']:.3f} s, measured compute {q['measured_compute_s']:.3f} s, waiting "
                     f"{q['measured_waiting_s']:.3f} s"
                 )
+        crowded = [
+            r["system"]
+            for r in self.rows
+            if (r.get("cores_used") or 0.0) > self.cores / HEADROOM and not r.get("same_as")
+        ]
+        lines.append(
+            f"cores: what the ranks used of this machine's {self.cores} over the measured steps (their processes' CPU "
+            "over the steps' wall time, calibrate.cores_used); the device work alone needs "
+            f"{self.cores_needed:.2f}"
+            + (
+                f". Above 1/{HEADROOM:g} of the cores (emulated_clusters.HEADROOM): {', '.join(crowded)}: the "
+                "host's work around each operator (Python, autograd, dispatch, the pacer's own; not slowed f "
+                "times) crowds the cores, so part of such a step is this machine's, not the emulated cluster's"
+                if crowded
+                else f"; every plan stayed within 1/{HEADROOM:g} of the cores"
+            )
+        )
         lines += [
             f"planned (least predicted by its planning figures): {self.chosen}; measured fastest: {self.fastest}",
             f"joint plan's speedup, measured (predicted): over the best DP x symmetric baseline "
@@ -493,6 +513,8 @@ def compare_dp(
                 "replicas": _replica_rows(est, summary),
                 "pacing_overrun": max((o for r in done if (o := pacing_overrun(r[1])) is not None), default=None),
                 "operator_load": operator_load(summary, steps),
+                # the machine's cores the ranks really used, the most of any run (calibrate.cores_used)
+                "cores_used": max((c for r in done if (c := cores_used(r[1])) is not None), default=None),
                 # each rank's device time per step (f x its operators' reference CPU time), predicted and measured
                 "predicted_device_s": device_times(plan, final, mspec, workloads[i]),
                 "measured_device_s": measured_devices(summary),

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import subprocess
 import sys
 import time
@@ -167,6 +168,10 @@ class PacerStats:
     raw_cpu_s: float = 0.0  # the operators' CPU time as sampled (0 in records from before the reference)
     link_wait_s: float = 0.0  # waiting for an emulated link's real transfers with nothing owed, before its hold
     bookkeeping_s: float = 0.0  # the emulation's own time after each operator: made up by sleeping less (module doc)
+    # the process's CPU time (every thread: operators, Python, autograd, gloo, the emulation's own) and the wall
+    # time of the paced blocks: their ratio is how much of the machine the rank really used (`cores_used`)
+    process_cpu_s: float = 0.0
+    block_wall_s: float = 0.0
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -323,15 +328,22 @@ class Pacer(TorchDispatchMode):
 
 _ACTIVE: list[Pacer] = []
 
-_SPIN = "import os\nos.nice(19)\nwhile True:\n    pass\n"  # lowers its own priority first
+# lowers its own priority first; ends when its parent is gone (a parent killed by a signal runs no `finally`:
+# an orphaned loop went on taking a core for good, and every later measurement ran beside two of them)
+# (the parent's pid comes as the argument: one read by the loop itself may already be its new parent's)
+_SPIN = (
+    "import os, sys\nos.nice(19)\nparent = int(sys.argv[1])\nwhile os.getppid() == parent:\n"
+    "    for _ in range(200_000):\n        pass\n"
+)
 
 
 @contextlib.contextmanager
 def warm_cores() -> Iterator[None]:
     """One busy loop at the lowest priority (nice 19) for the block (module doc: the machine's idle
-    state); it is killed on the way out, however the block ends."""
+    state); it is killed on the way out, however the block ends, and ends by itself within a few
+    milliseconds of its parent process (a parent killed by a signal runs no `finally`)."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", _SPIN],
+        [sys.executable, "-c", _SPIN, str(os.getpid())],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -362,6 +374,7 @@ def activate(emulation: Emulation | dict | None, rank: int, pacer: Pacer | None 
     torch.set_num_threads(1)
     _ACTIVE.append(pacer)
     pacer.mark = None  # the host's time before the block is not the device's
+    cpu0, wall0 = time.process_time(), time.monotonic()
     try:
         with pacer:
             yield pacer
@@ -369,6 +382,8 @@ def activate(emulation: Emulation | dict | None, rank: int, pacer: Pacer | None 
     finally:
         _ACTIVE.pop()
         torch.set_num_threads(threads)
+        pacer.stats.process_cpu_s += time.process_time() - cpu0
+        pacer.stats.block_wall_s += time.monotonic() - wall0
 
 
 # ---------------------------------------------------------------------- hooks the runtime calls
