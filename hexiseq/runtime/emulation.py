@@ -340,8 +340,8 @@ _SPIN = (
 @contextlib.contextmanager
 def warm_cores() -> Iterator[None]:
     """One busy loop at the lowest priority (nice 19) for the block (module doc: the machine's idle
-    state); it is killed on the way out, however the block ends, and ends by itself within a few
-    milliseconds of its parent process (a parent killed by a signal runs no `finally`)."""
+    state); it is killed on the way out, however the block ends, and it ends by itself once its parent
+    process is gone (a parent killed by a signal runs no `finally`)."""
     proc = subprocess.Popen(
         [sys.executable, "-c", _SPIN, str(os.getpid())],
         stdin=subprocess.DEVNULL,
