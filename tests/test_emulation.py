@@ -244,45 +244,45 @@ def test_off_by_default():
         assert p is None and E.active() is None
 
 
+def _spin_loops(parent: int) -> list[tuple[int, int]]:
+    """(pid, nice) of every live warm_cores loop started by process `parent`: the loop carries its
+    parent's pid as its argument, so it is found after that parent is gone too (other tests leave
+    helpers, e.g. multiprocessing's)."""
+    import os
+
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            argv = open(f"/proc/{pid}/cmdline").read().split("\0")
+        except OSError:
+            continue
+        if argv[1:4] == ["-c", E._SPIN, str(parent)] and stat[0] != "Z":
+            out.append((int(pid), int(stat[16])))
+    return out
+
+
 def test_warm_cores_runs_one_lowest_priority_loop_for_the_block_only():
     """emulation.warm_cores: one busy child at nice 19 while the block runs, gone after it, also when
     the block raises."""
     import os
     import time
 
-    from hexiseq.runtime import emulation
-
-    def spinners() -> list[int]:
-        me = os.getpid()
-        out = []
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-                argv = open(f"/proc/{pid}/cmdline").read().split("\0")
-            except OSError:
-                continue
-            # this process's children running the loop (other tests leave helpers, e.g. multiprocessing's)
-            if int(stat[1]) == me and emulation._SPIN in argv and stat[0] != "Z":
-                out.append((int(pid), int(stat[16])))  # (pid, nice)
-        return out
-
-    with emulation.warm_cores():
+    me = os.getpid()
+    with E.warm_cores():
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not any(n == 19 for _, n in spinners()):
+        while time.monotonic() < deadline and not any(n == 19 for _, n in _spin_loops(me)):
             time.sleep(0.05)
-        assert [n for _, n in spinners()] == [19]
-    assert spinners() == []
-    with pytest.raises(RuntimeError), emulation.warm_cores():
+        assert [n for _, n in _spin_loops(me)] == [19]
+    assert _spin_loops(me) == []
+    with pytest.raises(RuntimeError), E.warm_cores():
         raise RuntimeError("the block fails")
-    assert spinners() == []
+    assert _spin_loops(me) == []
 
 
 def test_warm_cores_loop_ends_when_its_parent_is_killed():
     """A process killed by a signal runs no `finally`: the busy loop it started under warm_cores must
     still end (it watches its parent), not take a core for every later measurement."""
-    import os
     import signal
     import subprocess
     import sys
@@ -294,33 +294,13 @@ def test_warm_cores_loop_ends_when_its_parent_is_killed():
     )
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert parent.stdout.readline().strip() == "up"
-
-    def loops() -> list[int]:  # the loop's processes whose parent is (or was) that process
-        out = []
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                argv = open(f"/proc/{pid}/cmdline").read().split("\0")
-                state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-            except OSError:
-                continue
-            if emulation_spin() in argv and state != "Z":
-                out.append(int(pid))
-        return out
-
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not loops():
+    while time.monotonic() < deadline and not _spin_loops(parent.pid):
         time.sleep(0.05)
-    mine = loops()
-    assert mine, "warm_cores started no loop"
+    assert _spin_loops(parent.pid), "warm_cores started no loop"
     parent.send_signal(signal.SIGKILL)
     parent.wait()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and set(mine) & set(loops()):
+    while time.monotonic() < deadline and _spin_loops(parent.pid):
         time.sleep(0.05)
-    assert not set(mine) & set(loops()), "the loop outlived its killed parent"
-
-
-def emulation_spin() -> str:
-    from hexiseq.runtime import emulation
-
-    return emulation._SPIN
+    assert _spin_loops(parent.pid) == [], "the loop outlived its killed parent"
