@@ -47,8 +47,13 @@ demo: setup
 	@# with the calibration's figures (the ones the plans were chosen by: bench_dp's doc)
 	$(PY) benchmarks/bench_dp.py --clusters cpu-4 --seq-len 1024 --global-batch 4 --steps 4 --trials 1 --quick --out out/dp.txt
 
+# Two passes. First every test that times nothing, on pytest-xdist workers (one per core, at most 4);
+# then the ones marked `serial` (they assert on wall time or wait on timeouts) alone, so that no other
+# test's load enters their clocks. TEST_WORKERS=0 runs the first pass in this process.
+TEST_WORKERS ?= auto
 test: setup
-	$(PY) -m pytest -q -ra --durations=40
+	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --maxprocesses 4 -m "not serial" --durations=30
+	$(PY) -m pytest -q -ra -m serial --durations=10
 
 # Lint and format (ruff, configured in pyproject.toml) and the layer contracts (import-linter, .importlinter;
 # tests/test_architecture.py runs them inside `make test` too). .ci/run calls this.

@@ -223,6 +223,7 @@ def _dead_peer(rank: int, world: int, text: str, mode: str) -> dict:
         return {"raised": f"{type(e).__name__}: {e}"[:300], "seconds": time.monotonic() - t0}
 
 
+@pytest.mark.serial  # times how soon the survivors raise
 @pytest.mark.timeout(80)
 @pytest.mark.parametrize("mode", ["crash", "hang"])
 def test_dead_peer_raises_instead_of_hanging(mode):

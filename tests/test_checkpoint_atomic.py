@@ -16,6 +16,9 @@ from hexiseq.atomic import atomic_dir, remove_stale, stale_temporaries
 from hexiseq.runtime.hf_checkpoint import load_hf_checkpoint, save_hf_checkpoint, weight_files
 from hexiseq.runtime.llama import Llama, LlamaConfig
 
+# the kills land at moments drawn against a save's measured duration, which another test's load would move
+pytestmark = pytest.mark.serial
+
 # ~2.6 M parameters (10 MB in fp32): a save takes long enough for kills to land inside it
 CFG = LlamaConfig(vocab=512, hidden=256, layers=3, heads=4, kv_heads=2, ffn=512)
 SHARD = 3 * 2**20  # the old checkpoint is sharded (an index + 3 files), the new one a single file

@@ -14,6 +14,9 @@ from hexiseq.runtime import emulation as E
 from hexiseq.runtime.world import spawn_world
 from hexiseq.specs import load_cluster
 
+# the pacing is checked against the wall clock and the process's CPU time, to within milliseconds
+pytestmark = pytest.mark.serial
+
 
 def _work(rank: int, world: int, factors: list[float], link: tuple[float, float]) -> dict:
     """Each rank: the same matmuls under its slowdown, then one P2P message and one all-to-all over an

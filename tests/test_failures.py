@@ -16,6 +16,9 @@ from hexiseq.errors import SpecError
 from hexiseq.runtime.failures import INPUT, PEER, RankFailure, classify, summarize
 from hexiseq.runtime.world import WorldError, spawn_world
 
+# the scenarios time how long a failure takes to reach the user (within about one timeout)
+pytestmark = pytest.mark.serial
+
 
 def _fail(rank: int, world: int, mode: str) -> int:
     if rank == 1:

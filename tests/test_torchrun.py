@@ -57,6 +57,7 @@ def ours(output: str) -> list[str]:
     return [ln for ln in output.splitlines() if re.match(r"(\[rank\d+\]:)?hexiseq run: (rank|error)", ln)]
 
 
+@pytest.mark.serial  # times the run's end against its --timeout
 def test_a_stopped_rank_is_named_and_ends_the_run_within_about_one_timeout(tmp_path):
     random_plan(2, 128, 8, 4, seed=4, block_size=8).save(tmp_path / "plan.json")
     p = torchrun(
