@@ -12,8 +12,9 @@ from types import SimpleNamespace
 import pytest
 
 from hexiseq.calibrate.calibrate import FITTED, cores_used, device_times, measured_devices, operator_load
+from hexiseq.calibrate.compare import calibration_source, other_machine
 from hexiseq.calibrate.compare_dp import _same_run, compare_dp, cost_cluster, device_check, operator_fit
-from hexiseq.calibrate.profile import Profile
+from hexiseq.calibrate.profile import Profile, machine
 from hexiseq.costmodel.step import estimate_step
 from hexiseq.errors import HexiSeqError
 from hexiseq.plan import Plan, Sharding, ring_plan
@@ -276,3 +277,21 @@ def test_the_in_window_calibration_runs_in_the_rounds_and_makes_the_predictions(
     # the planner's choice is by the planning figures, whatever the window's predictions say
     assert cmp.chosen == min(cmp.rows, key=lambda r: r["planned_s"])["system"] == "joint"
     assert "in-window" in cmp.summary() and "planning calibration's multipliers" in cmp.summary()
+
+
+def test_a_calibration_from_another_machine_is_named_as_such():
+    here = {"cpu": "Intel(R) Xeon(R) Processor", "cores": 2, "torch": "2.13.0+cpu", "memory_gib": 23.5}
+    record = {"profile": {"measured": {"machine": {**here, "memory_gib": 31.0}}}}
+    assert other_machine(record, here) is None  # memory does not move a rank's speed
+    record["profile"]["measured"]["machine"].update(cpu="AMD EPYC", cores=4)
+    assert other_machine(record, here) == "cpu AMD EPYC there, Intel(R) Xeon(R) Processor here, cores 4 there, 2 here"
+    assert other_machine({"profile": {"measured": {}}}, here) is None  # not recorded: nothing to say
+
+    # the reports name it: a calibration that records a machine other than this one
+    record = json.loads(json.dumps({"profile": {"measured": {"machine": {**machine(), "cpu": "Some other CPU"}}}}))
+    said: list[str] = []
+    source = calibration_source("cal/cpu-4", record, said.append)
+    assert source.startswith("cal/cpu-4, measured on another machine (cpu Some other CPU there, ")
+    assert "the predictions are that machine's" in source and said == [f"warning: --calibration {source}"]
+    record["profile"]["measured"]["machine"] = machine()
+    assert calibration_source("cal/cpu-4", record, said.append) == "cal/cpu-4" and len(said) == 1

@@ -33,7 +33,7 @@ from ..specs import ClusterSpec, Workload, get_model, load_cluster, write_text_a
 from ..specs.identity import cluster_fingerprint, fingerprint_mismatch
 from .calibrate import calibrate, calibration_run_settings, factors_text, pacing_overrun, scaled_cluster
 from .emulated_clusters import check_emulated, emulation_for
-from .profile import DEFAULT_MODEL, Profile, _load
+from .profile import DEFAULT_MODEL, Profile, _load, machine
 from .profile import profile as measure_profile
 
 
@@ -208,7 +208,7 @@ def compare(
         factors, source = cal.factors, f"fitted now on {len(cal.rows)} plans ({cal.out})"
         say(cal.summary())
     else:
-        factors, source = dict(record["factors"]), f"{calibration}"
+        factors, source = dict(record["factors"]), calibration_source(calibration, record, say)
     cost = scaled_cluster(base, factors)
     block = 64 if S >= 4096 else 32
     say(f"planning {spec.name} for {mspec.name} at S={S:,} with the calibrated figures ...")
@@ -275,6 +275,36 @@ def _simulate(cluster: ClusterSpec, model: Any, plan: Any, policy: str) -> float
             plan, cluster, model, Workload(plan.seq_len, 1, policy, "replicated", plan.block_size)
         ).iteration_time_s
     )
+
+
+MACHINE_FIELDS = ("cpu", "cores", "torch")  # what moves a CPU rank's speed: a calibration holds for these only
+
+
+def other_machine(record: dict[str, Any], here: dict[str, Any] | None = None) -> str | None:
+    """How the machine a calibration.json was measured on (its profile's) differs from this one
+    (`here`: profile.machine()) in MACHINE_FIELDS, in words; None when they agree or it is not recorded."""
+    then = ((record.get("profile") or {}).get("measured") or {}).get("machine") or {}
+    if not then:
+        return None
+    here = here if here is not None else machine()
+    differ = [k for k in MACHINE_FIELDS if then.get(k) != here.get(k)]
+    if not differ:
+        return None
+    return ", ".join(f"{k} {then.get(k)} there, {here.get(k)} here" for k in differ)
+
+
+def calibration_source(path: str | Path, record: dict[str, Any], say: Callable[[str], None]) -> str:
+    """The reused calibration as a report names it, saying so (and warning) when it was measured on
+    another machine: its figures then predict that machine's ranks, not these."""
+    differ = other_machine(record)
+    if differ is None:
+        return str(path)
+    note = (
+        f"{path}, measured on another machine ({differ}): the predictions are that machine's; calibrate on "
+        "this one (leave out --calibration) to compare like with like"
+    )
+    say(f"warning: --calibration {note}")
+    return note
 
 
 def read_calibration(path: str | Path, cluster: str, model: str) -> dict[str, Any]:

@@ -67,7 +67,7 @@ from .calibrate import (
     run_calibration,
     scaled_cluster,
 )
-from .compare import on_emulated, read_calibration, run_plan
+from .compare import calibration_source, on_emulated, read_calibration, run_plan
 from .cpu_types import with_derived_types
 from .emulated_clusters import HEADROOM, check_emulated, cpu_factor
 from .plans import WORLD
@@ -293,7 +293,7 @@ def calibrated_figures(
         return (
             Profile.from_dict(record["profile"]),
             dict(record["factors"]),
-            str(calibration),
+            calibration_source(calibration, record, say),
         )
     cal = calibrate(cluster=part, quick=quick, model=model, seq_len=seq_len, out=out, timeout_s=timeout_s, say=say)
     say(cal.summary())
