@@ -18,6 +18,10 @@ of 8; its gap is against the bound of every joint plan, its "search gap" against
 partitions it did not plan in full).
 
     .venv/bin/python benchmarks/bench_planner.py --modes "DP = 1,joint" --once
+
+`--modes "joint,joint workers"` also plans each cell as `hexiseq plan` does, its replica shapes and
+DP = 1 plan on one worker process per core (planner/workers.py), and checks that the plan is the
+same as in one process.
 """
 
 from __future__ import annotations
@@ -74,13 +78,22 @@ class JointAsResult:
 
 
 def joint_call(**kwargs: Any) -> Any:
-    """The joint planner on the cell at a global batch of JOINT_BATCH sequences."""
+    """The joint planner on the cell at a global batch of JOINT_BATCH sequences, in this process."""
     wl = kwargs.pop("workload")
     return JointAsResult(plan_joint(workload=dataclasses.replace(wl, global_batch=JOINT_BATCH), **kwargs))
 
 
+def joint_workers_call(**kwargs: Any) -> Any:
+    """The joint planner as `hexiseq plan` runs it: its shapes and DP = 1 plan on one worker per core."""
+    return joint_call(workers="auto", **kwargs)
+
+
 # mode name -> the function that plans one cell from plan_cluster's keyword arguments
-MODES: dict[str, Callable[..., Any]] = {"DP = 1": planner_call, "joint": joint_call}
+MODES: dict[str, Callable[..., Any]] = {
+    "DP = 1": planner_call,
+    "joint": joint_call,
+    "joint workers": joint_workers_call,
+}
 
 
 def grid_cells() -> list[tuple[str, Any]]:
@@ -148,52 +161,65 @@ def main() -> int:
     unknown = [m for m in args.modes.split(",") if m not in MODES]
     if unknown:
         ap.error(f"unknown mode(s) {unknown}; choose from {list(MODES)}")
-    for mode_name in args.modes.split(","):
-        mode = MODES[mode_name]
-        print(f"\n== {mode_name}")
-        print(f"{'cell':>34} {'time s':>7} {'2nd s':>7} {'step s':>9} {'gap':>7} {'search':>7} {'same':>5}  rec")
-        planned: set[str] = set()
-        for family, cell in cells:
-            label = f"{cell.cluster.name} {cell.model} {cell.seq_len // K}K"
-            # the joint mode plans every cell at G = JOINT_BATCH: cells that differ only in their
+    modes = args.modes.split(",")
+    # cells outside, modes inside: the modes of a cell run back to back, so a drift of the machine's
+    # speed between cells falls on every mode alike (this VM's speed moves within minutes)
+    planned: set[tuple[str, str]] = set()
+    for family, cell in cells:
+        label = f"{cell.cluster.name} {cell.model} {cell.seq_len // K}K"
+        for mode_name in modes:
+            # a joint mode plans every cell at G = JOINT_BATCH: cells that differ only in their
             # global batch (the global-batch scenario's G = 1..16) are the same cell there
-            key = label + (
-                repr(dataclasses.replace(cell.workload_spec(), global_batch=JOINT_BATCH))
-                if mode_name == "joint"
-                else repr(cell.workload_spec())
-            )
-            if key in planned:
+            wl = cell.workload_spec()
+            key = label + repr(dataclasses.replace(wl, global_batch=JOINT_BATCH) if mode_name != "DP = 1" else wl)
+            if (mode_name, key) in planned:
                 continue
-            planned.add(key)
-            a = plan_once(mode, cell)
-            b = None if args.once else plan_once(mode, cell)
-            row = {"mode": mode_name, "family": family, "cell": label, **a}
+            planned.add((mode_name, key))
+            a = plan_once(MODES[mode_name], cell)
+            b = None if args.once else plan_once(MODES[mode_name], cell)
+            row = {"mode": mode_name, "family": family, "cell": label, "key": key, **a}
             if b is not None:
                 row["time_2_s"] = b["time_s"]
                 row["same_plan"] = a.get("plan_json") == b.get("plan_json")
             rows.append(row)
-            if "infeasible" in a:
-                print(f"{label:>34} {a['time_s']:>7.2f} infeasible: {a['infeasible'][:60]}")
+            print(f"  {mode_name}: {label} {a['time_s']:.2f} s", file=sys.stderr, flush=True)
+    for mode_name in modes:
+        print(f"\n== {mode_name}")
+        print(f"{'cell':>34} {'time s':>7} {'2nd s':>7} {'step s':>9} {'gap':>7} {'search':>7} {'same':>5}  rec")
+        mine = [r for r in rows if r["mode"] == mode_name]
+        for r in mine:
+            if "infeasible" in r:
+                print(f"{r['cell']:>34} {r['time_s']:>7.2f} infeasible: {r['infeasible'][:60]}")
                 continue
-            second = f"{b['time_s']:>7.2f}" if b else f"{'-':>7}"
-            same = str(row.get("same_plan", "-"))
+            second = f"{r['time_2_s']:>7.2f}" if "time_2_s" in r else f"{'-':>7}"
+            same = str(r.get("same_plan", "-"))
             print(
-                f"{label:>34} {a['time_s']:>7.2f} {second} {a['step_s']:>9.4f} {a['gap']:>7.2%} "
-                f"{a['search_gap']:>7.2%} {same:>5}  {a['recompute']}"
+                f"{r['cell']:>34} {r['time_s']:>7.2f} {second} {r['step_s']:>9.4f} {r['gap']:>7.2%} "
+                f"{r['search_gap']:>7.2%} {same:>5}  {r['recompute']}"
             )
-            sys.stdout.flush()
-        for family, target in (JOINT_TARGET_S if mode_name == "joint" else TARGET_S).items():
-            mine = [r for r in rows if r["mode"] == mode_name]
+        for family, target in (JOINT_TARGET_S if mode_name != "DP = 1" else TARGET_S).items():
             print(f"  {family}: time {summary(mine, family, 'time_s')} (target <= {target:g} s)")
             print(f"  {family}: gap {summary(mine, family, 'gap')} (target <= {TARGET_GAP:.1%})")
             print(f"  {family}: search gap {summary(mine, family, 'search_gap')}")
-        same = [r["same_plan"] for r in rows if r["mode"] == mode_name and "same_plan" in r]
+        same = [r["same_plan"] for r in mine if "same_plan" in r]
         if same:
             print(f"  the same plan on both runs: {sum(same)} of {len(same)} cells")
+        if mode_name == "joint workers":  # the workers must not change the plan (planner/workers.py)
+            alone = {r["key"]: r for r in rows if r["mode"] == "joint"}
+            pairs = [(r, alone[r["key"]]) for r in mine if r["key"] in alone]
+            if pairs:
+                same_plan = sum(r.get("plan_json") == o.get("plan_json") for r, o in pairs)
+                print(f"  the same plan as in one process: {same_plan} of {len(pairs)} cells")
+                ratios = sorted(o["time_s"] / r["time_s"] for r, o in pairs)
+                print(
+                    f"  time in one process / with workers, cell by cell: worst {ratios[0]:.2f}x, median "
+                    f"{statistics.median(ratios):.2f}x, best {ratios[-1]:.2f}x over {len(pairs)} cells"
+                )
     print(f"\nmachine: {machine()} at the end; total benchmark time {time.perf_counter() - t_all:.0f} s")
     if args.json:
         for r in rows:
             r.pop("plan_json", None)
+            r.pop("key", None)
         Path(args.json).write_text(json.dumps(rows, indent=1, default=float))
     return 0
 

@@ -71,6 +71,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="auto",
         help="data-parallel replicas when --global-batch > 1: auto (default), 1 (one replica) or N",
     )
+    p.add_argument(
+        "--workers",
+        type=_workers_arg,
+        default="auto",
+        help="with --global-batch > 1: processes that plan the replica shapes side by side, auto (default: one "
+        "per core on clusters of 64 GPUs or more) or N (1: this process alone); the plan is the same for any number",
+    )
     p.add_argument("--out", help="write the plan JSON to this file")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -97,7 +104,9 @@ def run(args: argparse.Namespace) -> int:
     if workload.global_batch > 1:
         if args.write_model:
             raise HexiSeqError("--write-model writes one layout's model: use it with --global-batch 1")
-        joint = plan_joint(cluster, model, workload, dp=args.dp, options=options, progress=progress)
+        joint = plan_joint(
+            cluster, model, workload, dp=args.dp, options=options, progress=progress, workers=args.workers
+        )
         if args.out:
             joint.plan.save(args.out)
         if args.json:
@@ -119,6 +128,18 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         print(f"plan written to {args.out}")
     return 0
+
+
+def _workers_arg(text: str) -> str | int:
+    if text == "auto":
+        return text
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"--workers must be auto or a positive number of processes, got {text!r}")
+    return n
 
 
 def _dp_arg(text: str) -> str | int:
@@ -151,7 +172,8 @@ def print_joint(res: JointResult, cluster) -> None:
     )
     stages = ", ".join(f"{k} {v:.2f} s" for k, v in res.stage_times_s.items())
     print(
-        f"  planning took {res.plan_time_s:.2f} s ({stages}); {res.partitions} replica partitions, "
+        f"  planning took {res.plan_time_s:.2f} s on {res.workers} process{'es' * (res.workers > 1)} ({stages}); "
+        f"{res.partitions} replica partitions, "
         f"{res.visited} planned in full, {res.shapes_planned} replica shapes planned"
     )
     for n in res.notes:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -55,6 +55,7 @@ from ..specs import ClusterSpec, ModelSpec, Workload
 from ..specs.identity import cluster_fingerprint, model_record
 from .baselines import policies_of
 from .candidates import EXHAUSTIVE_DEVICES, device_subsets
+from .collector import fewer_collections
 from .dp_baselines import DPBaseline, dp_baselines
 from .replicas import (
     Partition,
@@ -72,6 +73,7 @@ from .result import PlanResult
 from .scheduler import plan_cluster
 from .search import DEFAULT_GAP
 from .shares import STRATEGIES, best_over_strategies, lower_shares_bound
+from .workers import Jobs, resolve_workers
 
 SHAPE_WORK, SHAPE_GAP = 300, 0.005  # the DP = 1 search of each replica shape (one plan of many: less work)
 MAX_PARTITIONS_VISITED = 24  # partitions planned in full at most (the bound covers the rest)
@@ -99,6 +101,7 @@ class JointResult:
     shapes_planned: int
     recompute: str
     stage_times_s: dict[str, float] = field(default_factory=dict)
+    workers: int = 1  # processes that planned side by side (planner/workers.py; the plan is the same)
     baselines: dict[str, DPBaseline] = field(default_factory=dict)  # DP x family, each at its best
     left_out: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -170,10 +173,12 @@ def _moved(plan: Plan, devices: Sequence[int]) -> Plan:
 class _Shapes:
     """Each replica shape planned once (DP = 1 planner on the shape as a cluster, one sequence)."""
 
-    def __init__(self, cluster, model, workload, options):
+    def __init__(self, cluster, model, workload, options, jobs: Jobs | None = None):
         self.cluster, self.model, self.workload, self.options = cluster, model, workload, options
+        self.jobs = jobs if jobs is not None else Jobs(1)
         self.plans: dict[tuple, tuple[Plan, str] | None] = {}
-        self.seconds = 0.0  # spent planning shapes
+        self._started: dict[tuple, Any] = {}  # shapes started by `prefetch`, not taken yet
+        self.seconds = 0.0  # spent planning shapes (or waiting for their workers)
         self.bounds: dict[tuple, float] = {}
         self.compute: dict[tuple, float] = {}  # the balanced compute part of each bound (node_rates)
         # per planned shape of whole nodes: its nodes and its plan's seconds per sequence (node_rates)
@@ -247,6 +252,21 @@ class _Shapes:
         scale = ratios[len(ratios) // 2] if ratios else 1.0
         return [planned.get(spec[n], compute[n] * scale) for n in range(len(nodes))]
 
+    def _inputs(self, rep: Replica, shards: int) -> tuple:
+        sub = sub_cluster(self.cluster, rep, "replica")
+        wl = replace(self.workload, global_batch=1, param_sharding="zero3")
+        options = replace(self.options, state_shards=shards) if shards else self.options
+        return sub, self.model, wl, options
+
+    def prefetch(self, reps: Iterable[Replica]) -> None:
+        """Start planning these shapes (workers > 1: side by side, planner/workers.py). Their plans
+        count only when `plan` takes them, in the search's order: a shape started but never taken
+        changes nothing (not the node rates either)."""
+        for rep in reps:
+            key = (self.key(rep), 0)
+            if key not in self.plans and key not in self._started:
+                self._started[key] = self.jobs.submit(_shape_plan, *self._inputs(rep, 0))
+
     def plan(self, rep: Replica, shards: int = 0) -> tuple[Plan, str] | None:
         """The shape's plan on the replica's devices and its recompute policy (None: it does not fit).
         `shards` > 0: its model states sharded over that many devices (with other replicas'), not
@@ -254,31 +274,47 @@ class _Shapes:
         key = (self.key(rep), shards)
         if key not in self.plans:
             t0 = time.perf_counter()
-            sub = sub_cluster(self.cluster, rep, "replica")
-            wl = replace(self.workload, global_batch=1, param_sharding="zero3")
-            options = replace(self.options, state_shards=shards) if shards else self.options
-            try:
-                res = plan_cluster(
-                    sub,
-                    self.model,
-                    wl,
-                    progress=False,
-                    options=options,
-                    work=SHAPE_WORK,
-                    gap=SHAPE_GAP,
-                    explain=False,
-                    certify=False,  # every_joint_plan_bound covers the joint plans
-                )
-                self.plans[key] = (res.plan, res.recompute)
-                if not shards and all(p.count == self.cluster.nodes[p.node].count for p in rep):  # whole nodes only
-                    self.times[key] = (tuple(p.node for p in rep), res.iteration_time_s)
-            except (InfeasibleError, HexiSeqError):
+            job = self._started.pop(key, None)
+            if job is None:
+                job = self.jobs.submit(_shape_plan, *self._inputs(rep, shards))
+            got = self.jobs.result(job)
+            if got is None:
                 self.plans[key] = None
+            else:
+                plan, recompute, seconds = got
+                self.plans[key] = (plan, recompute)
+                if not shards and all(p.count == self.cluster.nodes[p.node].count for p in rep):  # whole nodes only
+                    self.times[key] = (tuple(p.node for p in rep), seconds)
             self.seconds += time.perf_counter() - t0
         got = self.plans[key]
         if got is None:
             return None
         return _moved(got[0], replica_devices(self.cluster, rep)), got[1]
+
+
+def _shape_plan(sub: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions) -> tuple | None:
+    """A replica shape's plan, recompute policy and seconds per sequence (None: it does not fit).
+    Module-level: a worker process runs it by name (planner/workers.py)."""
+    try:
+        res = plan_cluster(
+            sub,
+            model,
+            workload,
+            progress=False,
+            options=options,
+            work=SHAPE_WORK,
+            gap=SHAPE_GAP,
+            explain=False,
+            certify=False,  # every_joint_plan_bound covers the joint plans
+        )
+    except (InfeasibleError, HexiSeqError):
+        return None
+    return res.plan, res.recompute, res.iteration_time_s
+
+
+def _dp1_plan(cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions) -> PlanResult:
+    """Today's DP = 1 plan of the whole cluster (a worker process may run it: no progress bar)."""
+    return plan_cluster(cluster, model, workload, progress=False, options=options)
 
 
 def _dp1_bound(cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions) -> float:
@@ -334,26 +370,52 @@ def plan_joint(
     gap: float = DEFAULT_GAP,
     progress: bool = False,
     with_baselines: bool = True,
+    workers: int | str = 1,
 ) -> JointResult:
     """The fastest joint plan (module doc). `dp`: "auto" (one replica or any partition), 1 (one
-    replica, every strategy) or N (partitions of exactly N replicas given sequences)."""
+    replica, every strategy) or N (partitions of exactly N replicas given sequences). `workers`:
+    processes that plan the replica shapes and the DP = 1 plan side by side ("auto": one per core
+    from 64 GPUs up; the plan is the same for any number, planner/workers.py)."""
     t0 = time.perf_counter()
     G = workload.global_batch
     if dp != "auto" and (not isinstance(dp, int) or dp < 1):
         raise HexiSeqError(f"dp must be 'auto' or a positive number of replicas, got {dp!r}")
     if isinstance(dp, int) and dp > G:
         raise HexiSeqError(f"dp={dp} replicas cannot each take a sequence of a global batch of {G}")
+    jobs = Jobs(resolve_workers(workers, cluster.size))
+    try:
+        with fewer_collections():
+            return _plan_joint(
+                cluster, model, workload, dp, strategies, options, gap, progress, with_baselines, jobs, t0
+            )
+    finally:
+        jobs.close()
+
+
+def _plan_joint(
+    cluster: ClusterSpec,
+    model: ModelSpec,
+    workload: Workload,
+    dp: str | int,
+    strategies: Sequence[Sharding],
+    options: CostOptions,
+    gap: float,
+    progress: bool,
+    with_baselines: bool,
+    jobs: Jobs,
+    t0: float,
+) -> JointResult:
+    G = workload.global_batch
     notes: list[str] = []
     best_s, best_plan, best_label, best_policy = math.inf, None, "", str(workload.recompute)
     dp1, dp1_s = None, math.inf
-    t_base = time.perf_counter()
-    cache: dict = {}
-    base = dp_baselines(cluster, model, workload, strategies, options, cache) if with_baselines else {}
-    for b in base.values():  # never worse than a baseline: the best one is the incumbent
-        if b.feasible and b.step_time_s < best_s * (1 - 1e-12) and (dp == "auto" or b.plan.num_replicas == dp):
-            best_s, best_plan, best_label, best_policy = b.step_time_s, b.plan, f"baseline {b.name}", b.recompute
-    t_base = time.perf_counter() - t_base
-    shapes = _Shapes(cluster, model, workload, options)
+    # with workers, the DP = 1 plan and the first partitions' shapes start now and are planned while
+    # the baselines are scored here; what the search never takes is cancelled (Jobs.close)
+    dp1_bound = _dp1_bound(cluster, model, workload, options) if dp == "auto" and G > 1 else 0.0
+    dp1_job = None
+    if dp in ("auto", 1) and jobs.workers > 1 and not progress:
+        dp1_job = jobs.submit(_dp1_plan, cluster, model, workload, options)
+    shapes = _Shapes(cluster, model, workload, options, jobs)
     parts: list[tuple[float, int, Partition]] = []
     if dp != 1 and G >= 2 and not cluster.overrides:
         for i, part in enumerate(partitions(cluster)):
@@ -363,6 +425,15 @@ def plan_joint(
     elif cluster.overrides:
         notes.append("the cluster has link overrides: replica partitions are not searched (one replica only)")
     parts.sort(key=lambda x: (x[0], x[1]))
+    if jobs.workers > 1:  # the search visits at most these (fewer when the bound stops it)
+        shapes.prefetch(r for _, _, part in parts[:MAX_PARTITIONS_VISITED] for r in part.replicas)
+    t_base = time.perf_counter()
+    cache: dict = {}
+    base = dp_baselines(cluster, model, workload, strategies, options, cache) if with_baselines else {}
+    for b in base.values():  # never worse than a baseline: the best one is the incumbent
+        if b.feasible and b.step_time_s < best_s * (1 - 1e-12) and (dp == "auto" or b.plan.num_replicas == dp):
+            best_s, best_plan, best_label, best_policy = b.step_time_s, b.plan, f"baseline {b.name}", b.recompute
+    t_base = time.perf_counter() - t_base
     visited = 0
     searched_lb = math.inf
 
@@ -417,14 +488,19 @@ def plan_joint(
             for i, part in enumerate(balanced_unions(cluster, G, rates.__getitem__))
             if partition_key(part.replicas) not in known and not (isinstance(dp, int) and len(part.replicas) < dp)
         ]
-        search(sorted(more, key=lambda x: (x[0], x[1])), None)
+        more.sort(key=lambda x: (x[0], x[1]))
+        if jobs.workers > 1:
+            shapes.prefetch(r for lb, _, part in more if lb < best_s * (1 - gap) for r in part.replicas)
+        search(more, None)
         parts += more
     # the DP = 1 planner (today's problem at this batch), unless a proven bound of its whole search
     # space is above the best plan found: it can then be neither faster nor the answer
     t_dp1 = time.perf_counter()
-    dp1_bound = _dp1_bound(cluster, model, workload, options) if dp == "auto" and G > 1 else 0.0
     if dp in ("auto", 1) and dp1_bound < best_s:
-        dp1 = plan_cluster(cluster, model, workload, progress=progress, options=options)
+        if dp1_job is not None:
+            dp1 = jobs.result(dp1_job)
+        else:
+            dp1 = plan_cluster(cluster, model, workload, progress=progress, options=options)
         wl1 = workload.with_recompute(dp1.recompute)
         one = [s for s in strategies if s.scope != ShardingScope.REPLICA]
         dp1_s, plan1, _ = best_over_strategies(
@@ -527,6 +603,7 @@ def plan_joint(
         left_out=left_out,
         notes=notes,
         baselines=base,
+        workers=jobs.workers,
     )
 
 
@@ -554,6 +631,7 @@ def to_dict(res: JointResult) -> dict[str, Any]:
         "bound_covers": res.bound_covers,
         "dp1_step_s": res.dp1_step_s if math.isfinite(res.dp1_step_s) else None,
         "plan_time_s": res.plan_time_s,
+        "workers": res.workers,
         "partitions": res.partitions,
         "visited": res.visited,
         "recompute": res.recompute,

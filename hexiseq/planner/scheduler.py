@@ -40,6 +40,7 @@ from .candidates import (
     exhaustive_layouts,
     layouts,
 )
+from .collector import fewer_collections
 from .explain import explain_infeasible, may_fit
 from .refine import refine
 from .result import PlanResult
@@ -108,7 +109,22 @@ def plan_cluster(
     `certify` False: the lower bound covers the searched candidate layouts only (the bound of every
     other plan is not computed), for callers that use the plan and not the bound (the joint
     planner's replica shapes: its own bound covers every joint plan)."""
+    with fewer_collections():
+        return _plan_cluster(cluster, model, workload, solver, progress, work, gap, options, explain, certify)
 
+
+def _plan_cluster(
+    cluster: ClusterSpec,
+    model: ModelSpec,
+    workload: Workload,
+    solver: str,
+    progress: bool,
+    work: int,
+    gap: float,
+    options: CostOptions,
+    explain: bool,
+    certify: bool,
+) -> PlanResult:
     def infeasible(wl: Workload) -> InfeasibleError:
         if explain:
             return InfeasibleError(explain_infeasible(cluster, model, wl))
