@@ -279,9 +279,16 @@ def test_cli_plan_global_batch_and_estimate_joint_plan(capsys, tmp_path):
     assert main(args + ["--global-batch", "4", "--dp", "2", "--no-progress", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert len(d["replicas"]) == 2 and sum(r["sequences"] for r in d["replicas"]) == 4
+    assert d["workers"] == 1  # --workers auto: 8 GPUs plan in this process alone (planner/workers.py)
+    assert main(args + ["--global-batch", "4", "--dp", "2", "--no-progress", "--json", "--workers", "2"]) == 0
+    two = json.loads(capsys.readouterr().out)
+    assert two["workers"] == 2 and two["plan"] == d["plan"] and two["step_time_s"] == d["step_time_s"]
     with pytest.raises(SystemExit) as exit_:
         main(args + ["--global-batch", "4", "--dp", "0"])
     assert exit_.value.code == 2 and "--dp must be auto or a positive number" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(args + ["--global-batch", "4", "--workers", "0"])
+    assert exit_.value.code == 2 and "--workers must be auto or a positive number" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("G", [4, 6])
