@@ -4,6 +4,8 @@ search as in one process, whatever the number of workers; bad worker counts refu
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -99,3 +101,28 @@ def test_a_queued_job_is_run_here_and_a_free_worker_takes_the_next():
     dropped = jobs.submit(os.getpid)
     jobs.close()
     assert dropped.future is None and not dropped.taken  # never run anywhere
+
+
+def test_a_script_that_plans_at_its_top_level_still_plans_and_its_worker_says_why(tmp_path):
+    """Spawned workers import the main module again: a script with no `if __name__ == "__main__":`
+    runs its body once more in the worker. There the planner refuses to start workers with a clear
+    error (not multiprocessing's bootstrapping RuntimeError) and the worker goes on serving; the
+    script's own plan is made."""
+    script = tmp_path / "plan_at_top_level.py"
+    script.write_text(
+        "from hexiseq import Workload, get_model\n"
+        "from hexiseq.errors import HexiSeqError\n"
+        "from hexiseq.planner import plan_joint\n"
+        "from hexiseq.specs import ClusterSpec, NodeSpec, get_gpu\n"
+        "c = ClusterSpec.from_nodes('w', [NodeSpec(get_gpu('A100-40GB'), 2, 25.0, None)] * 4, 5.0)\n"
+        "w = Workload(seq_len=8 * 1024, global_batch=4, activation_checkpointing='auto')\n"
+        "try:\n"
+        "    print('planned', plan_joint(c, get_model('gpt-13b'), w, workers=2).workers, flush=True)\n"
+        "except HexiSeqError as e:\n"
+        "    print('refused:', e, flush=True)\n"
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "planned 2" in out.stdout
+    assert "refused: the planner was asked for workers while a worker process was starting" in out.stdout
+    assert 'if __name__ == "__main__":' in out.stdout and "RuntimeError" not in out.stderr

@@ -121,7 +121,19 @@ class Jobs:
         if self.workers > 1:
             with self._lock:
                 self._queue.append(job)
-            self._feed()
+            try:
+                self._feed()
+            except RuntimeError as e:
+                # multiprocessing refuses to start a process while this one is still importing the
+                # main module (the flag it checks itself): a script that plans at its top level, run
+                # again by a starting worker
+                if not getattr(multiprocessing.current_process(), "_inheriting", False):
+                    raise
+                raise HexiSeqError(
+                    "the planner was asked for workers while a worker process was starting: spawned "
+                    "workers import the main module, and this script plans at its top level; put the "
+                    'planning under `if __name__ == "__main__":`, or plan with workers=1'
+                ) from e
         return job
 
     def _feed(self, _done: Future | None = None) -> None:
