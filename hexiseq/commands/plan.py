@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 from ..errors import HexiSeqError
 from ..planner import Layout, LayoutModel, plan_cluster
@@ -130,28 +131,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _workers_arg(text: str) -> str | int:
-    if text == "auto":
-        return text
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"--workers must be auto or a positive number of processes, got {text!r}")
-    return n
+def _auto_or_count(flag: str, unit: str) -> Callable[[str], str | int]:
+    """An argparse type for `flag`: "auto" or a positive number of `unit`."""
+
+    def parse(text: str) -> str | int:
+        if text == "auto":
+            return text
+        try:
+            n = int(text)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"{flag} must be auto or a positive number of {unit}, got {text!r}")
+        return n
+
+    return parse
 
 
-def _dp_arg(text: str) -> str | int:
-    if text == "auto":
-        return text
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--dp must be auto or a positive number of replicas, got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"--dp must be auto or a positive number of replicas, got {n}")
-    return n
+_dp_arg = _auto_or_count("--dp", "replicas")
+_workers_arg = _auto_or_count("--workers", "processes")
 
 
 def print_joint(res: JointResult, cluster) -> None:
