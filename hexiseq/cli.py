@@ -12,7 +12,7 @@ import os
 import sys
 
 from .errors import HexiSeqError
-from .runtime.failures import kill_stopped, torchrun_line, wait_for_peer_reports
+from .runtime.failures import kill_stopped, print_line, torchrun_line, wait_for_peer_reports
 from .runtime.world import WorldError, torchrun_env
 
 # Subcommands in the order `--help` lists them. A module that is absent is skipped so that a
@@ -77,7 +77,7 @@ def report(e: Exception, command: str, debug: bool, pg_timeout_s: float | None =
         raise e
     if torchrun_env():
         line, rc, stopped = torchrun_line(e, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), pg_timeout_s)
-        print(f"hexiseq {command}: {line}", file=sys.stderr, flush=True)
+        print_line(f"hexiseq {command}: {line}")
         write_torchrun_error_file(f"hexiseq {command}: {line}")
         if rc == 2:  # bad input, refused by every process: each one's line out before any exits
             wait_for_peer_reports(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))

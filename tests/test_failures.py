@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -181,3 +183,32 @@ def test_a_refusing_torchrun_process_waits_for_every_ranks_line(monkeypatch):
         if failures._BOARD is not None:
             failures._BOARD.close()
     del agent
+
+
+WRITER = """
+import sys
+from hexiseq.runtime.failures import print_line
+for i in range(3000):
+    print_line(f"hexiseq run: rank {sys.argv[1]}/2: item {i}: 2 problems:\\n  - a is missing\\n  - b is missing")
+"""
+
+
+def test_print_line_keeps_each_message_whole_when_processes_share_a_pipe():
+    # Two torchrun processes share one stderr pipe; `print` wrote a message and its newline apart,
+    # and CI once saw rank 1's first line glued to the end of rank 0's message.
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    r, w = os.pipe()
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(k)], stderr=w, stdout=subprocess.DEVNULL, env=env)
+        for k in (0, 1)
+    ]
+    os.close(w)
+    with os.fdopen(r) as f:
+        out = f.read()
+    assert [p.wait() for p in procs] == [0, 0]
+    lines = out.splitlines()
+    heads = [ln for ln in lines if ln.startswith("hexiseq run: ")]
+    assert len(heads) == 6000, len(heads)
+    assert sorted(ln for ln in lines if not ln.startswith("hexiseq")) == sorted(
+        ["  - a is missing", "  - b is missing"] * 6000
+    )

@@ -34,6 +34,7 @@ from ..runs.rundir import RunDir
 from ..runs.session import begin_record, previous_end
 from ..runs.settings import OptionField, RunSettings, given_value, options
 from ..runs.start import start_run
+from ..runtime.failures import print_line
 from ..runtime.hf_checkpoint import check_save_target
 from ..runtime.placement import placement_from_env
 from ..runtime.verify import check_nproc
@@ -276,5 +277,5 @@ def time_limit_exit(limit_s: float, run=None, cfg=None, lead: bool = False) -> N
             write_summary(run, cfg, None, "failed", error=message)
         except Exception:
             pass
-    print(f"hexiseq run: rank {os.environ.get('RANK', '?')}: {message}", file=sys.stderr, flush=True)
+    print_line(f"hexiseq run: rank {os.environ.get('RANK', '?')}: {message}")
     os._exit(1)

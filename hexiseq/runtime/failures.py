@@ -23,6 +23,7 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -344,6 +345,23 @@ def wait_for_peer_reports(rank: int, world: int, wait_s: float = 5.0) -> None:
             time.sleep(0.05)
     except Exception:  # the store is gone (the launch is ending): nothing to wait for
         pass
+
+
+def print_line(message: str) -> None:
+    """Write `message` and its newline to stderr in one system call. Under torchrun every process
+    shares one pipe; `print` writes the text and the newline apart, so another process's line could
+    land between them and two processes' lines run together. One write under PIPE_BUF (4 KiB) is
+    never split."""
+    data = (message + "\n").encode()
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # a captured or replaced stderr has no descriptor
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
+        return
+    sys.stderr.flush()
+    while data:
+        data = data[os.write(fd, data) :]
 
 
 def torchrun_line(
