@@ -2,7 +2,8 @@
 
 One registry (`FAMILIES`): a family is a name and a function that lists its symmetric plans on a set
 of devices. Every family is tried on every candidate device subset (candidates.device_subsets: the
-whole cluster, every union of GPU types, the fastest n whole-node prefixes), in every legal
+whole cluster, every union of GPU types, the fastest n whole-node prefixes, for every n a symmetric
+layout can use: `symmetric_sizes`), in every legal
 configuration, under every recompute policy that fits, and scored by the step replay (the judge).
 Nothing is cut by an estimate: a configuration is skipped only when a proven lower bound of its own
 step time (`plan_lower_bound`) is already above its family's best replayed time, so the best of each
@@ -78,6 +79,15 @@ class BaselineResult:
 
 def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def symmetric_sizes(model: ModelSpec, seq_len: int, most: int) -> list[int]:
+    """Every device count up to `most` that some symmetric CP x HP layout of the model at this length
+    can use: cp x hp with hp dividing the heads and the sequence splitting into 2 x cp even chunks.
+    The baselines try the fastest n devices for each (a hand-built USP with hp = 40 heads over 16
+    rings uses 640 GPUs, a size neither a power of two nor a divisor of a 1024-GPU cluster)."""
+    cps = [cp for cp in range(1, most + 1) if seq_len % (2 * cp) == 0]
+    return sorted({cp * hp for hp in divisors(model.heads) for cp in cps if cp * hp <= most})
 
 
 def _block_for(seq_len: int, parts: int, block: int) -> int | None:
@@ -322,7 +332,7 @@ def baselines(
     config names the subset it runs on."""
     pol = policies_of(workload, policies)
     S, B = workload.seq_len, workload.block_size
-    subsets = device_subsets(cluster)
+    subsets = device_subsets(cluster, symmetric_sizes(model, S, cluster.size))
     out: dict[str, BaselineResult] = {}
     for family, make in FAMILIES.items():
         if progress:

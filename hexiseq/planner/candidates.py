@@ -77,8 +77,9 @@ def device_speed(cluster: ClusterSpec, d: int) -> tuple[float, float]:
     return (g.matmul_flops, g.memory_bytes)
 
 
-def device_subsets(cluster: ClusterSpec) -> list[tuple[str, tuple[int, ...]]]:
-    """Candidate device sets (module doc), most devices first; each with a label."""
+def device_subsets(cluster: ClusterSpec, sizes: Iterable[int] = ()) -> list[tuple[str, tuple[int, ...]]]:
+    """Candidate device sets (module doc), most devices first; each with a label. `sizes`: also the
+    fastest n devices for each of these n (the baselines add the sizes their symmetric layouts can use)."""
     out: dict[tuple[int, ...], str] = {}
     everything = tuple(range(cluster.size))
     out[everything] = "all devices"
@@ -108,7 +109,9 @@ def device_subsets(cluster: ClusterSpec) -> list[tuple[str, tuple[int, ...]]]:
     ranked = [d for dom in doms for d in dom]
     N = cluster.size
     sizes = sorted(
-        {n for n in range(1, N) if N % n == 0} | {1 << i for i in range(int(math.log2(N)) + 1) if 1 << i < N},
+        {n for n in range(1, N) if N % n == 0}
+        | {1 << i for i in range(int(math.log2(N)) + 1) if 1 << i < N}
+        | {n for n in sizes if 0 < n < N},
         reverse=True,
     )
     for n in sizes:

@@ -1,6 +1,7 @@
 """The data-parallel baselines of a joint plan: DP x {ring, Ulysses, USP}, each tuned to its best.
 
-On every candidate device subset (candidates.device_subsets), every DP that divides its devices
+On every candidate device subset (candidates.device_subsets, with the fastest n devices for every n
+that DP blocks of one symmetric layout can fill: baselines.symmetric_sizes), every DP that divides its devices
 (DP <= the global batch): DP replicas of consecutive devices, each the same symmetric layout of its
 block (the family's every legal CP x HP configuration, both placements of USP: planner/baselines.py's
 FAMILIES), under every recompute policy and every sharding strategy, with the exact batch shares
@@ -26,7 +27,7 @@ from ..costmodel.bound import kernel_rates, memory_capped_work_time, min_compute
 from ..costmodel.kernels import CostOptions
 from ..plan import Plan, Sharding
 from ..specs import RECOMPUTE_POLICIES, ClusterSpec, ModelSpec, NodeSpec, Workload
-from .baselines import FAMILIES, divisors, policies_of
+from .baselines import FAMILIES, divisors, policies_of, symmetric_sizes
 from .candidates import device_subsets
 from .shares import STRATEGIES, best_over_strategies, lower_shares_bound
 
@@ -81,7 +82,10 @@ def dp_baselines(
     pairs = float(model.layers * model.heads * model.causal_pairs(S))
     # (subset, DP) in the order of a proven bound of every plan of DP replicas of those blocks
     grids = []
-    for label, devs in device_subsets(cluster):
+    # the fastest n devices also for every size DP blocks of one symmetric layout can fill
+    block_sizes = symmetric_sizes(model, S, cluster.size)
+    sizes = {dp * n for n in block_sizes for dp in range(1, G + 1) if dp * n <= cluster.size}
+    for label, devs in device_subsets(cluster, sizes):
         for dp in divisors(len(devs)):
             if dp > G or (even and G % dp):
                 continue

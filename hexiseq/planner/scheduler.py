@@ -57,7 +57,8 @@ SEARCH_SPACE = (
     f"(every head split); node and interleaved ring orders (every order up to {MAX_ORDERED} groups); at most "
     f"{MAX_GROUPS} groups, and layouts beyond {SYMMETRIC_FROM - 1} groups only in a periodic order with periodic "
     f"chunk lengths and shards; heads even "
-    f"inside a group of identical devices; every baseline plan. The reported bound also covers every plan "
+    f"inside a group of identical devices; every baseline plan (each family also on the fastest n devices for "
+    "every n one of its symmetric layouts can use). The reported bound also covers every plan "
     "outside this space (costmodel.bound.every_plan_bound)"
 )
 
