@@ -1,9 +1,9 @@
 """ "Never worse than the baselines" against the strongest baseline anyone could build by hand, searched
 exhaustively on a small cluster: every ring, Ulysses and USP layout (both USP placements) on EVERY
 device subset, under every recompute policy (and, for whole steps, every DP of equal blocks and every
-sharding strategy). The planner's baselines try a list of subsets, not all of them; the plan must
-still be at least as fast as the best of all of them. The cluster's nodes (3 H100 and 5 A100) and
-gpt-13b's 40 heads make layouts of 3, 5 and 6 GPUs, which no power of two covers."""
+sharding strategy: tests/_hand_built.py). The planner's baselines try a list of subsets, not all of
+them; the plan must still be at least as fast as the best of all of them. The cluster's nodes (3 H100
+and 5 A100) and gpt-13b's 40 heads make layouts of 3, 5 and 6 GPUs, which no power of two covers."""
 
 from __future__ import annotations
 
@@ -11,17 +11,13 @@ import itertools
 import math
 
 import pytest
+from _hand_built import best_dp_symmetric, best_symmetric
 
-from hexiseq.costmodel import estimate
-from hexiseq.costmodel.kernels import CostOptions
-from hexiseq.planner.baselines import FAMILIES, divisors
 from hexiseq.planner.joint import plan_joint
 from hexiseq.planner.scheduler import plan_cluster
-from hexiseq.planner.shares import STRATEGIES, best_over_strategies
 from hexiseq.specs import ClusterSpec, Workload, get_model
 
 pytestmark = pytest.mark.slow
-POLICIES = ("none", "selective", "full")
 
 
 @pytest.fixture(scope="module")
@@ -29,23 +25,15 @@ def odd8() -> ClusterSpec:
     return ClusterSpec.from_nodes("odd-8", [("H100-SXM", 3, 25.0), ("A100-80GB", 5, 25.0)])
 
 
-def every_subset(cluster: ClusterSpec):
-    for n in range(1, cluster.size + 1):
-        yield from itertools.combinations(range(cluster.size), n)
+def every_subset(cluster: ClusterSpec) -> list[tuple[int, ...]]:
+    return [s for n in range(1, cluster.size + 1) for s in itertools.combinations(range(cluster.size), n)]
 
 
 @pytest.mark.parametrize("kib", [20, 40])
 def test_the_plan_beats_every_symmetric_layout_on_every_subset(odd8, kib):
     m = get_model("gpt-13b")
     wl = Workload(seq_len=kib * 1024, activation_checkpointing="auto")
-    best, where = math.inf, None
-    for devs in every_subset(odd8):
-        for family, make in FAMILIES.items():
-            for cfg, plan in make(list(devs), wl.seq_len, m, wl.block_size):
-                for policy in POLICIES:
-                    e = estimate(plan, odd8, m, wl.with_recompute(policy))
-                    if e.fits and e.iteration_time_s < best:
-                        best, where = e.iteration_time_s, (family, cfg, devs, policy)
+    best, where = min(best_symmetric(odd8, m, wl, every_subset(odd8)).values())
     assert math.isfinite(best)
     got = plan_cluster(odd8, m, wl, progress=False).iteration_time_s
     assert got <= best * (1 + 1e-12), (got, best, where)
@@ -54,23 +42,7 @@ def test_the_plan_beats_every_symmetric_layout_on_every_subset(odd8, kib):
 def test_the_joint_plan_beats_every_dp_symmetric_plan_on_every_subset(odd8):
     m = get_model("gpt-13b")
     wl = Workload(seq_len=40 * 1024, global_batch=2, activation_checkpointing="auto")
-    best, where = math.inf, None
-    for devs in every_subset(odd8):
-        for dp in divisors(len(devs)):
-            if dp > wl.global_batch:
-                continue
-            n = len(devs) // dp
-            blocks = [list(devs[i * n : (i + 1) * n]) for i in range(dp)]
-            for family, make in FAMILIES.items():
-                per_block = [make(b, wl.seq_len, m, wl.block_size) for b in blocks]
-                for j, (cfg, _) in enumerate(per_block[0]):
-                    for policy in POLICIES:
-                        reps = [pb[j][1] for pb in per_block]
-                        t, plan, _ = best_over_strategies(
-                            reps, odd8, m, wl.with_recompute(policy), STRATEGIES, CostOptions(), family
-                        )
-                        if plan is not None and t < best:
-                            best, where = t, (family, dp, cfg, devs, policy)
+    best, where = min(best_dp_symmetric(odd8, m, wl, every_subset(odd8)).values())
     assert math.isfinite(best)
     got = plan_joint(odd8, m, wl).step_time_s
     assert got <= best * (1 + 1e-12), (got, best, where)

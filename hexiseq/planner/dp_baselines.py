@@ -89,8 +89,7 @@ def dp_baselines(
         for dp in divisors(len(devs)):
             if dp > G or (even and G % dp):
                 continue
-            n = len(devs) // dp
-            blocks = [list(devs[i * n : (i + 1) * n]) for i in range(dp)]
+            blocks = dp_blocks(devs, dp)
             per_seq = [min_compute_time(tok_rate[b], att_rate[b], float(S), pairs) for b in blocks]
             # equal shares: the slowest block's G / DP sequences bound it (no better share can help)
             bound = max(per_seq) * (G // dp) if even else lower_shares_bound(per_seq, G)
@@ -140,6 +139,12 @@ def dp_baselines(
                     if all_fit:
                         break
     return out
+
+
+def dp_blocks(devices: Sequence[int], dp: int) -> list[list[int]]:
+    """`dp` equal blocks of consecutive devices: the replicas of a DP x family baseline."""
+    n = len(devices) // dp
+    return [list(devices[i * n : (i + 1) * n]) for i in range(dp)]
 
 
 class _PolicyFloor:
