@@ -15,6 +15,7 @@ from hexiseq.costmodel import CostOptions, compute_bound, simulate, useful_flops
 from hexiseq.costmodel import bound as bound_module
 from hexiseq.costmodel.bound import (
     every_plan_bound,
+    fewest_devices_compute_floor,
     identical_devices,
     kernel_rates,
     min_compute_time,
@@ -282,6 +283,42 @@ def test_the_relaxation_of_spanning_subsets_is_below_the_exact_least(monkeypatch
         monkeypatch.undo()
         assert relaxed <= exact * (1 + 1e-12)
         assert relaxed > 0.5 * exact  # a floor, not a vacuous one
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(1, 7),
+    kinds=st.integers(1, 3),
+    most=st.integers(1, 7),
+    share=st.floats(0.0, 1.0),
+)
+def test_the_priced_floor_is_below_every_set_of_at_most_that_many_devices(seed, n, kinds, most, share):
+    """fewest_devices_compute_floor is at most the balanced compute time of every set of at most
+    `most` of the devices (exhaustive), with devices of a few kinds (repeated rates, as in a cluster)."""
+    rng = np.random.default_rng(seed)
+    kind_m, kind_a = rng.uniform(0.5, 3.0, kinds), rng.uniform(0.5, 3.0, kinds)
+    pick = rng.integers(0, kinds, n)
+    m, a = kind_m[pick], kind_a[pick]
+    f_lin, f_att = 10.0 * share, 10.0 * (1.0 - share)
+    floor = fewest_devices_compute_floor(m, a, f_lin, f_att, most)
+    least = min(
+        min_compute_time(m[list(s)], a[list(s)], f_lin, f_att)
+        for r in range(1, min(most, n) + 1)
+        for s in itertools.combinations(range(n), r)
+    )
+    assert floor <= least * (1 + 1e-12)
+
+
+def test_the_priced_floor_is_tighter_than_each_kind_of_work_alone():
+    """Two kinds of device, each best at one kind of work, at most 2 of 4: each kind of work alone on
+    its 2 largest capacities says 2.5 s, but no 2 devices do both in under 5 s (one of each kind, each
+    on its own work); priced at r = 1 the floor is exactly that."""
+    m, a = np.array([2.0, 2.0, 1.0, 1.0]), np.array([1.0, 1.0, 2.0, 2.0])
+    t = fewest_devices_compute_floor(m, a, 10.0, 10.0, 2)
+    best_pair = min(min_compute_time(m[list(s)], a[list(s)], 10.0, 10.0) for s in itertools.combinations(range(4), 2))
+    assert best_pair == pytest.approx(5.0, rel=1e-12)
+    assert t == pytest.approx(best_pair, rel=1e-12)
 
 
 def test_identical_devices_are_per_node_and_type():

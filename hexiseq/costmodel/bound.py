@@ -336,7 +336,7 @@ def every_plan_bound(
     its subset). Exact (every subset up to identical devices, `identical_devices`) when there are
     at most MAX_SUBSET_SHAPES such subsets; otherwise the least of (a) every subset inside one
     node, exactly, and (b) a floor of every subset that spans nodes, per number of devices n: the
-    compute of the n devices with the most capacity of each kind (a relaxation of any n of them),
+    compute of any n of the devices, priced (`fewest_devices_compute_floor`: a relaxation of any n of them),
     the optimizer over n, and the collectives of n ranks over the fastest link the subset's
     devices can all have to another node (_spanning_floor)."""
     classes = identical_devices(cluster, devices)
@@ -426,17 +426,32 @@ def _size_floor(
             pc = param_collectives(bw_m, lat_m, model, workload)
 
         def floor(m: np.ndarray, a: np.ndarray, f_lin: float, f_att: float, hi: int = hi) -> float:
-            # any hi devices or fewer: no faster than all of them together, nor than each kind of work on
-            # the hi largest capacities of that kind (every device's capacity bounds what it does of each)
-            t = min_compute_time(m, a, f_lin, f_att)
-            if f_lin > 0:
-                t = max(t, f_lin / float(np.sort(m)[::-1][:hi].sum()))
-            if f_att > 0:
-                t = max(t, f_att / float(np.sort(a)[::-1][:hi].sum()))
-            return t
+            # any hi devices or fewer: no faster than all of them together, nor than the priced floor
+            return max(min_compute_time(m, a, f_lin, f_att), fewest_devices_compute_floor(m, a, f_lin, f_att, hi))
 
         best = min(best, _pass_bound(w, hi, pc, model, workload, options, floor, any_subset=True))
     return best
+
+
+def fewest_devices_compute_floor(m: np.ndarray, a: np.ndarray, f_lin: float, f_att: float, most: int) -> float:
+    """A floor of min_compute_time over every set of at most `most` of these devices (rates m, a), by
+    weak LP duality: price attention work at r per unit of matmul work. A device i busy for t seconds
+    does at most t·max(m_i, r·a_i) priced work (x_i/m_i + y_i/a_i <= t), so t >= (f_lin + r·f_att) /
+    (the sum of the `most` largest max(m_i, r·a_i)) for every r >= 0. The ratio is largest at an end
+    (r = 0: matmuls alone; r -> inf: attention alone) or where the denominator bends, at some
+    r = m_i / a_j; every one of those is tried (any r gives a valid floor)."""
+    m = np.asarray(m, dtype=np.float64)
+    a = np.asarray(a, dtype=np.float64)
+    t = 0.0
+    if f_lin > 0:
+        t = max(t, f_lin / float(np.sort(m)[::-1][:most].sum()))
+    if f_att > 0:
+        t = max(t, f_att / float(np.sort(a)[::-1][:most].sum()))
+    if f_lin > 0 and f_att > 0 and np.isfinite(a).all():
+        r = np.unique(np.unique(m)[:, None] / np.unique(a)[None, :])
+        capacity = -np.sort(-np.maximum(m[None, :], r[:, None] * a[None, :]), axis=1)[:, :most].sum(axis=1)
+        t = max(t, float(((f_lin + r * f_att) / capacity).max()))
+    return t
 
 
 def compute_bound(
