@@ -8,10 +8,10 @@ import itertools
 import numpy as np
 import pytest
 from _costmodel_ref import attention_row_seconds, on_devices, stack_attention, with_knobs
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from hexiseq.costmodel import CostOptions, compute_bound, simulate, useful_flops
+from hexiseq.costmodel import CostOptions, compute_bound, estimate, simulate, useful_flops
 from hexiseq.costmodel import bound as bound_module
 from hexiseq.costmodel.bound import (
     every_plan_bound,
@@ -259,6 +259,8 @@ def test_every_plan_bound_is_below_the_replay_of_every_plan(seed, n, cluster_nam
         random_plan(n, S, M8.heads, M8.kv_heads, seed=seed, block_size=128, whole_kv_heads=seed % 2 == 0), devices
     )
     w = Workload(seq_len=S, activation_checkpointing=policy, param_sharding=sharding, global_batch=batch)
+    # a plan that does not fit in memory is no plan: the bound leaves out device sets that cannot hold a sequence
+    assume(estimate(plan, cluster, M8, w).fits)
     bound = every_plan_bound(cluster, M8, w)
     assert bound <= simulate(plan, cluster, M8, w).iteration_time_s * (1 + 1e-12)
     assert bound <= subset_time_bound(cluster, devices, M8, w) * (1 + 1e-12)
@@ -319,6 +321,33 @@ def test_the_priced_floor_is_tighter_than_each_kind_of_work_alone():
     best_pair = min(min_compute_time(m[list(s)], a[list(s)], 10.0, 10.0) for s in itertools.combinations(range(4), 2))
     assert best_pair == pytest.approx(5.0, rel=1e-12)
     assert t == pytest.approx(best_pair, rel=1e-12)
+
+
+def test_device_sets_that_cannot_hold_a_sequence_are_left_out(monkeypatch):
+    """llama2-7b at 64K without recompute on 3 H100 + 5 A100 nodes joined by a slow link: no set of
+    fewer than 6 devices can hold a sequence (no ring plan on them fits), so neither node alone can,
+    though the H100 node alone would be the fastest set. The bound is the least subset bound over
+    the sets that can, above the least over all sets; the relaxation of spanning sets stays below
+    it and also leaves the small sets out."""
+    cluster = ClusterSpec.from_nodes("slow-link", [("H100-SXM", 3, 1.0), ("A100-80GB", 5, 1.0)])
+    w = Workload(seq_len=64 * 1024, activation_checkpointing="none")
+    room, c_s, c_w = bound_module.sequence_memory(cluster, MODEL, w, CostOptions())
+    need = w.seq_len * (c_s + c_w * MODEL.heads / 2)
+    subsets = [list(s) for r in range(1, cluster.size + 1) for s in itertools.combinations(range(cluster.size), r)]
+    holds = {tuple(s): float(room[s].sum()) >= need for s in subsets}
+    assert min(len(s) for s, h in holds.items() if h) == 6
+    for s in ([0, 1, 2, 3], [3, 4, 5, 6], [0, 1], [4, 5, 6, 7]):  # sets that cannot: no plan on them fits
+        assert not holds[tuple(s)]
+        assert not estimate(ring_plan(s, w.seq_len, H, HKV), cluster, MODEL, w).fits
+    each = {tuple(s): subset_time_bound(cluster, s, MODEL, w) for s in subsets}
+    assert min(each, key=each.get) == (0, 1, 2)  # the H100 node alone, were memory no limit
+    exact = every_plan_bound(cluster, MODEL, w)
+    assert exact == pytest.approx(min(v for s, v in each.items() if holds[s]), rel=1e-12)
+    assert exact > min(each.values()) * 1.01
+    monkeypatch.setattr(bound_module, "MAX_SUBSET_SHAPES", 0)
+    relaxed = bound_module.every_plan_bound(cluster, MODEL, w)
+    assert relaxed <= exact * (1 + 1e-12)
+    assert relaxed > min(each.values()) * 1.01
 
 
 def test_identical_devices_are_per_node_and_type():

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+import hexiseq.planner.search as search_module
 from hexiseq.costmodel import simulate
 from hexiseq.planner import plan_cluster
 from hexiseq.specs import Workload, get_model, load_cluster
@@ -80,3 +81,28 @@ def test_left_out_devices_are_explained():
     r = plan_cluster(c, m, Workload(seq_len=16 * 1024), progress=False)
     assert r.plan.world_size < c.size, "the plan was expected to leave the A100 node out"
     assert r.left_out and "A100-80GB left out" in r.left_out[0] and "no plan with them can beat" in r.left_out[0]
+
+
+def test_layouts_on_devices_that_cannot_hold_a_sequence_are_closed_without_a_model(monkeypatch):
+    """sim-128, gpt-70b, 256K: candidate layouts on device sets that cannot hold one sequence under a
+    policy (costmodel.bound.SequenceRoom) get no layout model; the plan, its time and its bound are
+    those of a search that builds and solves those models to find them infeasible."""
+    built = []
+
+    class CountingModel(search_module.LayoutModel):
+        def __init__(self, *args, **kwargs):
+            built.append(1)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(search_module, "LayoutModel", CountingModel)
+    c, m = load_cluster("sim-128"), get_model("gpt-70b")
+    wl = Workload(seq_len=256 * 1024, activation_checkpointing="auto")
+    screened = plan_cluster(c, m, wl, progress=False)
+    n_screened = len(built)
+    monkeypatch.setattr(search_module.SequenceRoom, "can_hold", lambda self, devices: True)
+    built.clear()
+    unscreened = plan_cluster(c, m, wl, progress=False)
+    assert screened.plan.to_dict() == unscreened.plan.to_dict()
+    assert screened.iteration_time_s == unscreened.iteration_time_s
+    assert screened.lower_bound_s >= unscreened.lower_bound_s
+    assert n_screened < len(built)

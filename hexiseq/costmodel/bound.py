@@ -332,20 +332,28 @@ def every_plan_bound(
     """Seconds no plan on any non-empty subset of `devices` (default: the whole cluster) can beat,
     under the workload's concrete recompute policy, whatever its grouping into HP groups (groups of
     different sizes inside a node, groups spanning nodes), ring order, head split or token split:
-    the least `subset_time_bound` over every device subset (each of them holds for every plan on
-    its subset). Exact (every subset up to identical devices, `identical_devices`) when there are
-    at most MAX_SUBSET_SHAPES such subsets; otherwise the least of (a) every subset inside one
-    node, exactly, and (b) a floor of every subset that spans nodes, per number of devices n: the
-    compute of any n of the devices, priced (`fewest_devices_compute_floor`: a relaxation of any n of them),
-    the optimizer over n, and the collectives of n ranks over the fastest link the subset's
-    devices can all have to another node (_spanning_floor)."""
+    the least `subset_time_bound` over every device subset that can hold a sequence (each of them
+    holds for every plan on its subset; on a subset that cannot, `SequenceRoom`, no plan fits in
+    memory; inf when no subset can). Exact (every subset up to identical devices,
+    `identical_devices`) when there are at most MAX_SUBSET_SHAPES such subsets; otherwise the least
+    of (a) every subset inside one node, exactly, and (b) a floor of every subset that spans nodes,
+    per number of devices n (no fewer than can hold a sequence): the compute of any n of the
+    devices, priced (`fewest_devices_compute_floor`), the optimizer over n, and the collectives of n
+    ranks over the fastest link the subset's devices can all have to another node
+    (_spanning_floor)."""
     classes = identical_devices(cluster, devices)
     shapes = math.prod(len(c) + 1 for c in classes) - 1
+    hold = SequenceRoom(cluster, model, workload, options)
     if shapes <= MAX_SUBSET_SHAPES:
         return min(
-            subset_time_bound(cluster, [d for c, n in zip(classes, counts) for d in c[:n]], model, workload, options)
-            for counts in itertools.product(*[range(len(c) + 1) for c in classes])
-            if any(counts)
+            (
+                subset_time_bound(cluster, devs, model, workload, options)
+                for counts in itertools.product(*[range(len(c) + 1) for c in classes])
+                if any(counts)
+                for devs in [[d for c, n in zip(classes, counts) for d in c[:n]]]
+                if hold.can_hold(devs)
+            ),
+            default=math.inf,
         )
     node_of = {d: cluster.devices[d].node for c in classes for d in c}
     per_node: dict[int, list[tuple[int, ...]]] = {}
@@ -358,18 +366,45 @@ def every_plan_bound(
             if not any(counts):
                 continue
             devs = [d for c, n in zip(node_classes, counts) for d in c[:n]]
+            if not hold.can_hold(devs):
+                continue
             # identical nodes (no overrides: the links of a node depend on its devices only) have one bound
             key = tuple((cluster.devices[d].gpu.name, cluster.devices[d].link_bandwidth_gbps) for d in devs)
             if key not in seen:
                 seen[key] = subset_time_bound(cluster, devs, model, workload, options)
             best = min(best, seen[key])
     if len(per_node) > 1:
-        best = min(best, _spanning_floor(cluster, [d for c in classes for d in c], model, workload, options))
+        best = min(best, _spanning_floor(cluster, [d for c in classes for d in c], model, workload, options, hold))
     return best
 
 
+class SequenceRoom:
+    """Whether a device set can hold one sequence of the workload at all (`sequence_can_fit`'s
+    condition on these devices: the sum of their room, `sequence_memory`, with the model states
+    sharded over the whole cluster, the most any plan shards them). A plan on devices that cannot
+    is no plan: it does not fit in memory, so no bound needs to cover it."""
+
+    def __init__(self, cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions) -> None:
+        self.room, c_s, c_w = sequence_memory(cluster, model, workload, options)
+        self.need = workload.seq_len * (c_s + c_w * model.heads / 2)
+
+    def can_hold(self, devices: Sequence[int]) -> bool:
+        return float(self.room[list(devices)].sum()) >= self.need
+
+    def fewest(self, devices: Sequence[int]) -> float:
+        """The fewest of `devices` that can hold a sequence (those with the most room); inf if all cannot."""
+        total = np.cumsum(np.sort(self.room[list(devices)])[::-1])
+        k = int(np.searchsorted(total, self.need))  # the first prefix whose room reaches the need
+        return float(k + 1) if k < len(total) else math.inf
+
+
 def _spanning_floor(
-    cluster: ClusterSpec, devices: list[int], model: ModelSpec, workload: Workload, options: CostOptions
+    cluster: ClusterSpec,
+    devices: list[int],
+    model: ModelSpec,
+    workload: Workload,
+    options: CostOptions,
+    hold: SequenceRoom,
 ) -> float:
     """A floor of subset_time_bound over every subset of `devices` that spans two nodes or more
     (every_plan_bound (b)). Every device of such a subset has a partner in it on another node, so
@@ -377,9 +412,10 @@ def _spanning_floor(
     per level β of those, the subsets of the devices whose fastest such link is at least β, with
     collectives over β (and the least latency between nodes). Sizes are taken in ranges [lo, hi]:
     the compute of the hi devices with the most capacity (more devices can only be faster) and the
-    collectives of lo ranks (fewer ranks can only be faster), both valid for every size of the range."""
+    collectives of lo ranks (fewer ranks can only be faster), both valid for every size of the range.
+    Sizes below the fewest of the devices that can hold a sequence (`hold`) are no plan's."""
     if options.ignore_comm:
-        return _size_floor(cluster, devices, model, workload, options, None)
+        return _size_floor(cluster, devices, model, workload, options, None, hold)
     bw, lat = link_matrices(cluster)
     idx = np.asarray(devices, dtype=np.int64)
     node = np.array([cluster.devices[d].node for d in devices])
@@ -391,7 +427,7 @@ def _spanning_floor(
     for level in np.unique(fastest):
         keep = [d for d, f in zip(devices, fastest) if f >= level]
         if len({cluster.devices[d].node for d in keep}) > 1:
-            best = min(best, _size_floor(cluster, keep, model, workload, options, (float(level), least_lat)))
+            best = min(best, _size_floor(cluster, keep, model, workload, options, (float(level), least_lat), hold))
     return best
 
 
@@ -402,18 +438,23 @@ def _size_floor(
     workload: Workload,
     options: CostOptions,
     link: tuple[float, float] | None,
+    hold: SequenceRoom,
 ) -> float:
-    """A floor of subset_time_bound over every subset of at least 2 of `devices` whose collectives
-    run over a link no faster than `link` (bytes/s, seconds; None: no communication), size range by
-    size range (_spanning_floor)."""
+    """A floor of subset_time_bound over every subset of at least 2 of `devices` that can hold a
+    sequence and whose collectives run over a link no faster than `link` (bytes/s, seconds; None: no
+    communication), size range by size range (_spanning_floor)."""
     w = work_times([cluster.devices[d].gpu for d in devices], model, options)
     N = len(devices)
+    fewest = hold.fewest(devices)  # no subset of fewer of these devices holds a sequence
+    if fewest > N:
+        return math.inf
     edges = sorted({*range(2, min(N, 64) + 1), *np.unique(np.geomspace(64, max(N, 64), 48).astype(int)).tolist()})
     edges = [e for e in edges if e <= N]
     if not edges or edges[-1] != N:
         edges.append(N)
     best = math.inf
     for lo, hi in zip([2] + [e + 1 for e in edges[:-1]], edges):
+        lo = max(lo, int(fewest))
         if lo > hi:
             continue
         if link is None:

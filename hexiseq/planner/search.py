@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..costmodel import estimate
-from ..costmodel.bound import subset_time_bound
+from ..costmodel.bound import SequenceRoom, subset_time_bound
 from ..costmodel.kernels import CostOptions
 from ..errors import HexiSeqError
 from ..plan import Plan
@@ -123,12 +123,17 @@ class Search:
         self.tick = tick or (lambda _: None)
         self.nodes: list[Node] = []
         screen: dict[tuple, float] = {}
+        # a layout on devices that cannot hold a sequence under a policy has no plan that fits: its node
+        # is closed at once (inf) instead of when its model, built and solved, says so
+        room = {p: SequenceRoom(cluster, model, workload.with_recompute(p), options) for p in policies}
         for cand in candidates:
             for policy in policies:
                 wl = workload.with_recompute(policy)
                 key = (cand.layout.devices, policy)
                 if key not in screen:
-                    screen[key] = subset_time_bound(cluster, sorted(cand.layout.devices), model, wl, options)
+                    devs = sorted(cand.layout.devices)
+                    held = room[policy].can_hold(devs)
+                    screen[key] = subset_time_bound(cluster, devs, model, wl, options) if held else math.inf
                 self.nodes.append(Node(cand, policy, len(self.nodes), screen[key]))
         self.rounds = 0
         self.gap = DEFAULT_GAP
