@@ -179,6 +179,26 @@ def sequence_memory(
     return room, c_s, c_w
 
 
+class SequenceRoom:
+    """Whether a device set can hold one sequence of the workload at all (`sequence_can_fit`'s
+    condition on these devices: the sum of their room, `sequence_memory`, with the model states
+    sharded over the whole cluster, the most any plan shards them). A plan on devices that cannot
+    is no plan: it does not fit in memory, so no bound needs to cover it."""
+
+    def __init__(self, cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions) -> None:
+        self.room, c_s, c_w = sequence_memory(cluster, model, workload, options)
+        self.need = workload.seq_len * (c_s + c_w * model.heads / 2)
+
+    def can_hold(self, devices: Sequence[int]) -> bool:
+        return float(self.room[list(devices)].sum()) >= self.need
+
+    def fewest(self, devices: Sequence[int]) -> float:
+        """The fewest of `devices` that can hold a sequence (those with the most room); inf if all cannot."""
+        total = np.cumsum(np.sort(self.room[list(devices)])[::-1])
+        k = int(np.searchsorted(total, self.need))  # the first prefix whose room reaches the need
+        return float(k + 1) if k < len(total) else math.inf
+
+
 def sequence_can_fit(
     cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()
 ) -> bool:
@@ -187,8 +207,7 @@ def sequence_can_fit(
     one whole sequence at a time; summed over that replica's ranks (`sequence_memory`), Σ s = S (its
     shards) and Σ w = H·S/2 (each group's heads over its n_g = 2·L_g tokens), so the sequence's
     S·(c_s + c_w·H/2) must fit in the devices' room."""
-    room, c_s, c_w = sequence_memory(cluster, model, workload, options)
-    return workload.seq_len * (c_s + c_w * model.heads / 2) <= float(room.sum())
+    return SequenceRoom(cluster, model, workload, options).can_hold(range(cluster.size))
 
 
 def memory_capped_work_time(
@@ -378,26 +397,6 @@ def every_plan_bound(
     return best
 
 
-class SequenceRoom:
-    """Whether a device set can hold one sequence of the workload at all (`sequence_can_fit`'s
-    condition on these devices: the sum of their room, `sequence_memory`, with the model states
-    sharded over the whole cluster, the most any plan shards them). A plan on devices that cannot
-    is no plan: it does not fit in memory, so no bound needs to cover it."""
-
-    def __init__(self, cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions) -> None:
-        self.room, c_s, c_w = sequence_memory(cluster, model, workload, options)
-        self.need = workload.seq_len * (c_s + c_w * model.heads / 2)
-
-    def can_hold(self, devices: Sequence[int]) -> bool:
-        return float(self.room[list(devices)].sum()) >= self.need
-
-    def fewest(self, devices: Sequence[int]) -> float:
-        """The fewest of `devices` that can hold a sequence (those with the most room); inf if all cannot."""
-        total = np.cumsum(np.sort(self.room[list(devices)])[::-1])
-        k = int(np.searchsorted(total, self.need))  # the first prefix whose room reaches the need
-        return float(k + 1) if k < len(total) else math.inf
-
-
 def _spanning_floor(
     cluster: ClusterSpec,
     devices: list[int],
@@ -411,8 +410,9 @@ def _spanning_floor(
     the subset's slowest link β is at most the fastest link of each of its devices to another node:
     per level β of those, the subsets of the devices whose fastest such link is at least β, with
     collectives over β (and the least latency between nodes). Sizes are taken in ranges [lo, hi]:
-    the compute of the hi devices with the most capacity (more devices can only be faster) and the
-    collectives of lo ranks (fewer ranks can only be faster), both valid for every size of the range.
+    the compute of any hi of the devices (`fewest_devices_compute_floor`; more devices can only be
+    faster) and the collectives of lo ranks (fewer ranks can only be faster), both valid for every
+    size of the range.
     Sizes below the fewest of the devices that can hold a sequence (`hold`) are no plan's."""
     if options.ignore_comm:
         return _size_floor(cluster, devices, model, workload, options, None, hold)

@@ -270,10 +270,9 @@ def outside_search_bound(
     return bound, (
         "every plan the executor can run at DP = 1 (any device subset that can hold a sequence, any grouping into "
         "HP groups, groups of different sizes inside a node or spanning nodes, any ring order and split): the "
-        "least of the search's "
-        "bound over its candidate layouts and a bound valid for every grouping (balanced compute with the "
-        "recompute counted, parameter collectives, optimizer; all-to-all and exchange costs are not counted "
-        "there, so the bound is weaker than the search's own)"
+        "least of the search's bound over its candidate layouts and a bound valid for every grouping (balanced "
+        "compute with the recompute counted, parameter collectives, optimizer; all-to-all and exchange costs are "
+        "not counted there, so the bound is weaker than the search's own)"
     )
 
 
