@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -150,7 +151,7 @@ class Sharding:
 DEFAULT_SHARDING = Sharding()
 
 
-def _cumsum(xs: Sequence[int]) -> list[int]:
+def _cumsum(xs: Iterable[int]) -> list[int]:
     out, acc = [0], 0
     for x in xs:
         acc += x
@@ -223,16 +224,26 @@ class Plan:
     def num_replicas(self) -> int:
         return len(self.replicas) or 1
 
-    def _replica_spans(self) -> list[tuple[int, int]]:
-        """[first, end) group indices of each replica (the last one takes what is left, if any)."""
+    @cached_property
+    def _spans(self) -> tuple[tuple[int, int], ...]:
+        # kept: a frozen plan's shape never changes, and the planner asks for it millions of times
         if not self.replicas:
-            return [(0, self.num_groups)]
+            return ((0, self.num_groups),)
         spans, start = [], 0
         for r in self.replicas:
             end = min(start + max(r.groups, 0), self.num_groups)
             spans.append((start, end))
             start = end
-        return spans
+        return tuple(spans)
+
+    @cached_property
+    def _rank_starts(self) -> tuple[int, ...]:
+        """The first global rank of each group, and the world size last."""
+        return tuple(_cumsum(g.size for g in self.groups))
+
+    def _replica_spans(self) -> tuple[tuple[int, int], ...]:
+        """[first, end) group indices of each replica (the last one takes what is left, if any)."""
+        return self._spans
 
     def replica_groups(self, i: int) -> range:
         """Indices (into `groups`) of replica i's groups."""
@@ -241,9 +252,8 @@ class Plan:
 
     def replica_ranks(self, i: int) -> range:
         """Global ranks of replica i (ranks run replica by replica, group by group)."""
-        a, b = self._replica_spans()[i]
-        start = sum(g.size for g in self.groups[:a])
-        return range(start, start + sum(g.size for g in self.groups[a:b]))
+        a, b = self._spans[i]
+        return range(self._rank_starts[a], self._rank_starts[b])
 
     def replica_of_group(self, g: int) -> int:
         """The replica that owns group g."""
@@ -287,9 +297,9 @@ class Plan:
 
     @property
     def world_size(self) -> int:
-        return sum(g.size for g in self.groups)
+        return self._rank_starts[-1]
 
-    @property
+    @cached_property
     def rank_devices(self) -> tuple[int, ...]:
         """Cluster device index of each rank."""
         return tuple(d for g in self.groups for d in g.devices)

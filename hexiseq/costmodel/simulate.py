@@ -193,13 +193,14 @@ class _Chain:
             shift = np.arange(k)[:, None]
             left_of, right_of = (grp[None, :] - shift) % k, (grp[None, :] + shift) % k
             all_active = bool(active.all())
+            singletons = a.R == k  # one rank per group (a ring without heads split): each group's max is its rank's
             if log is not None:  # the recurrence's values per round; who set what is derived after it
                 rec = {n: np.empty((k - 1, a.R)) for n in ("P", "Pa", "A", "C", "M")}
                 rec["gmax"] = np.empty((k - 1, k))
             P = t
             for j in range(1, k):
                 Pa = P if all_active else np.where(active, P, -np.inf)
-                gmax = np.maximum.reduceat(Pa, a.gstart)
+                gmax = Pa if singletons else np.maximum.reduceat(Pa, a.gstart)
                 M = np.maximum(P, np.maximum(gmax[left_of[j]], gmax[right_of[j]]))
                 C = M + cmax[:, j]
                 if log is not None:

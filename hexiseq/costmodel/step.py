@@ -187,6 +187,18 @@ class _Strategy:
     today: bool  # one replica, zero3 or replicated over all devices: coefficients' own terms
     sync: StepCollectives
     lockstep: list[list[int]]  # replica indices of each lockstep set (lockstep_sets)
+    touching: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict)  # memo of `groups_of`
+
+    def groups_of(self, ranks: range) -> tuple[int, ...]:
+        """Indices of the shard groups these ranks take part in, in group order (kept per range: the
+        planner asks for each replica's under every batch share)."""
+        key = (ranks.start, ranks.stop)
+        got = self.touching.get(key)
+        if got is None:
+            got = self.touching[key] = tuple(
+                j for j, g in enumerate(self.groups) if np.any((g >= ranks.start) & (g < ranks.stop))
+            )
+        return got
 
 
 def _strategy(
@@ -274,7 +286,7 @@ def _replica_coefficients(
     if not st.today:  # the paper's setting keeps coefficients' own terms (bit for bit)
         n_r = st.shards_of[ranks.start : ranks.stop]
         # a replica's collectives run in the shard groups it takes part in, paced by the slowest of them
-        mine = [p for g, p in zip(st.groups, st.per_group) if np.any((g >= ranks.start) & (g < ranks.stop))]
+        mine = [st.per_group[j] for j in st.groups_of(ranks)]
         pc = max(mine, key=lambda p: (p.ag_layer + p.rs_layer + p.ar_layer, p.ag_root + p.rs_root + p.ar_root))
         n_opt = n_r if st.stage != ShardingStage.REPLICATED else 1
         c = replace(
@@ -329,13 +341,17 @@ def replica_lines(
     for i in range(plan.num_replicas):
         span = plan.replica_groups(i)
         groups = plan.groups[span.start : span.stop]
-        devices = [d for g in groups for d in g.devices]
+        devices = tuple(d for g in groups for d in g.devices)
         ranks = plan.replica_ranks(i)
-        first: dict[int, int] = {}
-        for j, d in enumerate(devices):
-            first.setdefault(info[d][3], j)
+        if ("device key", devices) not in cache:
+            first: dict[int, int] = {}
+            for j, d in enumerate(devices):
+                first.setdefault(info[d][3], j)
+            cache[("device key", devices)] = tuple(
+                (info[d][0], info[d][1], info[d][2], first[info[d][3]]) for d in devices
+            )
         key = (
-            tuple((info[d][0], info[d][1], info[d][2], first[info[d][3]]) for d in devices),
+            cache[("device key", devices)],
             tuple((g.size, g.chunk_len, g.shards, g.heads) for g in groups),
             pass_shape,
             tuple(int(x) for x in st.shards_of[ranks.start : ranks.stop]),
@@ -343,8 +359,7 @@ def replica_lines(
             if st.today
             else tuple(
                 (p.ag_layer, p.rs_layer, p.ar_layer, p.ag_root, p.rs_root, p.ar_root, p.xr_layer, p.xr_root)
-                for g, p in zip(st.groups, st.per_group)
-                if np.any((g >= ranks.start) & (g < ranks.stop))
+                for p in (st.per_group[j] for j in st.groups_of(ranks))
             ),
             (str(st.stage), st.today),
         )
