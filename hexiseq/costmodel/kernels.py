@@ -44,7 +44,7 @@ in the field's comment.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -96,8 +96,19 @@ class Rates:
 
 def rates(gpus: list[GPUType] | tuple[GPUType, ...], stack: Stack | None = None) -> Rates:
     """Effective rates of a list of GPUs (one entry each) on a software stack: the one place where
-    efficiencies and a stack's factors become rates."""
+    efficiencies and a stack's factors become rates. Each distinct GPU object is rated once (a list
+    holds a cluster's few types over and over: the planner rates lists of 1,024)."""
     stack = stack if stack is not None else default_stack()
+    first: dict[int, int] = {}
+    index = np.array([first.setdefault(id(g), len(first)) for g in gpus], dtype=np.int64)
+    if len(first) == len(gpus):
+        return _rates(gpus, stack)
+    kinds = list({id(g): g for g in gpus}.values())  # in order of first appearance, as `first` numbers them
+    one = _rates(kinds, stack)
+    return Rates(*(getattr(one, f.name)[index] for f in fields(Rates)))
+
+
+def _rates(gpus: list[GPUType] | tuple[GPUType, ...], stack: Stack) -> Rates:
     peak = np.array([g.peak_bf16_tflops * 1e12 for g in gpus])
     # A rate measured on the user's machine (a profile) already ran the user's stack: no factor on it.
     f = np.array(

@@ -184,6 +184,7 @@ class _Shapes:
         # per planned shape of whole nodes: its nodes and its plan's seconds per sequence (node_rates)
         self.times: dict[tuple, tuple[tuple[int, ...], float]] = {}
         self._keys: dict[tuple, tuple] = {}  # replica -> shape_key (the search scores millions of replicas)
+        self._per_seq: dict[Replica, float] = {}  # replica -> compute_per_sequence, one lookup
 
     def key(self, rep: Replica) -> tuple:
         """The replica's shape_key, kept per replica."""
@@ -194,6 +195,9 @@ class _Shapes:
 
     def compute_per_sequence(self, rep: Replica) -> float:
         """A lower bound of the shape's seconds per sequence: its balanced compute (costmodel.bound)."""
+        got = self._per_seq.get(rep)
+        if got is not None:
+            return got
         key = self.key(rep)
         if key not in self.compute:
             sub = sub_cluster(self.cluster, rep, "replica")
@@ -205,6 +209,7 @@ class _Shapes:
                 S * b / compute_bound(sub, self.model, replace(wl, global_batch=b), self.options) for b in (1, 2)
             )
             self.compute[key] = max(0.0, two - one)  # the compute of one more sequence (no optimizer)
+        self._per_seq[rep] = self.compute[key]
         return self.compute[key]
 
     def per_sequence_bound(self, rep: Replica) -> float:

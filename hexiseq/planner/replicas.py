@@ -19,15 +19,15 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from ..specs import ClusterSpec, NodeSpec
 
 
-@dataclass(frozen=True)
-class Piece:
-    """GPUs [first, first + count) of node `node`."""
+class Piece(NamedTuple):
+    """GPUs [first, first + count) of node `node` (a tuple: the joint search hashes millions)."""
 
     node: int
     first: int
