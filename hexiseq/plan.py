@@ -226,7 +226,8 @@ class Plan:
 
     @cached_property
     def _spans(self) -> tuple[tuple[int, int], ...]:
-        # kept: a frozen plan's shape never changes, and the planner asks for it millions of times
+        """[first, end) group indices of each replica (the last one takes what is left, if any); kept:
+        a frozen plan's shape never changes, and the planner asks for it millions of times."""
         if not self.replicas:
             return ((0, self.num_groups),)
         spans, start = [], 0
@@ -241,13 +242,9 @@ class Plan:
         """The first global rank of each group, and the world size last."""
         return tuple(_cumsum(g.size for g in self.groups))
 
-    def _replica_spans(self) -> tuple[tuple[int, int], ...]:
-        """[first, end) group indices of each replica (the last one takes what is left, if any)."""
-        return self._spans
-
     def replica_groups(self, i: int) -> range:
         """Indices (into `groups`) of replica i's groups."""
-        a, b = self._replica_spans()[i]
+        a, b = self._spans[i]
         return range(a, b)
 
     def replica_ranks(self, i: int) -> range:
@@ -257,7 +254,7 @@ class Plan:
 
     def replica_of_group(self, g: int) -> int:
         """The replica that owns group g."""
-        for i, (a, b) in enumerate(self._replica_spans()):
+        for i, (a, b) in enumerate(self._spans):
             if a <= g < b:
                 return i
         raise PlanError(f"group {g} is in no replica of plan {self.name!r}")
@@ -269,7 +266,7 @@ class Plan:
             raise PlanError(f"plan {self.name!r} has {self.num_replicas} replicas; no replica {i}")
         if not self.replicas:
             return self
-        a, b = self._replica_spans()[i]
+        a, b = self._spans[i]
         return replace(
             self,
             groups=self.groups[a:b],
@@ -329,7 +326,7 @@ class Plan:
     def chunk_starts(self) -> list[tuple[int, int]]:
         """Global start of (front, back) chunk of every group (in its replica's sequence)."""
         out = []
-        for a, b in self._replica_spans():
+        for a, b in self._spans:
             front = _cumsum([g.chunk_len for g in self.groups[a:b]])
             out.extend((front[i], self.seq_len - front[i + 1]) for i in range(b - a))
         return out
@@ -469,7 +466,7 @@ class Plan:
                     f"({' + '.join(str(r.sequences) for r in self.replicas)}) but the workload's global batch is "
                     f"{workload.global_batch}"
                 )
-        for i, (a, b) in enumerate(self._replica_spans()):
+        for i, (a, b) in enumerate(self._spans):
             if a == b:
                 continue
             total = sum(2 * g.chunk_len for g in self.groups[a:b])
@@ -592,7 +589,7 @@ class Plan:
             + ("" if self.sharding.is_default else f", sharding {self.sharding.describe()}")
         ]
         lay = self.layout()
-        firsts = {a: i for i, (a, b) in enumerate(self._replica_spans()) if a < b and self.replicas}
+        firsts = {a: i for i, (a, b) in enumerate(self._spans) if a < b and self.replicas}
         for gi, g in enumerate(self.groups):
             if gi in firsts:
                 i = firsts[gi]

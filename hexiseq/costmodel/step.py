@@ -187,7 +187,7 @@ class _Strategy:
     today: bool  # one replica, zero3 or replicated over all devices: coefficients' own terms
     sync: StepCollectives
     lockstep: list[list[int]]  # replica indices of each lockstep set (lockstep_sets)
-    touching: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict)  # memo of `groups_of`
+    touching: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict, init=False, repr=False)  # memo
 
     def groups_of(self, ranks: range) -> tuple[int, ...]:
         """Indices of the shard groups these ranks take part in, in group order (kept per range: the
