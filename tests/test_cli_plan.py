@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from hexiseq.cli import main
 from hexiseq.plan import Plan
-from hexiseq.specs import get_model, load_cluster
+from hexiseq.planner import plan_cluster
+from hexiseq.specs import Workload, get_model, load_cluster
 
 ARGS = ["plan", "--cluster", "testbed-8", "--model", "llama2-7b", "--seq-len", "128K", "--recompute"]
 
@@ -149,3 +152,27 @@ def test_non_positive_work_is_a_clear_error(capsys):
     assert "work must be positive" in err and "Traceback" not in err
     assert main(ARGS + ["--ranks", "-1"]) == 2
     assert "--ranks must be >= 0" in capsys.readouterr().err
+
+
+def test_the_gap_is_accounted_on_the_critical_rank():
+    """When the reported bound is the every-grouping one (weaker than the search's), a note splits the
+    plan's critical rank's step into its own work, what that bound does not count and its exposed
+    parameter traffic: the three add up to the step, and the note carries them."""
+    res = plan_cluster(
+        load_cluster("testbed-8"),
+        get_model("llama2-7b"),
+        Workload(seq_len=128 * 1024, activation_checkpointing="auto"),
+        progress=False,
+    )
+    assert res.lower_bound_s < res.search_lower_bound_s  # the every-grouping bound is the one reported
+    note = next(n for n in res.notes if n.startswith("where the gap lies"))
+    rank = res.estimate.ranks[res.estimate.critical_rank]
+    own = sum(
+        rank.time_s[k]
+        for k in ("linear", "memory_bound", "attention", "lm_head", "recompute", "operators", "optimizer")
+    )
+    left = sum(rank.time_s[k] for k in ("kv_exchange", "alltoall", "wait"))
+    assert own + left + rank.time_s["param_comm"] == pytest.approx(res.iteration_time_s, rel=1e-9)
+    assert f"rank {rank.rank}, {rank.gpu}" in note and f"{own:.4g} s itself" in note
+    assert f"{rank.time_s['kv_exchange']:.3g} s in exposed K/V exchange" in note
+    assert f"against the bound's {res.lower_bound_s:.4g} s" in note

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..costmodel.simulate import DEVICE_PHASES
 from ..plan import Plan
 from .baselines import BaselineResult
 
@@ -128,6 +129,27 @@ class PlanResult:
         if include_plan:
             d["plan"] = self.plan.to_dict()
         return _finite(d)
+
+
+# the critical rank's phases the every-grouping bound does not count (costmodel.bound.every_plan_bound), in words
+_UNCOUNTED = (("kv_exchange", "in exposed K/V exchange"), ("alltoall", "in all-to-all"), ("wait", "waiting"))
+
+
+def gap_account(estimate: Any, lower_bound_s: float) -> str:
+    """Where the gap to a bound valid for every grouping lies, in words: the plan's critical rank's
+    step split into its own work, the time that bound does not count (exposed K/V exchange,
+    all-to-all, waiting) and its exposed parameter traffic (counted there only as the collectives of
+    a device set), beside the bound. `estimate`: the plan's costmodel Estimate."""
+    rank = estimate.ranks[estimate.critical_rank]
+    t = rank.time_s
+    own = sum(t.get(k, 0.0) for k in DEVICE_PHASES)
+    left = [(t.get(k, 0.0), words) for k, words in _UNCOUNTED if t.get(k, 0.0) > 0.0]
+    left_words = ", ".join(f"{v:.3g} s {w}" for v, w in left) if left else "nothing"
+    return (
+        f"where the gap lies: the step's critical rank (rank {rank.rank}, {rank.gpu}) works {own:.4g} s itself, "
+        f"spends {left_words} (not counted by the every-grouping bound) and {t.get('param_comm', 0.0):.3g} s in "
+        f"exposed parameter traffic, against the bound's {lower_bound_s:.4g} s"
+    )
 
 
 def _finite(x: Any) -> Any:

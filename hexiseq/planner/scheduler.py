@@ -43,7 +43,7 @@ from .candidates import (
 from .collector import fewer_collections
 from .explain import explain_infeasible, may_fit
 from .refine import refine
-from .result import PlanResult
+from .result import PlanResult, gap_account
 from .search import DEFAULT_GAP, DEFAULT_WORK, Search
 
 MAX_GROUPS = 256  # layouts with more groups are not searched (the exchange has k-1 rounds per layer)
@@ -218,6 +218,8 @@ def _plan_cluster(
             f"the search stopped at its work limit ({work} cutting-plane rounds): the bound is valid but weaker"
         )
     notes.append(f"the lower bound covers {covers}")
+    if outside_lb < search_lb:  # the every-grouping bound is the one reported: say what it leaves out
+        notes.append(gap_account(est, lb))
     visited = [n for n in res.nodes if n.model is not None]
     return PlanResult(
         plan=plan,
