@@ -23,13 +23,9 @@ def cluster_from(draw_nodes: list[tuple[int, int, float]]) -> ClusterSpec:
     return ClusterSpec.from_nodes("random", [(GPUS[t], n, nic) for t, n, nic in draw_nodes])
 
 
-def layout_of(plan: Plan) -> Layout:
-    return Layout(tuple(g.devices for g in plan.groups), tuple(g.heads for g in plan.groups))
-
-
 def fixed_value(cluster, model, wl, plan, opts=CostOptions()) -> float:
     """The model's optimum with every variable fixed to the plan (no aggregation: any plan)."""
-    lm = LayoutModel(cluster, model, wl, layout_of(plan), opts, aggregate=False, memory=False)
+    lm = LayoutModel(cluster, model, wl, Layout.of(plan), opts, aggregate=False, memory=False)
     lm.fix_blocks([g.chunk_len // plan.block_size for g in plan.groups])
     lm.fix_shards([plan.shards[int(np.argmax(lm.cls == c))] for c in range(lm.C)])
     sol = lm.solve()
@@ -257,7 +253,7 @@ def test_rows_handed_over_as_numbers_are_the_pyomo_rows_on_random_layouts(case, 
         cluster.size, S, model.heads, model.kv_heads, seed=case["seed"], block_size=128, whole_kv_heads=True
     )
     wl = Workload(seq_len=S, activation_checkpointing=case["policy"], param_sharding=case["sharding"])
-    lm = LayoutModel(cluster, model, wl, layout_of(plan), CostOptions(ignore_comm=not case["comm"]))
+    lm = LayoutModel(cluster, model, wl, Layout.of(plan), CostOptions(ignore_comm=not case["comm"]))
     if fixed:
         lm.fix_blocks([g.chunk_len // plan.block_size for g in plan.groups])
     lm.solve(max_rounds=3)

@@ -14,14 +14,13 @@ import pytest
 import hexiseq.planner.scheduler as scheduler_module
 import hexiseq.planner.search as search_module
 from hexiseq.costmodel import simulate
-from hexiseq.planner import plan_cluster
+from hexiseq.planner import Layout, plan_cluster
 from hexiseq.planner.scheduler import baseline_layouts, candidate_layouts
 from hexiseq.specs import Workload, get_model, load_cluster
 
 PLAN_SCRIPT = """
 import json, sys
 from hexiseq.planner import plan_cluster
-from hexiseq.planner.scheduler import baseline_layouts, candidate_layouts
 from hexiseq.specs import Workload, get_model, load_cluster
 r = plan_cluster(load_cluster(sys.argv[1]), get_model(sys.argv[2]), Workload(seq_len=int(sys.argv[3])), progress=False)
 d = r.to_dict()
@@ -146,8 +145,8 @@ def test_baseline_layouts_join_the_candidates_once_and_only_where_they_can_be_se
     assert added and all(c.label.startswith("the ") and c.label.endswith(" baseline's layout") for c in added)
     for name, b in res.baselines.items():
         if b.feasible:
-            key = (tuple(g.devices for g in b.plan.groups), tuple(g.heads for g in b.plan.groups))
-            assert any(c.key == key for c in out), name
+            layout = Layout.of(b.plan)
+            assert any(c.key == (layout.groups, layout.heads) for c in out), name
     assert baseline_layouts(res.baselines, out) == out  # nothing twice
     cap = min(len(c.layout.devices) for c in added) - 1
     monkeypatch.setattr(scheduler_module, "BASELINE_LAYOUT_MAX_DEVICES", cap)

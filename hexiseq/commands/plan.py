@@ -181,8 +181,7 @@ def print_joint(res: JointResult, cluster) -> None:
 def write_model(result, cluster, model, workload, path: str) -> None:
     """The optimization model of the plan's layout and policy, with the cutting planes that bound it."""
     plan = result.plan
-    layout = Layout(tuple(g.devices for g in plan.groups), tuple(g.heads for g in plan.groups))
-    lm = LayoutModel(cluster, model, workload.with_recompute(result.recompute), layout)
+    lm = LayoutModel(cluster, model, workload.with_recompute(result.recompute), Layout.of(plan))
     lm.solve()
     lm.write(path)
 

@@ -32,6 +32,11 @@ class Layout:
     def devices(self) -> tuple[int, ...]:
         return tuple(d for g in self.groups for d in g)
 
+    @classmethod
+    def of(cls, plan: Plan) -> Layout:
+        """The layout a plan has: its groups in ring order and their heads (its sizes left out)."""
+        return cls(tuple(g.devices for g in plan.groups), tuple(g.heads for g in plan.groups))
+
 
 def unit_plan(layout: Layout, model: ModelSpec) -> Plan:
     """A valid plan of this layout with unit-free sizes (chunk_len = group size, 2 tokens per rank,

@@ -101,7 +101,7 @@ def baseline_layouts(base: dict[str, BaselineResult], cands: list[Candidate]) ->
     for name, b in base.items():
         if b.plan is None:
             continue
-        layout = Layout(tuple(g.devices for g in b.plan.groups), tuple(g.heads for g in b.plan.groups))
+        layout = Layout.of(b.plan)
         cand = Candidate(layout, f"the {name} baseline's layout", "baseline")
         if cand.key in known or layout.k >= SYMMETRIC_FROM or len(layout.devices) > BASELINE_LAYOUT_MAX_DEVICES:
             continue
