@@ -20,7 +20,8 @@ raw figure. The derivation (per rank, then the median of the ranks of one type):
 Emulated CPU types (CPU-x<f>) are measured like any other: the median over the type's own ranks. They
 are not one core divided by f: a paced rank sleeps between its operators, and the more it sleeps the
 more CPU each operator takes on waking (cold caches). Measured on this project's 2-core VM (cpu-8's
-profile in data/results/dp-calibration/cpu-8/calibration.json, `measured.ranks`): the CPU-x20 ranks'
+profile of 2026-12-04, `measured.ranks` of the calibration then kept in data/results/dp-calibration/
+cpu-8/calibration.json): the CPU-x20 ranks'
 per-operator time was 7.0-7.7 us of one core against 5.3-5.6 us on the CPU-x8 ranks, their linear
 and memory-bound rates 10% and 12% lower per core (benchmarks/bench_pacing.py measures it alone).
 Pooled into one core, those differences put every CPU-x20 rank's device time 5-20% short and every
