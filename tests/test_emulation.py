@@ -229,6 +229,33 @@ def test_emulated_link_holds_messages_and_keeps_them_intact(world):
         assert r["links"]["link_wait_s"] >= 0 and 0.5 * (r["p2p_s"] + r["a2a_s"]) <= held <= r["p2p_s"] + r["a2a_s"]
 
 
+def test_an_all_to_all_over_an_emulated_link_completes_at_the_latest_post_plus_its_link_time():
+    """A ragged all-to-all across an emulated link follows the P2P rule: each peer's part carries its
+    sender's post time, and the exchange completes at the latest post + α + max(sent, received)/β, the
+    real transfer running inside that time (held after the real exchange, it paid both). In-process:
+    rank 0's side, with the part from rank 1 stamped 40 ms after rank 0's post."""
+    import time
+
+    emu = E.Emulation((2.0, 2.0), ((0.0, 0.01), (0.01, 0.0)), ((0.0, 20_000.0), (20_000.0, 0.0)))
+    pacer = E.Pacer(emu, 0)
+    links = E.AllToAllLinks(pacer, [0, 1], [3, 5], [4, 2])
+    x = torch.arange(8, dtype=torch.float32)
+    xs, ins, outs = links.pack(x)
+    tail = E.P2PLinks.tail(torch.float32)
+    assert ins == [3 + tail, 5 + tail] and outs == [4 + tail, 2 + tail] and xs.numel() == 8 + 2 * tail
+    assert torch.equal(xs[:3], x[:3]) and torch.equal(xs[3 + tail : 8 + tail], x[3:])
+    late = torch.tensor([links.posted + 0.04], dtype=torch.float64).view(torch.float32)
+    own = torch.tensor([links.posted], dtype=torch.float64).view(torch.float32)
+    y = torch.cat([torch.full((4,), 7.0), own, torch.full((2,), 9.0), late])
+    y = links.unpack(y)
+    done = time.monotonic()
+    assert torch.equal(y, torch.tensor([7.0, 7.0, 7.0, 7.0, 9.0, 9.0]))
+    # rank 1's part: 5 sent, 2 received elements of 2 bytes at 0.01 GB/s after 20 ms, from its post
+    want = links.posted + 0.04 + 0.02 + 5 * E.MODEL_BYTES_PER_ELEMENT / 0.01e9
+    assert want - 1e-4 <= done <= want + 0.02
+    assert E.a2a_links([0, 1], [1, 1], [1, 1]) is None  # no pacer running: the plain exchange
+
+
 def test_emulation_refuses_bad_factors_and_shapes():
     with pytest.raises(HexiSeqError, match=r"rank 1 has slowdown 0.5.*must be a number >= 1"):
         E.Emulation((1.0, 0.5))

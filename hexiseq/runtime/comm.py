@@ -26,25 +26,29 @@ class _RaggedAllToAll(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: Tensor, out_splits: list[int], in_splits: list[int], group: Any) -> Tensor:
         ctx.splits, ctx.group = (out_splits, in_splits), group
-        y = x.new_empty(sum(out_splits))
-        dist.all_to_all_single(y, x.contiguous(), out_splits, in_splits, group=group)
-        _emulated_a2a(group, in_splits, out_splits)
-        return y
+        return _all_to_all(x, out_splits, in_splits, group)
 
     @staticmethod
     def backward(ctx: Any, dy: Tensor) -> tuple[Tensor, None, None, None]:
         out_splits, in_splits = ctx.splits
-        dx = dy.new_empty(sum(in_splits))
-        dist.all_to_all_single(dx, dy.contiguous(), in_splits, out_splits, group=ctx.group)
-        _emulated_a2a(ctx.group, out_splits, in_splits)
-        return dx, None, None, None
+        return _all_to_all(dy, in_splits, out_splits, ctx.group), None, None, None
 
 
-def _emulated_a2a(group: Any, send: list[int], recv: list[int]) -> None:
-    """An emulated link's time after the real exchange (runtime/emulation.py); nothing when off."""
+def _all_to_all(x: Tensor, out_splits: list[int], in_splits: list[int], group: Any) -> Tensor:
+    """The exchange itself; over an emulated link (runtime/emulation.py) each peer's part carries its
+    post time and the exchange is held to the link's time."""
+    links = None
     if emulation.active() is not None:
         ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
-        emulation.after_collective("all_to_all", ranks, send=send, recv=recv)
+        links = emulation.a2a_links(ranks, in_splits, out_splits)
+    if links is None:
+        y = x.new_empty(sum(out_splits))
+        dist.all_to_all_single(y, x.contiguous(), out_splits, in_splits, group=group)
+        return y
+    xs, ins, outs = links.pack(x.contiguous())
+    y = x.new_empty(sum(outs))
+    dist.all_to_all_single(y, xs, outs, ins, group=group)
+    return links.unpack(y)
 
 
 def ragged_all_to_all(x: Tensor, in_splits: Sequence[int], out_splits: Sequence[int], group: Any = None) -> Tensor:

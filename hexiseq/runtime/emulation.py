@@ -46,9 +46,15 @@ The method (every figure it produces is labelled "emulated", with its factors):
   whatever dtype the CPU run uses, so β is in the cost model's units. A batched P2P exchange
   (`comm.P2PBatch`) that uses such a link completes no earlier than
   max(its post time, the senders' post times) + α + max(Σ sent, Σ received)/β over those links (each
-  message carries its sender's post time, `time.monotonic`, shared by the processes of one machine);
-  a synchronous collective that crosses one (the ragged all-to-all, the gradient all-reduce) returns
-  its α–β time (costmodel.comm's formulas) after the real one. Links inside a node are the real ones.
+  message carries its sender's post time, `time.monotonic`, shared by the processes of one machine).
+  A ragged all-to-all whose group crosses one follows the same rule (`AllToAllLinks`: each peer's part
+  carries its post time; α–β by costmodel.comm's formula): the real exchange runs inside the link's
+  time. Held after the real exchange instead, as before 2026-12-07, a cross-node all-to-all cost the
+  real one (2-4 ms a message between paced ranks in this VM's profiles of 2026-12-07, where it is
+  the latency inside a node) plus the emulated link's: on cpu-4's DP = 1 plan, whose head-parallel
+  groups span the two nodes, 0.25 s a step of real waits beside the 0.18 s the link held, where the
+  cost model charges the link's 0.18 s. The gradient all-reduce (once a step) returns its α–β time
+  after the real one. Links inside a node are the real ones.
 
 - **The machine's idle state.** A rank's emulated time is f times its operators' CPU time, and an
   idle virtual CPU runs them slower: measured on this project's 2-core VM (cpu-4, four one-rank
@@ -401,20 +407,15 @@ def activate(emulation: Emulation | dict | None, rank: int, pacer: Pacer | None 
 # ---------------------------------------------------------------------- hooks the runtime calls
 
 
-def after_collective(
-    kind: str, ranks: Sequence[int], elems: int = 0, send: Sequence[int] = (), recv: Sequence[int] = ()
-) -> None:
-    """Called after a synchronous collective returns: hold for its emulated link time, if any.
-    kind: "all_to_all" (per-peer `send` / `recv` element counts, group order) or "all_reduce" (`elems`)."""
+def after_collective(kind: str, ranks: Sequence[int], elems: int = 0) -> None:
+    """Called after a synchronous all-reduce returns: hold for its emulated link time, if any, after
+    the real one (once a step; the all-to-all carries post times instead: AllToAllLinks)."""
     pacer = active()
     if pacer is None or not pacer.emulation.emulates_links:
         return
-    if kind == "all_to_all":
-        pacer.hold(pacer.a2a_seconds(ranks, send, recv))
-    elif kind == "all_reduce":
-        pacer.hold(pacer.all_reduce_seconds(ranks, elems))
-    else:
+    if kind != "all_reduce":
         raise ValueError(f"unknown collective kind {kind!r}")
+    pacer.hold(pacer.all_reduce_seconds(ranks, elems))
 
 
 @dataclass
@@ -487,6 +488,63 @@ class P2PLinks:
                 )  # clone: an odd offset cannot be viewed as float64
         self.pacer.stats.messages += len(self.stamps) + len(self.recvs)
         self.pacer.hold_until(start + self.latency_s + max(self.send_s, self.recv_s))
+
+
+@dataclass
+class AllToAllLinks:
+    """The emulated part of one ragged all-to-all (comm.ragged_all_to_all) whose group crosses an
+    emulated link: every peer's part carries the sender's post time in a tail, and the exchange
+    completes no earlier than the latest post + α + max(Σ sent, Σ received)/β over the emulated links
+    (`Pacer.a2a_seconds`), the rule of a batched P2P exchange: the real transfer runs inside that
+    time, not before it."""
+
+    pacer: Pacer
+    ranks: list[int]
+    send: list[int]
+    recv: list[int]
+    posted: float = 0.0
+
+    def pack(self, x: torch.Tensor) -> tuple[torch.Tensor, list[int], list[int]]:
+        """(x with a stamp after each peer's part, its send splits, the receive splits): post time now,
+        after the rank's owed compute sleep."""
+        self.pacer.settle()
+        self.posted = time.monotonic()
+        tail = P2PLinks.tail(x.dtype)
+        with self.pacer.unpaced():
+            stamp = torch.tensor([self.posted], dtype=torch.float64).view(x.dtype)
+            parts = []
+            for piece in x.split(self.send):
+                parts += [piece, stamp]
+            out = torch.cat(parts)
+        return out, [n + tail for n in self.send], [n + tail for n in self.recv]
+
+    def unpack(self, y: torch.Tensor) -> torch.Tensor:
+        """The received parts without their stamps; holds until the emulated links would have
+        delivered them."""
+        tail = P2PLinks.tail(y.dtype)
+        start = self.posted
+        with self.pacer.unpaced():
+            parts = []
+            for peer, piece in zip(self.ranks, y.split([n + tail for n in self.recv])):
+                parts.append(piece[: piece.numel() - tail])
+                if self.pacer.emulation.link(self.pacer.rank, peer) is not None:
+                    # clone: an odd offset cannot be viewed as float64
+                    start = max(start, float(piece[piece.numel() - tail :].clone().view(torch.float64)[0]))
+            out = torch.cat(parts)
+        self.pacer.stats.messages += 1
+        self.pacer.hold_until(start + self.pacer.a2a_seconds(self.ranks, self.send, self.recv))
+        return out
+
+
+def a2a_links(ranks: Sequence[int], send: Sequence[int], recv: Sequence[int]) -> AllToAllLinks | None:
+    """An AllToAllLinks for an all-to-all among `ranks` (global, group order; per-peer element
+    counts) when one of its pairs is an emulated link, else None."""
+    pacer = active()
+    if pacer is None or not pacer.emulation.emulates_links:
+        return None
+    if all(pacer.emulation.link(pacer.rank, p) is None for p in ranks):
+        return None
+    return AllToAllLinks(pacer, list(ranks), list(map(int, send)), list(map(int, recv)))
 
 
 def p2p_links() -> P2PLinks | None:
