@@ -219,7 +219,7 @@ class Pacer(TorchDispatchMode):
             out = func(*args, **kwargs)
             self.mark = time.monotonic()  # the wait inside a communication is not host time
             return out
-        if any(issubclass(t, DTensor) for t in types):
+        if types and any(issubclass(t, DTensor) for t in types):
             # DTensor's own dispatch (its sharding rules) is host time: DTensor handles the call, and
             # the operators it runs on the local tensors come back here (module doc)
             return NotImplemented
@@ -407,15 +407,13 @@ def activate(emulation: Emulation | dict | None, rank: int, pacer: Pacer | None 
 # ---------------------------------------------------------------------- hooks the runtime calls
 
 
-def after_collective(kind: str, ranks: Sequence[int], elems: int = 0) -> None:
-    """Called after a synchronous all-reduce returns: hold for its emulated link time, if any, after
-    the real one (once a step; the all-to-all carries post times instead: AllToAllLinks)."""
+def after_all_reduce(ranks: Sequence[int], elems: int) -> None:
+    """Called after a synchronous all-reduce of `elems` elements among `ranks` returns: hold for its
+    emulated link time, if any, after the real one (once a step; the all-to-all carries post times
+    instead: AllToAllLinks)."""
     pacer = active()
-    if pacer is None or not pacer.emulation.emulates_links:
-        return
-    if kind != "all_reduce":
-        raise ValueError(f"unknown collective kind {kind!r}")
-    pacer.hold(pacer.all_reduce_seconds(ranks, elems))
+    if pacer is not None and pacer.emulation.emulates_links:
+        pacer.hold(pacer.all_reduce_seconds(ranks, elems))
 
 
 @dataclass
@@ -472,9 +470,8 @@ class P2PLinks:
         self.pacer.settle()
         self.posted = time.monotonic()
         with self.pacer.unpaced():
-            stamp = torch.tensor([self.posted], dtype=torch.float64)
             for buf, n in self.stamps:
-                buf[n:] = stamp.view(buf.dtype)
+                buf[n:] = _stamp(self.posted, buf.dtype)
 
     def complete(self) -> None:
         """After the real transfers: hold until the emulated links would have delivered."""
@@ -483,9 +480,7 @@ class P2PLinks:
         start = self.posted
         with self.pacer.unpaced():
             for buf, n in self.recvs:
-                start = max(
-                    start, float(buf[n:].clone().view(torch.float64)[0])
-                )  # clone: an odd offset cannot be viewed as float64
+                start = max(start, _stamp_of(buf[n:]))
         self.pacer.stats.messages += len(self.stamps) + len(self.recvs)
         self.pacer.hold_until(start + self.latency_s + max(self.send_s, self.recv_s))
 
@@ -511,7 +506,7 @@ class AllToAllLinks:
         self.posted = time.monotonic()
         tail = P2PLinks.tail(x.dtype)
         with self.pacer.unpaced():
-            stamp = torch.tensor([self.posted], dtype=torch.float64).view(x.dtype)
+            stamp = _stamp(self.posted, x.dtype)
             parts = []
             for piece in x.split(self.send):
                 parts += [piece, stamp]
@@ -528,8 +523,7 @@ class AllToAllLinks:
             for peer, piece in zip(self.ranks, y.split([n + tail for n in self.recv])):
                 parts.append(piece[: piece.numel() - tail])
                 if self.pacer.emulation.link(self.pacer.rank, peer) is not None:
-                    # clone: an odd offset cannot be viewed as float64
-                    start = max(start, float(piece[piece.numel() - tail :].clone().view(torch.float64)[0]))
+                    start = max(start, _stamp_of(piece[piece.numel() - tail :]))
             out = torch.cat(parts)
         self.pacer.stats.messages += 1
         self.pacer.hold_until(start + self.pacer.a2a_seconds(self.ranks, self.send, self.recv))
@@ -545,6 +539,16 @@ def a2a_links(ranks: Sequence[int], send: Sequence[int], recv: Sequence[int]) ->
     if all(pacer.emulation.link(pacer.rank, p) is None for p in ranks):
         return None
     return AllToAllLinks(pacer, list(ranks), list(map(int, send)), list(map(int, recv)))
+
+
+def _stamp(t: float, dtype: torch.dtype) -> torch.Tensor:
+    """A post time as the `P2PLinks.tail(dtype)` elements of a message of `dtype`."""
+    return torch.tensor([t], dtype=torch.float64).view(dtype)
+
+
+def _stamp_of(tail: torch.Tensor) -> float:
+    """The post time a message's tail holds (clone: an odd offset cannot be viewed as float64)."""
+    return float(tail.clone().view(torch.float64)[0])
 
 
 def p2p_links() -> P2PLinks | None:

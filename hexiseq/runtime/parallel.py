@@ -236,7 +236,7 @@ class PlanParallel:
         for bucket in buckets:  # one flat all-reduce per bucket instead of one per tensor
             flat = torch.cat([g.reshape(-1) for g in bucket])
             dist.all_reduce(flat)
-            emulation.after_collective("all_reduce", range(dist.get_world_size()), elems=flat.numel())  # off: nothing
+            emulation.after_all_reduce(range(dist.get_world_size()), flat.numel())  # off: nothing
             offset = 0
             for g in bucket:
                 g.copy_(flat[offset : offset + g.numel()].view_as(g))

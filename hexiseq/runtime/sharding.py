@@ -66,7 +66,7 @@ def flat_all_reduce(tensors: Sequence[Tensor], group: Any = None) -> None:
     for bucket in buckets:
         flat = torch.cat([t.reshape(-1) for t in bucket])
         dist.all_reduce(flat, group=group)
-        emulation.after_collective("all_reduce", ranks, elems=flat.numel())  # off: nothing
+        emulation.after_all_reduce(ranks, flat.numel())  # off: nothing
         offset = 0
         for t in bucket:
             t.copy_(flat[offset : offset + t.numel()].view_as(t))
