@@ -192,23 +192,72 @@ def test_the_attention_blocks_per_row_cost_leaves_out_their_operators(monkeypatc
 
     cfg = SimpleNamespace(heads=8, kv_heads=4, head_dim=16)
     lq, lks = measure.attention_blocks(2048, 8)
+    assert lks == [lq // 4, lq // 2, lq, 2 * lq]
     ops = measure.operators_of(measure._attention_fwd_bwd(lq, lks[0], "full", cfg, torch.Generator().manual_seed(0)))
     op_us, per_key = 40.0, 2e-5
 
-    def fake_timed(fn, repeats, stat=min):
-        lk = fake_timed.lks.pop(0)
-        return ops * op_us * 1e-6 + per_key * (lk + fake_timed.per_row_keys)
+    def block_s(lk: int, per_row_keys: float) -> float:
+        return ops * op_us * 1e-6 + per_key * (lk + per_row_keys)
 
-    monkeypatch.setattr(measure, "_timed", fake_timed)
     for per_row_keys, want in ((0.0, 0.0), (50.0, 50.0)):
-        fake_timed.per_row_keys = per_row_keys
-        fake_timed.lks = [lks[0], lks[0], lks[1], lks[1], lq]  # the two full blocks (fwd+bwd, fwd), the causal
+        monkeypatch.setattr(measure, "_timed_together", lambda fns, r, k=per_row_keys: [block_s(x, k) for x in lks])
+        monkeypatch.setattr(measure, "_timed", lambda fn, r, stat=min: 1.0)  # the forward and causal blocks
         att = measure.measure_attention(cfg, 2048, 8, 1, 1.0, torch.Generator().manual_seed(0), op_us)
         assert att["half_keys"] == pytest.approx(want, abs=1e-6) and att["operators"] == ops
+        assert att["tflops"] == pytest.approx(2 * 4.0 * 16 * 8 * lq / per_key / 1e12, rel=1e-9)
     # without the per-operator time, the operators' fixed cost reads as a per-row cost of ops x op_us / per_key keys
-    fake_timed.lks, fake_timed.per_row_keys = [lks[0], lks[0], lks[1], lks[1], lq], 0.0
+    monkeypatch.setattr(measure, "_timed_together", lambda fns, r: [block_s(x, 0.0) for x in lks])
     att = measure.measure_attention(cfg, 2048, 8, 1, 1.0, torch.Generator().manual_seed(0))
     assert att["half_keys"] == pytest.approx(ops * op_us * 1e-6 / per_key, rel=1e-6)
+
+
+def test_one_stretched_block_timing_moves_neither_the_attention_rate_nor_its_per_row_cost():
+    """measure.fit_attention: one of four timings stretched (as one CPU-x4 rank's 64-key block was, 7.6
+    ms against its partner's 5.7 ms in a cpu-4 profile) leaves the fitted rate and per-row cost exact,
+    where the two-point slope the profile used before was 2-3x off; profile.type_attention fits all the
+    type's ranks at once, so a rank stretched on every length, beside two calm ones, does not move the
+    type's figures either, where the fastest timing of each length over the ranks does. Synthetic
+    times, no timing."""
+    from hexiseq.calibrate.measure import attention_blocks, fit_attention
+    from hexiseq.calibrate.profile import type_attention
+
+    lq, lks = attention_blocks(2048, 8)
+    ops, op_us, per_key, per_row_keys, per_pair = 75, 55.0, 27.6e-6, 20.0, 4.0 * 16 * 8
+    exact = [ops * op_us * 1e-6 + per_key * (lk + per_row_keys) for lk in lks]
+    want = fit_attention(lq, [list(zip(lks, exact))], per_pair, 2.5, ops, op_us)
+    assert want["half_keys"] == pytest.approx(per_row_keys, rel=1e-9)
+    assert want["tflops"] == pytest.approx(3.5 * per_pair * lq / per_key / 1e12, rel=1e-9)
+    for i in range(len(lks)):
+        stretched = [t * (1.35 if j == i else 1.0) for j, t in enumerate(exact)]
+        got = fit_attention(lq, [list(zip(lks, stretched))], per_pair, 2.5, ops, op_us)
+        assert got["tflops"] == pytest.approx(want["tflops"], rel=1e-9)
+        assert got["half_keys"] == pytest.approx(per_row_keys, rel=1e-9)
+        two_point = (stretched[lks.index(lq)] - stretched[0]) / (lq - lks[0])
+        if i in (0, lks.index(lq)):  # the old fit's two lengths: 2-3x off
+            assert not 0.5 < two_point / per_key < 2.0
+
+    def record(scale: list[float], fixed_s: float = 0.0) -> dict:
+        blocks = [
+            {"kind": "full", "lq": lq, "lk": lk, "seconds": t * x + fixed_s} for lk, t, x in zip(lks, exact, scale)
+        ]
+        blocks.append({"kind": "causal", "lq": lq, "lk": lq, "seconds": 1.0})
+        return {"blocks": blocks, "per_pair_flops": per_pair, "bwd_factor": 2.5, "operators": ops}
+
+    # ranks whose fixed costs differ (a rank 1 ms slower per block) and one rank stretched throughout
+    calm, slower, busy = record([1.0] * 4), record([1.0] * 4, 1e-3), record([1.6, 1.2, 1.1, 1.05])
+    got = type_attention([busy, calm, slower], op_us)
+    assert got["tflops"] == pytest.approx(want["tflops"], rel=1e-9)
+    # the fastest timing of each length over the ranks mixes ranks: here the long blocks come from the
+    # ranks 1 ms slower per block, and the slope from that step
+    long_stretched = record([1.0, 1.0, 1.3, 1.3])
+    ranks = [long_stretched, slower, record([1.0] * 4, 1e-3)]
+    assert type_attention(ranks, op_us)["tflops"] == pytest.approx(want["tflops"], rel=1e-9)
+    fastest = [min(r["blocks"][j]["seconds"] for r in ranks) for j in range(len(lks))]
+    mixed = fit_attention(lq, [list(zip(lks, fastest))], per_pair, 2.5, ops, op_us)["tflops"]
+    assert abs(mixed / want["tflops"] - 1) > 0.1
+    # one stretched timing on one rank of two
+    one = record([1.0, 1.35, 1.0, 1.0])
+    assert type_attention([one, calm], op_us)["tflops"] == pytest.approx(want["tflops"], rel=1e-9)
 
 
 def _paced_latency(rank: int, world: int) -> dict:

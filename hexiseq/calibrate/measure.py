@@ -75,18 +75,20 @@ def _timed(fn: Callable[[], Any], repeats: int, stat: Callable[[list[float]], fl
     stretched), the median for transfers (`stat`). Under an emulation every call starts owing nothing
     (no credit from an earlier stretched call) and ends by sleeping off all it owes, so that each timing
     holds exactly its own pacing."""
-    pacer = active()
-    out = []
-    for i in range(repeats + 1):
-        if pacer is not None:
-            pacer.debt = 0.0
-        t0 = time.perf_counter()
-        fn()
-        if pacer is not None:
-            pacer.settle(0.0)
-        if i:  # the first call is untimed
-            out.append(time.perf_counter() - t0)
+    out = [_once(fn) for _ in range(repeats + 1)][1:]  # the first call is untimed
     return float(stat(out))
+
+
+def _once(fn: Callable[[], Any]) -> float:
+    """Seconds of one call of `fn`, its pacing owed from nothing and slept off in full (`_timed`)."""
+    pacer = active()
+    if pacer is not None:
+        pacer.debt = 0.0
+    t0 = time.perf_counter()
+    fn()
+    if pacer is not None:
+        pacer.settle(0.0)
+    return time.perf_counter() - t0
 
 
 def _linear_fwd_bwd(rows: int, n_in: int, n_out: int, gen: torch.Generator) -> Callable[[], None]:
@@ -152,59 +154,101 @@ def _attention_fwd(lq: int, lk: int, kind: str, cfg: Any, gen: torch.Generator) 
 
 def attention_blocks(seq_len: int, world: int) -> tuple[int, list[int]]:
     """(query rows, key lengths) of the timed full blocks: a zigzag chunk of a ring over the world
-    (S / 2·world rows) against a quarter of it and all of it."""
+    (S / 2·world rows) against a quarter, a half, all of it and twice it (a rank's whole share)."""
     lq = max(64, seq_len // (2 * world))
-    return lq, [max(32, lq // 4), lq]
+    return lq, sorted({max(32, lq // 4), max(32, lq // 2), lq, 2 * lq})
+
+
+def _timed_together(fns: list[Callable[[], Any]], repeats: int) -> list[float]:
+    """The fastest of `repeats` timings of each of `fns`, timed in rounds after one untimed round: each
+    round runs every fn once, the order turning by one each round, so a stretch of a busy machine falls
+    on every point of a fit alike rather than on one of them (one timing each, as `_timed`)."""
+    best = [float("inf")] * len(fns)
+    for i in range(repeats + 1):
+        for j in range(len(fns)):
+            k = (i + j) % len(fns)
+            t = _once(fns[k])
+            if i:
+                best[k] = min(best[k], t)
+    return best
+
+
+def fit_attention(
+    lq: int, series: list[list[tuple[int, float]]], per_pair: float, bwd_factor: float, ops: int, op_us: float
+) -> dict[str, float]:
+    """The rate per visible pair and the per-row cost (in keys) of full blocks of `lq` query rows, from
+    `series`: each rank's (key length, forward + backward seconds). The slope is a repeated median
+    (Siegel) over every point: for each, the median of its slopes to the other points of its own rank
+    (so that what sets one rank apart from another cancels), then the median of those over all the
+    points; the intercept is the median of what each timing leaves beyond it. One stretched timing of
+    four moves neither, nor does a stretched rank among three or more, where a two-point slope takes
+    it whole and a median of two ranks' fits half. The intercept less the block's operators at `op_us`
+    each is the per-row cost. {"tflops", "half_keys", "slope_s_per_key", "intercept_s"}."""
+    pts = [sorted(s) for s in series]
+    own = [
+        statistics.median((tb - ta) / (kb - ka) for kb, tb in s if kb != ka) for s in pts if len(s) > 1 for ka, ta in s
+    ]
+    slope = statistics.median(own) if own else 0.0
+    if slope <= 0:  # the machine's noise hid the keys' work: the longest block's own rate, no per-row cost
+        kb, tb = min((p[-1] for p in pts), key=lambda kt: (-kt[0], kt[1]))
+        return {
+            "tflops": (1 + bwd_factor) * per_pair * lq * kb / tb / 1e12,
+            "half_keys": 0.0,
+            "slope_s_per_key": slope,
+            "intercept_s": tb,
+        }
+    intercept = statistics.median(t - slope * k for s in pts for k, t in s)
+    return {
+        "tflops": (1 + bwd_factor) * per_pair * lq / slope / 1e12,
+        "half_keys": max(0.0, (intercept - ops * op_us * 1e-6) / slope),
+        "slope_s_per_key": slope,
+        "intercept_s": intercept,
+    }
 
 
 def measure_attention(
     cfg: Any, seq_len: int, world: int, repeats: int, bwd_factor: float, gen: torch.Generator, op_us: float = 0.0
 ) -> dict[str, Any]:
-    """Full blocks at two key lengths (rate per pair and per-row cost) and a causal diagonal block.
-    The intercept of the two full blocks' times, less the block's operators at `op_us` each (the
-    per-operator time, which the cost model charges apart: costmodel/operators.py), is the per-row
-    cost. Measured on one CPU thread (benchmarks/bench_attention_blocks.py, data/results/
-    attention_blocks.txt): the intercept is 0.29 / 0.26 / 0.07 ms at 128 / 256 / 512 query rows, 75
-    operators per block each time -- a cost per call, not per row; left in, the per-row charge it
-    became priced a ring's many short blocks ~30% above a Ulysses group's few long ones per pair,
-    where the executor's blocks of those layouts took 5.35-5.70 ns per model pair alike."""
+    """Full blocks at four key lengths, timed together (`_timed_together`) and fitted (`fit_attention`:
+    rate per pair and per-row cost), and a causal diagonal block. The intercept of the full blocks'
+    times, less the block's operators at `op_us` each (the per-operator time, which the cost model
+    charges apart: costmodel/operators.py), is the per-row cost. Measured on one CPU thread
+    (benchmarks/bench_attention_blocks.py, data/results/attention_blocks.txt): the intercept is 0.29 /
+    0.26 / 0.07 ms at 128 / 256 / 512 query rows, 75 operators per block each time -- a cost per call,
+    not per row; left in, the per-row charge it became priced a ring's many short blocks ~30% above a
+    Ulysses group's few long ones per pair, where the executor's blocks of those layouts took 5.35-5.70
+    ns per model pair alike. Two lengths timed one after the other were not enough: in a cpu-4 profile
+    of 2026-12-07 (03:46 UTC) one CPU-x4 rank timed its 64-key block at 7.6 ms against its partner's
+    5.7 ms, and the slope between its two blocks put the type's rate at 47.5 GFLOP/s against 17.5 in
+    the profiles before and after."""
     lq, lks = attention_blocks(seq_len, world)
     per_pair = 4.0 * cfg.head_dim * cfg.heads  # forward FLOPs of one (query, key) pair, all heads
-    rows = []
-    for lk in lks:
-        t = _timed(_attention_fwd_bwd(lq, lk, "full", cfg, gen), repeats)
-        tf = _timed(_attention_fwd(lq, lk, "full", cfg, gen), repeats)
-        rows.append(
-            {
-                "kind": "full",
-                "lq": lq,
-                "lk": lk,
-                "seconds": t,
-                "forward_s": tf,
-                "tflops": (1 + bwd_factor) * per_pair * lq * lk / t / 1e12,
-            }
-        )
+    times = _timed_together([_attention_fwd_bwd(lq, lk, "full", cfg, gen) for lk in lks], repeats)
+    rows = [
+        {"kind": "full", "lq": lq, "lk": lk, "seconds": t, "tflops": (1 + bwd_factor) * per_pair * lq * lk / t / 1e12}
+        for lk, t in zip(lks, times)
+    ]
+    forward_s = _timed(_attention_fwd(lq, lq, "full", cfg, gen), repeats)
     t = _timed(_attention_fwd_bwd(lq, lq, "causal", cfg, gen), repeats)
     pairs = lq * (lq + 1) / 2
     rows.append(
         {"kind": "causal", "lq": lq, "lk": lq, "seconds": t, "tflops": (1 + bwd_factor) * per_pair * pairs / t / 1e12}
     )
-    (a, b) = rows[0], rows[1]
-    slope = (b["seconds"] - a["seconds"]) / (b["lk"] - a["lk"])  # seconds per key (all lq rows, all heads)
-    rate = (1 + bwd_factor) * per_pair * lq / slope if slope > 0 else b["tflops"] * 1e12
     ops = operators_of(_attention_fwd_bwd(lq, lks[0], "full", cfg, gen))
-    beyond_ops = a["seconds"] - ops * op_us * 1e-6  # the block's time less its operators' own
-    half_keys = max(0.0, beyond_ops / slope - a["lk"]) if slope > 0 else 0.0
+    fit = fit_attention(lq, [list(zip(lks, times))], per_pair, bwd_factor, ops, op_us)
+    square = times[lks.index(lq)]
     return {
         "heads": cfg.heads,
         "kv_heads": cfg.kv_heads,
         "head_dim": cfg.head_dim,
         "blocks": rows,
-        "tflops": rate / 1e12,
-        "half_keys": half_keys,
+        "tflops": fit["tflops"],
+        "half_keys": fit["half_keys"],
         "operators": ops,
         "op_us": op_us,
-        "bwd_over_fwd": (b["seconds"] - b["forward_s"]) / b["forward_s"],
+        "per_pair_flops": per_pair,
+        "bwd_factor": bwd_factor,
+        "bwd_over_fwd": (square - forward_s) / forward_s,
     }
 
 

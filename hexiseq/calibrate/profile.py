@@ -9,7 +9,8 @@ raw figure. The derivation (per rank, then the median of the ranks of one type):
     peak_bf16_tflops     the fastest rate measured on the rank (linear layers, LM head, a square GEMM,
                          attention): on a CPU the "peak" is what this rank reaches, so efficiencies <= 1
     eff_matmul           the linear layers' rate (FLOP-weighted over one layer's projections) / peak
-    eff_attention        the attention kernels' rate per visible pair (full blocks) / peak
+    eff_attention        the attention kernels' rate per visible pair (full blocks) / peak; per type,
+                         one fit of all its ranks' block timings (`type_attention`)
     attn_block_half_keys the per-row cost of an attention block, in keys (the full blocks' intercept)
     hbm_bandwidth_gbps   the larger of a streaming copy and the memory-bound kernels' rate (bf16 bytes)
     eff_hbm              the memory-bound kernels' rate / hbm_bandwidth_gbps
@@ -52,7 +53,7 @@ from ..runtime.world import spawn_world
 from ..specs import ClusterSpec, get_model, gpu_catalog, load_cluster, load_profile, read_yaml
 from ..specs.files import write_text_atomic
 from .emulated_clusters import check_emulated, emulation_for, local_cluster
-from .measure import MeasureJob, measure_worker
+from .measure import MeasureJob, fit_attention, measure_worker
 
 SCHEMA_LINE = "# yaml-language-server: $schema=../schemas/profile.schema.json\n"
 DEFAULT_MODEL = "tiny"
@@ -210,6 +211,20 @@ def rank_figures(m: Mapping[str, Any], intra_pairs: list[dict[str, Any]]) -> dic
     return out
 
 
+def type_attention(atts: list[Mapping[str, Any]], op_us: float) -> dict[str, float]:
+    """The attention fit of one device type: every rank's full-block timings in one fit
+    (measure.fit_attention: slopes within each rank, their repeated median over the type) with the
+    type's per-operator time. A median of per-rank fits carries one stretched rank half way when the
+    type has two ranks (it is their mean); the fastest timing of each length over the ranks mixes
+    ranks whose fixed costs differ (on this project's 2-core VM, 7 cpu-8 profiles of 2026-12-07: its
+    CPU-x8 rate ranged 5.1-9.7 GFLOP/s that way, 6.7-8.4 in one fit, 4.6-11.7 by the two-point slopes
+    before)."""
+    first = atts[0]
+    series = [[(b["lk"], b["seconds"]) for b in a["blocks"] if b["kind"] == "full"] for a in atts]
+    lq = next(b["lq"] for b in first["blocks"] if b["kind"] == "full")
+    return fit_attention(lq, series, first["per_pair_flops"], first["bwd_factor"], first["operators"], op_us)
+
+
 def derive(
     ranks: list[dict[str, Any]], types: list[str], cluster: ClusterSpec, emulation: dict[str, Any] | None
 ) -> dict[str, dict[str, float]]:
@@ -233,6 +248,8 @@ def derive(
         rows = [f for f, t in zip(per_rank, types) if t == name]
         keys = [k for k in rows[0] if all(k in row for row in rows)]
         fields = {k: statistics.median(row[k] for row in rows) for k in keys}
+        att = type_attention([r["attention"] for r, t in zip(ranks, types) if t == name], fields["op_overhead_us"])
+        fields.update(eff_attention=att["tflops"] / fields["peak_bf16_tflops"], attn_block_half_keys=att["half_keys"])
         if "link_bandwidth_gbps" not in fields:  # a world of one rank: no link measured, the catalog's stays
             g = gpu_catalog()[name]
             fields.update(link_bandwidth_gbps=g.link_bandwidth_gbps, link_latency_us=g.link_latency_us)
@@ -376,4 +393,4 @@ def profile(
     return prof
 
 
-__all__ = ["DEFAULT_MODEL", "Profile", "derive", "machine", "profile", "resolve_world"]
+__all__ = ["DEFAULT_MODEL", "Profile", "derive", "machine", "type_attention", "profile", "resolve_world"]
