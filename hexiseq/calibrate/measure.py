@@ -1,15 +1,15 @@
 """What `hexiseq profile` runs on each rank of a world: timed kernels and transfers, nothing else.
 
 Compute (every rank at once, each under its own emulation, the shapes a plan of `model` at
-`seq_len` tokens over the world uses; the median of `repeats` timings after one untimed call):
+`seq_len` tokens over the world uses; the fastest of `repeats` timings after one untimed call):
 - linear layers: `F.linear` forward + backward (dx, dW) of every projection of a layer, s = S / world
   rows, and a square GEMM; FLOPs = 3 x 2·rows·in·out;
 - attention: the executor's own kernels (runtime.kernels.local_attention and its backward) on the
-  blocks a zigzag layout runs — full blocks of Lq query rows against two key lengths (their difference
-  gives the rate per pair, their intercept less the block's operators at the per-operator time the
-  per-row cost) and a causal diagonal block — all
-  query/KV heads of the model; useful FLOPs as the cost model counts them: 4·d per visible pair
-  forward, (1 + attn_bwd_factor) x that forward + backward;
+  blocks a zigzag layout runs — full blocks of Lq query rows against four key lengths, timed in turn
+  (their slope gives the rate per pair, their intercept less the block's operators at the
+  per-operator time the per-row cost: `fit_attention`, and per device type profile.type_attention)
+  and a causal diagonal block — all query/KV heads of the model; useful FLOPs as the cost model
+  counts them: 4·d per visible pair forward, (1 + attn_bwd_factor) x that forward + backward;
 - memory-bound kernels: one layer's norms, RoPE, SwiGLU activation and residual adds forward +
   backward at s tokens, with the bytes the cost model counts for them (costmodel.kernels.memory_bytes),
   and again at s/16 tokens: the same operators on less data, so the pair gives the time of each
