@@ -260,44 +260,6 @@ def test_one_stretched_block_timing_moves_neither_the_attention_rate_nor_its_per
     assert type_attention([one, calm], op_us)["tflops"] == pytest.approx(want["tflops"], rel=1e-9)
 
 
-def test_the_memory_kernels_per_operator_time_and_rate_come_from_one_robust_line():
-    """measure.fit_memory: seconds = operators x op_us + bytes / rate over the four sizes of a rank,
-    and over all the ranks of a type (profile.derive), recovered exactly; one stretched timing of four
-    moves neither figure, where the two sizes timed before (a sixteenth and all of the rows) took it
-    whole. Synthetic times, no timing."""
-    from hexiseq.calibrate.measure import MEMORY_FRACTIONS, fit_memory
-
-    ops, op_us, gbps, rows = 60, 40.0, 1.5, 1024
-
-    def sizes(scale=(1.0, 1.0, 1.0, 1.0), fixed_s=0.0):
-        out = []
-        for k, x in zip(MEMORY_FRACTIONS, scale):
-            b = rows // k * 1000
-            out.append(
-                {
-                    "rows": rows // k,
-                    "bytes": b,
-                    "operators": ops,
-                    "seconds": (ops * op_us * 1e-6 + b / gbps / 1e9) * x + fixed_s,
-                }
-            )
-        return out
-
-    exact = fit_memory([sizes()])
-    assert exact["gbps"] == pytest.approx(gbps, rel=1e-9) and exact["op_us"] == pytest.approx(op_us, rel=1e-9)
-    for i in range(4):
-        scale = tuple(1.5 if j == i else 1.0 for j in range(4))
-        got = fit_memory([sizes(scale)])
-        assert got["gbps"] == pytest.approx(gbps, rel=1e-9) and got["op_us"] == pytest.approx(op_us, rel=1e-9)
-    small, big = sizes((1.5, 1.0, 1.0, 1.0))[0], sizes()[-1]  # the old two-point fit with the small size stretched
-    old_gbps = (big["bytes"] - small["bytes"]) / (big["seconds"] - small["seconds"]) / 1e9
-    old_op_us = (small["seconds"] - small["bytes"] / (old_gbps * 1e9)) / ops * 1e6
-    assert abs(old_op_us / op_us - 1) > 0.3
-    # a type's ranks: one 1 ms slower per call throughout, one stretched on one size
-    got = fit_memory([sizes(), sizes(fixed_s=1e-3), sizes((1.0, 1.0, 1.4, 1.0))])
-    assert got["gbps"] == pytest.approx(gbps, rel=1e-9)
-
-
 def _paced_latency(rank: int, world: int) -> dict:
     """One rank of an emulated two-rank world (f = 4, no emulated link): measure_paced_latency."""
     from hexiseq.calibrate.measure import PACED_MESSAGES, measure_paced_latency

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,42 +173,31 @@ def _timed_together(fns: list[Callable[[], Any]], repeats: int) -> list[float]:
     return best
 
 
-def line_fit(series: list[list[tuple[float, float]]]) -> tuple[float, float]:
-    """(slope, intercept) of y = slope·x + intercept through `series`, each rank's (x, y) points: a
-    repeated median (Siegel) over every point -- for each, the median of its slopes to the other points
-    of its own rank (so that what sets one rank apart from another cancels), then the median of those
-    over all the points -- and the median of what each point leaves beyond the slope. One stretched
-    timing of four moves neither, nor does a stretched rank among three or more, where a two-point
-    slope takes it whole and a median of two ranks' fits half. (0, 0) without two distinct x."""
-    pts = [sorted(s) for s in series]
-    own = [
-        statistics.median((yb - ya) / (xb - xa) for xb, yb in s if xb != xa)
-        for s in pts
-        for xa, ya in s
-        if any(xb != xa for xb, _ in s)
-    ]
-    if not own:
-        return 0.0, 0.0
-    slope = statistics.median(own)
-    return slope, statistics.median(y - slope * x for s in pts for x, y in s)
-
-
 def fit_attention(
     lq: int, series: list[list[tuple[int, float]]], per_pair: float, bwd_factor: float, ops: int, op_us: float
 ) -> dict[str, float]:
     """The rate per visible pair and the per-row cost (in keys) of full blocks of `lq` query rows, from
-    `series`: each rank's (key length, forward + backward seconds), fitted by `line_fit`. The intercept
-    less the block's operators at `op_us` each is the per-row cost.
-    {"tflops", "half_keys", "slope_s_per_key", "intercept_s"}."""
-    slope, intercept = line_fit([[(float(k), t) for k, t in s] for s in series])
+    `series`: each rank's (key length, forward + backward seconds). The slope is a repeated median
+    (Siegel) over every point: for each, the median of its slopes to the other points of its own rank
+    (so that what sets one rank apart from another cancels), then the median of those over all the
+    points; the intercept is the median of what each timing leaves beyond it. One stretched timing of
+    four moves neither, nor does a stretched rank among three or more, where a two-point slope takes
+    it whole and a median of two ranks' fits half. The intercept less the block's operators at `op_us`
+    each is the per-row cost. {"tflops", "half_keys", "slope_s_per_key", "intercept_s"}."""
+    pts = [sorted(s) for s in series]
+    own = [
+        statistics.median((tb - ta) / (kb - ka) for kb, tb in s if kb != ka) for s in pts if len(s) > 1 for ka, ta in s
+    ]
+    slope = statistics.median(own) if own else 0.0
     if slope <= 0:  # the machine's noise hid the keys' work: the longest block's own rate, no per-row cost
-        kb, tb = min((max(s) for s in series), key=lambda kt: (-kt[0], kt[1]))
+        kb, tb = min((p[-1] for p in pts), key=lambda kt: (-kt[0], kt[1]))
         return {
             "tflops": (1 + bwd_factor) * per_pair * lq * kb / tb / 1e12,
             "half_keys": 0.0,
             "slope_s_per_key": slope,
             "intercept_s": tb,
         }
+    intercept = statistics.median(t - slope * k for s in pts for k, t in s)
     return {
         "tflops": (1 + bwd_factor) * per_pair * lq / slope / 1e12,
         "half_keys": max(0.0, (intercept - ops * op_us * 1e-6) / slope),
@@ -282,40 +271,28 @@ def operators_of(fn: Callable[[], Any]) -> int:
     return count.n
 
 
-MEMORY_FRACTIONS = (16, 4, 2, 1)  # the memory-bound kernels are timed at rows / each
-
-
 def measure_memory(cfg: Any, spec: Any, rows: int, repeats: int, gen: torch.Generator) -> dict[str, Any]:
     """One layer's elementwise kernels forward + backward at `rows` tokens, bytes as the cost model
-    counts them, and at a half, a quarter and a sixteenth of the rows, timed in turn
-    (`_timed_together`): the same operators on less data, so the times part the per-operator time
-    (the intercept over the operators, `op_us`) from the streaming rate (`gbps`: the bytes over the
-    time beyond it), by `fit_memory`."""
-    sizes = [_memory_kernels(cfg, spec, max(1, rows // k), gen) for k in MEMORY_FRACTIONS]
-    times = _timed_together([run for run, _ in sizes], repeats)
-    points = [{**info, "seconds": t, "gbps": info["bytes"] / t / 1e9} for (_, info), t in zip(sizes, times)]
-    big = points[-1]
+    counts them, and at a sixteenth of the rows: the same operators on less data, so the two times
+    part the per-operator time (their intercept over the operators, `op_us`) from the streaming rate
+    (`gbps`: the bytes over the time beyond it)."""
+    big = _memory_kernels(cfg, spec, rows, repeats, gen)
+    small = _memory_kernels(cfg, spec, max(1, rows // 16), repeats, gen)
+    extra_s, extra_b = big["seconds"] - small["seconds"], big["bytes"] - small["bytes"]
+    if extra_s > 0 and extra_b > 0:  # else the machine's noise hid the data: all the time is the data's
+        gbps = extra_b / extra_s / 1e9
+        op_us = max(0.0, small["seconds"] - small["bytes"] / (gbps * 1e9)) / big["operators"] * 1e6
+    else:
+        gbps, op_us = big["bytes"] / big["seconds"] / 1e9, 0.0
     stream = torch.randn(1 << 23, generator=gen)  # 32 MB of fp32: out of the caches
     dst = torch.empty_like(stream)
     tc = _timed(lambda: dst.copy_(stream), repeats)
     copy = {"elements": stream.numel(), "seconds": tc, "gbps": 2 * stream.numel() * MODEL_BYTES_PER_ELEMENT / tc / 1e9}
-    return {**big, **fit_memory([points]), "sizes": points, "copy": copy}
+    return {**big, "gbps": gbps, "op_us": op_us, "small": small, "copy": copy}
 
 
-def fit_memory(series: list[list[Mapping[str, Any]]]) -> dict[str, float]:
-    """{"gbps", "op_us"} from each rank's memory-kernel timings (measure_memory's `sizes`): `line_fit`
-    of seconds against bytes; when the machine's noise hid the data (no positive slope), all of the
-    largest size's time is its data's."""
-    slope, intercept = line_fit([[(float(p["bytes"]), p["seconds"]) for p in s] for s in series])
-    if slope <= 0:
-        big = max((p for s in series for p in s), key=lambda p: (p["bytes"], -p["seconds"]))
-        return {"gbps": big["bytes"] / big["seconds"] / 1e9, "op_us": 0.0}
-    ops = series[0][-1]["operators"]
-    return {"gbps": 1.0 / slope / 1e9, "op_us": max(0.0, intercept) / ops * 1e6}
-
-
-def _memory_kernels(cfg: Any, spec: Any, rows: int, gen: torch.Generator) -> tuple[Callable[[], None], dict[str, Any]]:
-    """measure_memory at one size: the timed call, and its rows, bytes and operators."""
+def _memory_kernels(cfg: Any, spec: Any, rows: int, repeats: int, gen: torch.Generator) -> dict[str, Any]:
+    """measure_memory at one size: seconds, bytes, operators, the whole time's rate."""
     h, d, H, Hkv, f = cfg.hidden, cfg.head_dim, cfg.heads, cfg.kv_heads, cfg.ffn
     norm1, norm2 = RMSNorm(h, cfg.norm_eps), RMSNorm(h, cfg.norm_eps)
     x = torch.randn(rows, h, generator=gen).requires_grad_()
@@ -336,8 +313,17 @@ def _memory_kernels(cfg: Any, spec: Any, rows: int, gen: torch.Generator) -> tup
         total = total + norm2(y).sum() + (F.silu(g) * u).sum() + (y + m).sum()  # norm 2, activation, residual add 2
         total.backward()
 
+    t = _timed(run, repeats)
     ops = operators_of(run)
-    return run, {"rows": rows, "bytes": rows * sum(memory_bytes(spec).values()), "operators": ops}
+    mem = memory_bytes(spec)
+    nbytes = rows * sum(mem.values())
+    return {
+        "rows": rows,
+        "seconds": t,
+        "bytes": nbytes,
+        "operators": ops,
+        "gbps": nbytes / t / 1e9,
+    }
 
 
 def measure_step_parts(cfg: Any, rows: int, repeats: int, gen: torch.Generator) -> dict[str, Any]:

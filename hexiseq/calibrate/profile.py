@@ -13,8 +13,7 @@ raw figure. The derivation (per rank, then the median of the ranks of one type):
                          one fit of all its ranks' block timings (`type_attention`)
     attn_block_half_keys the per-row cost of an attention block, in keys (the full blocks' intercept)
     hbm_bandwidth_gbps   the larger of a streaming copy and the memory-bound kernels' rate (bf16 bytes)
-    eff_hbm              the memory-bound kernels' rate / hbm_bandwidth_gbps; per type, with
-                         op_overhead_us, one fit of all its ranks' timings (measure.fit_memory)
+    eff_hbm              the memory-bound kernels' rate / hbm_bandwidth_gbps
     link_bandwidth_gbps, link_latency_us   the median ping-pong bandwidth and latency over the rank's
                          pairs inside its node (the real links; emulated ones are recorded as a check);
                          on an emulated world the latency is the paced exchange's (measure.py)
@@ -54,7 +53,7 @@ from ..runtime.world import spawn_world
 from ..specs import ClusterSpec, get_model, gpu_catalog, load_cluster, load_profile, read_yaml
 from ..specs.files import write_text_atomic
 from .emulated_clusters import check_emulated, emulation_for, local_cluster
-from .measure import MeasureJob, fit_attention, fit_memory, measure_worker
+from .measure import MeasureJob, fit_attention, measure_worker
 
 SCHEMA_LINE = "# yaml-language-server: $schema=../schemas/profile.schema.json\n"
 DEFAULT_MODEL = "tiny"
@@ -249,11 +248,7 @@ def derive(
         rows = [f for f, t in zip(per_rank, types) if t == name]
         keys = [k for k in rows[0] if all(k in row for row in rows)]
         fields = {k: statistics.median(row[k] for row in rows) for k in keys}
-        mine = [r for r, t in zip(ranks, types) if t == name]
-        mem = fit_memory([r["memory"]["sizes"] for r in mine])
-        hbm = max(mem["gbps"], statistics.median(r["memory"]["copy"]["gbps"] for r in mine))
-        fields.update(hbm_bandwidth_gbps=hbm, eff_hbm=mem["gbps"] / hbm, op_overhead_us=mem["op_us"])
-        att = type_attention([r["attention"] for r in mine], fields["op_overhead_us"])
+        att = type_attention([r["attention"] for r, t in zip(ranks, types) if t == name], fields["op_overhead_us"])
         fields.update(eff_attention=att["tflops"] / fields["peak_bf16_tflops"], attn_block_half_keys=att["half_keys"])
         if "link_bandwidth_gbps" not in fields:  # a world of one rank: no link measured, the catalog's stays
             g = gpu_catalog()[name]
