@@ -216,9 +216,9 @@ def type_attention(atts: list[Mapping[str, Any]], op_us: float) -> dict[str, flo
     (measure.fit_attention: slopes within each rank, their repeated median over the type) with the
     type's per-operator time. A median of per-rank fits carries one stretched rank half way when the
     type has two ranks (it is their mean); the fastest timing of each length over the ranks mixes
-    ranks whose fixed costs differ (on this project's 2-core VM, 7 cpu-8 profiles of 2026-12-07: its
-    CPU-x8 rate ranged 5.1-9.7 GFLOP/s that way, 6.7-8.4 in one fit, 4.6-11.7 by the two-point slopes
-    before)."""
+    ranks whose fixed costs differ. benchmarks/bench_profile_attention.py measures the spread of this
+    fit over repeated profiles against the two-point fit it replaced
+    (data/results/profile-attention.txt)."""
     first = atts[0]
     series = [[(b["lk"], b["seconds"]) for b in a["blocks"] if b["kind"] == "full"] for a in atts]
     lq = next(b["lq"] for b in first["blocks"] if b["kind"] == "full")
