@@ -78,6 +78,10 @@ def test_quick_calibration_reports_every_plan(quick):
         assert len(r["measured_device_s"]) == 4 and min(r["measured_device_s"]) > 0, r["plan"]
         assert len(r["device_errors_after"]) == 4
     assert d["stats"]["all_devices_after"]["ranks"] == 4 * len(rows)
+    for r in rows:  # the device type of each of those ranks
+        assert len(r["device_types"]) == 4 and set(r["device_types"]) <= {"CPU-x4", "CPU-x10"}, r["plan"]
+    by_type = d["stats"]["devices_after_by_type"]
+    assert sum(t["ranks"] for t in by_type.values()) == 4 * len(rows)
     assert json.loads((out / "calibration.json").read_text())["rows"] == rows
 
 
@@ -207,3 +211,26 @@ def test_plans_run_side_by_side_on_a_cluster_of_two_even_nodes():
                 ]
         two.plan.check(cpu8)
         assert side_by_side(cp, 1) is cp
+
+
+def test_the_calibration_reports_each_device_types_signed_device_time_error():
+    """Calibration.device_errors_by_type: each rank's device-time error after the fit, grouped by the
+    rank's device type with its sign kept (a type whose profiled figures are off shows as a bias the
+    shared multipliers cannot remove); rows without types count nowhere; the summary prints it."""
+    from hexiseq.calibrate.calibrate import Calibration
+    from hexiseq.calibrate.profile import Profile
+
+    rows = [
+        {"split": "fit", "measured_s": 1.0, "predicted_after_s": 1.0, "device_errors_after": [-0.1, -0.05, 0.06, 0.08],
+         "device_types": ["CPU-x8", "CPU-x8", "CPU-x20", "CPU-x20"]},
+        {"split": "fit", "measured_s": 1.0, "predicted_after_s": 1.0, "device_errors_after": [-0.2, 0.0, 0.1, -0.12],
+         "device_types": ["CPU-x8", "CPU-x8", "CPU-x20", "CPU-x20"]},
+        {"split": "fit", "measured_s": 1.0, "predicted_after_s": 1.0, "device_errors_after": [0.5, 0.5, 0.5, 0.5]},
+    ]  # fmt: skip
+    cal = Calibration(rows, {}, {"peak_bf16_tflops": 1.0}, Profile({}), "cpu-8", "tiny", 2048, 6, "/tmp/x")
+    by = cal.device_errors_by_type()
+    assert by["CPU-x8"] == {"median": pytest.approx(-0.075), "worst": pytest.approx(0.2), "ranks": 4}
+    assert by["CPU-x20"] == {"median": pytest.approx(0.07), "worst": pytest.approx(0.12), "ranks": 4}
+    assert "by device type (median, worst): CPU-x8 -7.5% / 20.0% (4 ranks), CPU-x20 +7.0% / 12.0% (4 ranks)" in (
+        cal.summary()
+    )

@@ -119,7 +119,21 @@ class Calibration:
                 "worst": max(dev) if dev else None,
                 "ranks": len(dev),
             }
+        out["devices_after_by_type"] = self.device_errors_by_type()
         return out
+
+    def device_errors_by_type(self) -> dict[str, dict[str, float | int]]:
+        """{device type: signed median, worst |error| and count} of each rank's device time per step
+        after the fit, over every plan: the multipliers are the same for every type, so a type whose
+        profiled figures are off shows as a signed bias here (rows from before `device_types` was kept
+        count nowhere)."""
+        by: dict[str, list[float]] = {}
+        for r in self.rows:
+            for t, e in zip(r.get("device_types") or [], r.get("device_errors_after") or []):
+                by.setdefault(t, []).append(e)
+        return {
+            t: {"median": statistics.median(e), "worst": max(abs(x) for x in e), "ranks": len(e)} for t, e in by.items()
+        }
 
     def summary(self) -> str:
         """The median and worst error, before and after the fit, over every plan and over the held-out ones."""
@@ -144,6 +158,17 @@ class Calibration:
                     f"{d['worst']:.1%} ({d['ranks']} ranks of every plan)"
                 ]
                 if (d := s["all_devices_after"])["median"] is not None
+                else []
+            ),
+            *(
+                [
+                    "  by device type (median, worst): "
+                    + ", ".join(
+                        f"{t} {d['median']:+.1%} / {d['worst']:.1%} ({d['ranks']} ranks)"
+                        for t, d in s["devices_after_by_type"].items()
+                    )
+                ]
+                if s["devices_after_by_type"]
                 else []
             ),
             "  fitted: " + factors_text(self.factors),
@@ -490,6 +515,7 @@ def fit_calibration(runs: CalibrationRuns) -> Calibration:
                 # each rank's device time per measured step, and the fitted model's error on it
                 "measured_device_s": dev,
                 "device_errors_after": None if dev is None else [a / d - 1 for a, d in zip(dev_after, dev)],
+                "device_types": [cost_cluster.devices[d].gpu.name for d in p.plan.rank_devices],
             }
         )
     fitted = {
