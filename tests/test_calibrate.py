@@ -12,6 +12,7 @@ from hexiseq.calibrate.calibrate import (
     FITTED,
     cores_used,
     fit,
+    fitted_keys,
     measured_devices,
     predict,
     predict_with_devices,
@@ -72,7 +73,7 @@ def test_quick_calibration_reports_every_plan(quick):
         assert ROW_KEYS <= set(r), r["plan"]
         assert r["measured_s"] > 0 and r["predicted_before_s"] > 0 and r["predicted_after_s"] > 0
         assert r["error_after"] == pytest.approx(r["predicted_after_s"] / r["measured_s"] - 1)
-    assert set(d["factors"]) == set(FITTED) and d["emulated"] is True
+    assert set(d["factors"]) == set(FITTED) | {"peak_bf16_tflops@CPU-x10"} and d["emulated"] is True
     assert d["stats"]["all_after"]["plans"] == len(rows)
     for r in rows:  # each rank's device time after the warm-up, fitted and reported
         assert len(r["measured_device_s"]) == 4 and min(r["measured_device_s"]) > 0, r["plan"]
@@ -147,10 +148,11 @@ def test_fit_on_device_times_reproduces_every_rank():
     """With each rank's device time beside the step times (made by the cost model with other figures),
     the fit reproduces every rank's device time of every plan, held-out ones included: the step alone
     is the slowest rank's, the device times tell the fast ranks' large operators from the slow ranks'
-    small ones."""
+    small ones, and one type's compute rate from the other's (the per-type multiplier)."""
     c, m = load_cluster("cpu-4"), get_model("tiny")
     plans = calibration_plans(2048, 8, 4, 32)
     truth = {"peak_bf16_tflops": 0.8, "eff_hbm": 1.5, "link_latency_us": 1.3, "op_overhead_us": 1.8}
+    truth["peak_bf16_tflops@CPU-x10"] = 1.2  # the second type's compute rate off against the first's
     made = [predict_with_devices(scaled_cluster(c, truth), m, p) for p in plans]
     fit_on = [i for i, p in enumerate(plans) if p.fit]
     got = fit(c, m, [plans[i] for i in fit_on], [made[i][0] for i in fit_on], [made[i][1] for i in fit_on])
@@ -234,3 +236,16 @@ def test_the_calibration_reports_each_device_types_signed_device_time_error():
     assert "by device type (median, worst): CPU-x8 -7.5% / 20.0% (4 ranks), CPU-x20 +7.0% / 12.0% (4 ranks)" in (
         cal.summary()
     )
+
+
+def test_a_per_type_multiplier_scales_only_its_type():
+    """scaled_cluster: `field` scales every type, `field@TYPE` that type once more; fitted_keys names one
+    per device type after the first."""
+    c = load_cluster("cpu-4")
+    got = scaled_cluster(c, {"peak_bf16_tflops": 0.5, "peak_bf16_tflops@CPU-x10": 1.5})
+    peak = {d.gpu.name: d.gpu.peak_bf16_tflops for d in c.devices}
+    new = {d.gpu.name: d.gpu.peak_bf16_tflops for d in got.devices}
+    assert new["CPU-x4"] == pytest.approx(0.5 * peak["CPU-x4"]) and new["CPU-x10"] == pytest.approx(
+        0.75 * peak["CPU-x10"]
+    )
+    assert fitted_keys(c) == [*FITTED, "peak_bf16_tflops@CPU-x10"]

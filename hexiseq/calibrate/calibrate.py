@@ -17,7 +17,8 @@ with measured, per plan.
    charges it per all-to-all and per exchange round) and the time of each executed operator beyond
    its work (`op_overhead_us`: dispatch, allocation, small kernels, charged per operator of
    data/operators.yaml by costmodel/operators.py; the profile measures it on one layer's
-   memory-bound kernels at two sizes) — minimising
+   memory-bound kernels at two sizes), and on a cluster of several device types a multiplier on each
+   type's compute rate after the first (`fitted_keys`, PER_TYPE) — minimising
    Σ log²(predicted / measured) over the fit plans -- their step times and each rank's device time
    per step (f x its operators' reference CPU time after the warm-up, from the pacing record: the step alone
    is the slowest rank's, so a fit on it could trade a slow rank's many small operators against a
@@ -69,6 +70,22 @@ FITTED = {
     "link_latency_us": (-3.0, 3.0),
     "op_overhead_us": (-2.0, 2.0),
 }
+# Beside them, for every device type after the first, a multiplier on its compute rate alone
+# (`peak_bf16_tflops@TYPE`), fitted from the ranks' device times: the profile measures each type on its
+# own ranks and those figures can be off against each other. Measured on this project's 2-core VM
+# (data/results/dp-calibration/cpu-8/calibration.json, 2026-12-07 06:16 UTC), with the shared
+# multipliers alone the CPU-x8 ranks' device time came out a median 6.8% short and the CPU-x20 ranks'
+# +0.2%, 15 points apart on the dp-4 plans. Its box is narrower: a correction of a measured ratio.
+PER_TYPE = "peak_bf16_tflops"
+PER_TYPE_BOX = (-0.5, 0.5)
+
+
+def fitted_keys(cluster: ClusterSpec) -> list[str]:
+    """The multipliers a calibration of `cluster` fits: FITTED, then PER_TYPE@type for each of its device
+    types after the first (the shared PER_TYPE multiplier stands for the first)."""
+    return list(FITTED) + [f"{PER_TYPE}@{t}" for t in list(cluster.gpu_types)[1:]]
+
+
 # the start of the least squares: a full grid at 1 (1,575 nodes), then one at 0.5 over ± half a step
 # around its best (81 nodes); the least squares follows the ridges between nodes from there
 GRID_STEPS = (1.0, 0.5)
@@ -84,7 +101,7 @@ class Calibration:
 
     rows: list[dict[str, Any]]
     fitted: dict[str, dict[str, float]]  # {device type: {field: fitted value}}
-    factors: dict[str, float]  # {field: multiplier on the profile's figure} (the same for every type)
+    factors: dict[str, float]  # {field: multiplier on every type's figure, field@type: on that type's once more}
     profile: Profile
     cluster: str
     model: str
@@ -254,12 +271,18 @@ def measured_devices(summary: dict[str, Any]) -> list[float] | None:
 
 
 def scaled_cluster(cluster: ClusterSpec, factors: dict[str, float]) -> ClusterSpec:
-    """`cluster` with every device type's fitted fields multiplied by `factors` (efficiencies capped at 1)."""
+    """`cluster` with every device type's fitted fields multiplied by `factors` (efficiencies capped at
+    1); a key `field@TYPE` multiplies that type's field once more."""
     changes: dict[str, dict[str, float]] = {}
     for name in cluster.gpu_types:
         g = next(d.gpu for d in cluster.devices if d.gpu.name == name)
-        changes[name] = {}
+        mults: dict[str, float] = {}
         for key, mult in factors.items():
+            field_name, _, only = key.partition("@")
+            if not only or only == name:
+                mults[field_name] = mults.get(field_name, 1.0) * mult
+        changes[name] = {}
+        for key, mult in mults.items():
             v = getattr(g, key) * mult
             changes[name][key] = min(1.0, v) if key.startswith("eff_") else v
     return cluster.with_profile(changes)
@@ -281,8 +304,9 @@ def fit(
     step times, and each rank's device time per step where `devices` holds it (`measured_devices`) --
     plus RIDGE x Σ log2(multiplier)² (module doc): a coarse grid, then damped least squares from its
     best node (fitting.least_squares)."""
-    keys = list(FITTED)
-    box = [FITTED[k] for k in keys]
+    keys = fitted_keys(cluster)
+    box = [FITTED.get(k, PER_TYPE_BOX) for k in keys]
+    shared = len(FITTED)
     ridge = math.sqrt(RIDGE)
     devices = list(devices) if devices is not None else [None] * len(plans)
 
@@ -301,8 +325,9 @@ def fit(
     def loss(*x: float) -> float:
         return float(sum(r * r for r in residuals(x)))
 
-    start, _ = grid_search(loss, box, GRID_STEPS, GRID_REACH)
-    best, _ = least_squares(residuals, start, box)
+    # the grid over the shared multipliers (the per-type ones at 1), then least squares over all
+    start, _ = grid_search(lambda *x: loss(*x, *[0.0] * (len(keys) - shared)), box[:shared], GRID_STEPS, GRID_REACH)
+    best, _ = least_squares(residuals, [*start, *[0.0] * (len(keys) - shared)], box)
     return figures(best)
 
 
