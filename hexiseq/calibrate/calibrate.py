@@ -73,9 +73,10 @@ FITTED = {
 # Beside them, for every device type after the first, a multiplier on its compute rate alone
 # (`peak_bf16_tflops@TYPE`), fitted from the ranks' device times: the profile measures each type on its
 # own ranks and those figures can be off against each other. Measured on this project's 2-core VM
-# (data/results/dp-calibration/cpu-8/calibration.json, 2026-12-07 06:16 UTC), with the shared
-# multipliers alone the CPU-x8 ranks' device time came out a median 6.8% short and the CPU-x20 ranks'
-# +0.2%, 15 points apart on the dp-4 plans. Its box is narrower: a correction of a measured ratio.
+# (the cpu-8 calibration of bench_dp at 2026-12-07 06:16 UTC, committed in ffb6621's
+# data/results/dp-calibration/), with the shared multipliers alone the CPU-x8 ranks' device time came
+# out a median 6.8% short and the CPU-x20 ranks' +0.2%, 15 points apart on the dp-4 plans. Its box is
+# narrower: a correction of a measured ratio.
 PER_TYPE = "peak_bf16_tflops"
 PER_TYPE_BOX = (-0.5, 0.5)
 
@@ -141,9 +142,9 @@ class Calibration:
 
     def device_errors_by_type(self) -> dict[str, dict[str, float | int]]:
         """{device type: signed median, worst |error| and count} of each rank's device time per step
-        after the fit, over every plan: the multipliers are the same for every type, so a type whose
-        profiled figures are off shows as a signed bias here (rows from before `device_types` was kept
-        count nowhere)."""
+        after the fit, over every plan: a type whose profiled figures are off against the others' beyond
+        what its own compute multiplier (PER_TYPE) corrects shows as a signed bias here (rows from
+        before `device_types` was kept count nowhere)."""
         by: dict[str, list[float]] = {}
         for r in self.rows:
             for t, e in zip(r.get("device_types") or [], r.get("device_errors_after") or []):
@@ -326,8 +327,9 @@ def fit(
         return float(sum(r * r for r in residuals(x)))
 
     # the grid over the shared multipliers (the per-type ones at 1), then least squares over all
-    start, _ = grid_search(lambda *x: loss(*x, *[0.0] * (len(keys) - shared)), box[:shared], GRID_STEPS, GRID_REACH)
-    best, _ = least_squares(residuals, [*start, *[0.0] * (len(keys) - shared)], box)
+    at_one = [0.0] * (len(keys) - shared)
+    start, _ = grid_search(lambda *x: loss(*x, *at_one), box[:shared], GRID_STEPS, GRID_REACH)
+    best, _ = least_squares(residuals, [*start, *at_one], box)
     return figures(best)
 
 
