@@ -3,7 +3,6 @@ real gloo processes; the assertions are on what the emulation recorded (its slee
 operators' CPU time) and on lower bounds of link times, which a loaded machine can only lengthen."""
 
 import math
-import os
 
 import pytest
 import torch
@@ -372,71 +371,3 @@ def test_warm_cores_loop_ends_when_its_parent_is_killed():
     while time.monotonic() < deadline and _spin_loops(parent.pid):
         time.sleep(0.05)
     assert _spin_loops(parent.pid) == [], "the loop outlived its killed parent"
-
-
-def test_the_hosts_wait_for_a_core_is_made_up_by_sleeping_less():
-    """Between operators, the wall time a rank's host spent waiting for a core (its run-queue delay) is
-    neither the host's own time nor the device's: beyond the device's owed work and the host's own
-    time it is credited (as far as CREDIT_S allows), not exposed. The delay is scripted here."""
-    import time
-
-    for owed, waited, credit, exposed in (
-        (0.0, 0.015, 0.015, 0.005),
-        (0.010, 0.015, 0.010, 0.0),
-        (0.0, 0.0, 0.0, 0.020),
-    ):
-        pacer = E.Pacer(E.Emulation((4.0,)), 0)
-        delay = [1.0]
-        pacer.run_delay = lambda delay=delay: delay[0]
-        pacer.debt = owed
-        pacer.set_mark(time.monotonic())
-        time.sleep(0.020)
-        delay[0] += waited
-        pacer.mark = time.monotonic() - 0.020  # the gap is exactly 20 ms whatever the sleep overshot
-        pacer.host()
-        st = pacer.stats
-        # to within the call's own time (the gap is 20 ms and the microseconds to the reading)
-        assert st.contention_s == pytest.approx(credit, abs=1e-3), (owed, waited)
-        assert st.host_exposed_s == pytest.approx(exposed, abs=1e-3), (owed, waited)
-        assert st.host_s == pytest.approx(owed, abs=1e-6)
-        assert pacer.debt == pytest.approx(-credit, abs=1e-3)
-    # the credit stops at CREDIT_S: a longer wait is exposed
-    pacer = E.Pacer(E.Emulation((4.0,)), 0)
-    delay = [0.0]
-    pacer.run_delay = lambda: delay[0]
-    pacer.set_mark(time.monotonic())
-    delay[0] = 0.2
-    pacer.mark = time.monotonic() - 0.2
-    pacer.host()
-    assert pacer.stats.contention_s == pytest.approx(E.CREDIT_S) and pacer.debt == pytest.approx(-E.CREDIT_S)
-    assert pacer.stats.host_exposed_s == pytest.approx(0.2 - E.CREDIT_S, abs=1e-3)
-
-
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux's CPU affinity to make a core busy")
-def test_the_run_queue_delay_is_the_wait_for_a_busy_core():
-    """`Pacer.run_delay` reads Linux's per-thread run-queue delay: this thread and a busy process held on
-    one core share it, and the thread's delay grows by a good part of the time it spun."""
-    import subprocess
-    import sys
-    import time
-
-    pacer = E.Pacer(E.Emulation((4.0,)), 0)
-    if pacer.schedstat is None:
-        pytest.skip("this kernel gives no /proc/thread-self/schedstat")
-    core = min(os.sched_getaffinity(0))
-    before_affinity = os.sched_getaffinity(0)
-    spin = subprocess.Popen(
-        [sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{core}}})\nwhile True:\n    pass\n"]
-    )
-    try:
-        os.sched_setaffinity(0, {core})
-        time.sleep(0.2)  # the spinner on its core
-        d0, t0 = pacer.run_delay(), time.monotonic()
-        while time.monotonic() - t0 < 0.5:
-            pass
-        waited = pacer.run_delay() - d0
-    finally:
-        os.sched_setaffinity(0, before_affinity)
-        spin.kill()
-        spin.wait()
-    assert 0.1 < waited < 0.5, waited  # a fair share of the core is half of it

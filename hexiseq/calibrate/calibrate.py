@@ -590,7 +590,7 @@ def calibrate(
 def pacing_overrun(summary: dict[str, Any]) -> float | None:
     """How far the machine's load pushed the slowest-held rank past its emulated speed: the largest,
     over the ranks, of (operator wall time + host time hidden behind the device's work + the
-    emulation's bookkeeping + the host's waits for a core made up + pacing sleep)
+    emulation's bookkeeping + pacing sleep)
     / (f x operator CPU time). 1.0: the emulation held (every rank ran at exactly 1/f of a core);
     1.5: some rank got only 2/3 of what it emulates, because the cores were busy with other work (its
     measured time is then too long). Host time the device could not hide (`host_exposed_s`, e.g.
@@ -599,8 +599,9 @@ def pacing_overrun(summary: dict[str, Any]) -> float | None:
     worst = None
     for f, p in zip(emu.get("slowdown") or [], emu.get("pacing") or []):
         if p and p.get("cpu_s"):
-            paid = p["wall_s"] + p["compute_sleep_s"]
-            r = (paid + sum(p.get(k, 0.0) for k in ("host_s", "bookkeeping_s", "contention_s"))) / (f * p["cpu_s"])
+            r = (p["wall_s"] + p.get("host_s", 0.0) + p.get("bookkeeping_s", 0.0) + p["compute_sleep_s"]) / (
+                f * p["cpu_s"]
+            )
             worst = r if worst is None else max(worst, r)
     return worst
 

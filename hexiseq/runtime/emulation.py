@@ -41,13 +41,6 @@ The method (every figure it produces is labelled "emulated", with its factors):
   `PacerStats.bookkeeping_s`) is neither the host's time nor the device's: like time lost to
   contention, it is made up later by sleeping less, so a rank whose host keeps up with its device
   does not pay it.
-  So is the time a rank's host spent waiting for a core (Linux's per-thread run-queue delay,
-  /proc/thread-self/schedstat; recorded as `PacerStats.contention_s`): each device of the emulated
-  cluster has a host of its own, and only this machine makes eight ranks share two cores. Counted
-  as host time until 2026-12-07, it made the plans whose ranks need more of the machine the ones
-  predicted short: over five bench_dp runs (data/results/dp.txt's history in README), the plans
-  whose ranks used at least one of the 2 cores measured a median 9.7% above their prediction (all
-  15 above), the others 2.8%. Where the delay cannot be read it is taken as 0 (the rule before).
 - **Links.** A pair (a, b) may have an emulated link of β bytes/s and α seconds (two "nodes" joined by
   a slower network). Bytes are counted as the cost model counts them: 2 bytes per element (bf16),
   whatever dtype the CPU run uses, so β is in the cost model's units. A batched P2P exchange
@@ -85,7 +78,6 @@ import os
 import subprocess
 import sys
 import time
-import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -176,8 +168,8 @@ class PacerStats:
     module doc) and sampled, their wall time, the host time between them (hidden behind the device's
     work, or exposed), the sleep that made them f times slower, and for messages over emulated links
     the wait for their real transfers and the sleep that held them. Held pacing: wall_s + host_s +
-    bookkeeping_s + contention_s + compute_sleep_s = f x cpu_s; a step is about that, host_exposed_s,
-    link_wait_s and link_sleep_s (and the time inside the communication calls themselves)."""
+    bookkeeping_s + compute_sleep_s = f x cpu_s; a step is about that, host_exposed_s, link_wait_s and link_sleep_s
+    (and the time inside the communication calls themselves)."""
 
     ops: int = 0
     cpu_s: float = 0.0  # the operators' reference CPU time: what the device is charged (f x it)
@@ -190,7 +182,6 @@ class PacerStats:
     raw_cpu_s: float = 0.0  # the operators' CPU time as sampled (0 in records from before the reference)
     link_wait_s: float = 0.0  # waiting for an emulated link's real transfers with nothing owed, before its hold
     bookkeeping_s: float = 0.0  # the emulation's own time after each operator: made up by sleeping less (module doc)
-    contention_s: float = 0.0  # the host's wait for a core between operators: made up by sleeping less (module doc)
     # the process's CPU time (every thread: operators, Python, autograd, gloo, the emulation's own) and the wall
     # time of the paced blocks: their ratio is how much of the machine the rank really used (`cores_used`)
     process_cpu_s: float = 0.0
@@ -216,10 +207,6 @@ class Pacer(TorchDispatchMode):
         self.factor = emulation.slowdown[rank]
         self.debt = 0.0
         self.mark: float | None = None  # time.monotonic() up to which the rank's wall time is accounted
-        self.schedstat = _open_schedstat()  # this thread's run-queue delay, where Linux gives it (module doc)
-        if self.schedstat is not None:
-            weakref.finalize(self, os.close, self.schedstat)
-        self.waited_mark = 0.0  # the run-queue delay at `mark`
         self.bookkeeping = False  # True while the emulation's own operators run (message stamps): not paced
         self.stats = PacerStats()
         self.references: dict[tuple, list[float] | float] = {}
@@ -230,7 +217,7 @@ class Pacer(TorchDispatchMode):
         if func.namespace in _COMM_NAMESPACES:
             self.settle()  # a message leaves at the emulated time
             out = func(*args, **kwargs)
-            self.set_mark(time.monotonic())  # the wait inside a communication is not host time
+            self.mark = time.monotonic()  # the wait inside a communication is not host time
             return out
         if types and any(issubclass(t, DTensor) for t in types):
             # DTensor's own dispatch (its sharding rules) is host time: DTensor handles the call, and
@@ -249,7 +236,7 @@ class Pacer(TorchDispatchMode):
         st.ops += 1
         st.cpu_s += dc
         st.wall_s += dw
-        self.set_mark(time.monotonic())
+        self.mark = time.monotonic()
         # the time of the bookkeeping above is the emulation's, neither the host's nor the device's (module doc)
         st.bookkeeping_s += self.mark - w1
         self.debt = max(-CREDIT_S, self.debt + self.factor * dc - dw - (self.mark - w1))
@@ -278,41 +265,17 @@ class Pacer(TorchDispatchMode):
         return self._account_gap("host_exposed_s")
 
     def _account_gap(self, exposed: str) -> float:
-        """The wall time since `mark`: what the device still owes runs meanwhile (`host_s`); of the
-        rest, the host's wait for a core is made up later by sleeping less (`contention_s`, module doc)
-        and what is left goes to the `exposed` statistic. Returns now, the new mark."""
+        """The wall time since `mark`: what the device still owes runs meanwhile (`host_s`), the rest
+        goes to the `exposed` statistic. Returns now, the new mark."""
         now = time.monotonic()
         if self.mark is not None and now > self.mark:
             gap = now - self.mark
-            owed = max(self.debt, 0.0)
-            own = gap - min(gap, max(0.0, self.run_delay() - self.waited_mark))  # the host's own time
-            hidden = min(gap, owed)
+            hidden = min(gap, max(self.debt, 0.0))
             self.debt -= hidden
             self.stats.host_s += hidden
-            # the device's owed work or the host's own time, whichever is longer, is what the step would
-            # take with a core of its own: the wall time beyond it is credited, as far as CREDIT_S allows
-            behind = max(gap, owed) - max(own, owed)
-            credit = min(behind, max(0.0, self.debt + CREDIT_S))
-            self.debt -= credit
-            self.stats.contention_s += credit
-            setattr(self.stats, exposed, getattr(self.stats, exposed) + gap - hidden - credit)
-        self.set_mark(now)
-        return now
-
-    def set_mark(self, now: float) -> None:
-        """The rank's wall time is accounted up to `now` (time.monotonic()), its run-queue delay too."""
+            setattr(self.stats, exposed, getattr(self.stats, exposed) + gap - hidden)
         self.mark = now
-        self.waited_mark = self.run_delay()
-
-    def run_delay(self) -> float:
-        """Seconds this thread has waited for a core since it started (schedstat's second field); 0 where
-        it cannot be read."""
-        if self.schedstat is None:
-            return 0.0
-        try:
-            return int(os.pread(self.schedstat, 64, 0).split()[1]) * 1e-9
-        except (OSError, ValueError, IndexError):
-            return 0.0
+        return now
 
     def settle(self, at_least: float = MIN_SLEEP_S) -> None:
         """Sleep off what the rank owes, when it is at least `at_least` seconds (before it communicates,
@@ -325,7 +288,7 @@ class Pacer(TorchDispatchMode):
             slept = time.monotonic() - t0
             self.stats.compute_sleep_s += slept
             self.debt -= slept  # an oversleep is owed back
-            self.set_mark(t0 + slept)
+            self.mark = t0 + slept
 
     @contextlib.contextmanager
     def unpaced(self) -> Iterator[None]:
@@ -351,7 +314,7 @@ class Pacer(TorchDispatchMode):
             self.debt -= paid
             self.stats.compute_sleep_s += paid
             self.stats.link_sleep_s += slept - paid
-        self.set_mark(time.monotonic())  # a link's time is not host time
+        self.mark = time.monotonic()  # a link's time is not host time
 
     def hold(self, seconds: float) -> None:
         self.hold_until(time.monotonic() + seconds)
@@ -382,21 +345,6 @@ class Pacer(TorchDispatchMode):
 
 
 _ACTIVE: list[Pacer] = []
-
-
-def _open_schedstat() -> int | None:
-    """A descriptor of the calling thread's /proc/thread-self/schedstat (Linux), None where there is none."""
-    try:
-        fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        int(os.pread(fd, 64, 0).split()[1])
-    except (OSError, ValueError, IndexError):
-        os.close(fd)
-        return None
-    return fd
-
 
 # lowers its own priority first; ends when its parent is gone (a parent killed by a signal runs no `finally`:
 # an orphaned loop went on taking a core for good, and every later measurement ran beside two of them)
