@@ -74,3 +74,27 @@ def test_the_readme_dp_table_is_the_committed_benchmark():
     fit = next(x for x in text.splitlines() if x.startswith("misses (measured - predicted)"))
     slope = fit.split(": ")[1].split(" us")[0]
     assert f"{slope} us per operator" in readme
+
+
+def test_the_readme_crowding_figures_are_the_kept_runs():
+    """README's split of bench_dp's errors by the cores a plan's ranks used is what
+    benchmarks/dp_errors_by_cores.py computes from the reports kept in data/results/dp-runs/."""
+    import importlib.util
+
+    path = ROOT / "benchmarks" / "dp_errors_by_cores.py"
+    spec = importlib.util.spec_from_file_location("dp_errors_by_cores", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    rows = [
+        r
+        for f in sorted((ROOT / "data" / "results" / "dp-runs").glob("2026-12-07T*.txt"))
+        for r in script.plan_rows(f.read_text())
+    ]
+    crowded = [e for _, _, cores, e in rows if cores >= 1.0]
+    calm = [e for _, _, cores, e in rows if cores < 1.0]
+    readme = (ROOT / "README.md").read_text()
+    assert len(rows) == 30 and all(e < 0 for e in crowded)
+    assert f"the {len(crowded)} plans whose ranks used at least one of the 2 cores" in readme
+    assert f"measured a median {-median(crowded):.1f}% above their prediction" in readme
+    assert f"-{-min(crowded):.1f}% to {max(crowded):.1f}%" in readme
+    assert f"others a median {-median(calm):.1f}% ({min(calm):.1f}% to +{max(calm):.1f}%)" in readme
