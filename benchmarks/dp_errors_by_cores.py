@@ -15,22 +15,47 @@ import argparse
 import re
 import statistics
 from pathlib import Path
+from typing import NamedTuple
 
-SYSTEMS = ("joint", "dp-even", "dp1")  # dp-baseline is the joint plan's twin when they agree: not counted twice
+COUNTED = ("joint", "dp-even", "dp1")  # dp-baseline is the joint plan's twin when they agree: not counted twice
 
 
-def plan_rows(text: str) -> list[tuple[str, str, float, float]]:
-    """(cluster, plan, cores used, error %) of each plan row of one bench_dp report."""
-    rows, cluster, planned = [], "", False
+class PlanRow(NamedTuple):
+    """One plan row of a bench_dp report; error in % (the planning calibration's where the report also
+    has an in-window one), cores None in reports from before that column."""
+
+    cluster: str
+    plan: str
+    predicted: str
+    measured: str
+    error: float
+    cores: float | None
+
+
+def plan_rows(text: str) -> list[PlanRow]:
+    """Every plan row of one bench_dp report (compare_dp's table: shares, sharding, predicted s,
+    measured s, error, overrun, then cores and, with an in-window calibration, planned s and its error)."""
+    rows, cluster, header = [], "", ""
     for line in text.splitlines():
         if line.startswith("== "):
             cluster = line[3:].strip()
         elif line.startswith("plan "):
-            planned = "planned s" in line  # then the last two columns are the planning calibration's
-        elif re.match(rf"^({'|'.join(SYSTEMS)})\s+[\d:]+\s", line):
+            header = line
+        elif re.match(r"^(joint|dp-baseline|dp-even|dp1)\s+[\d:]+\s", line):
             cols = line.split()
-            error, cores = (cols[-1], cols[-3]) if planned else (cols[-3], cols[-1])
-            rows.append((cluster, cols[0], float(cores), float(error.rstrip("%"))))
+            has_cores, planned = "cores" in header, "planned s" in header
+            tail = 4 + has_cores + 2 * planned  # the columns from the predicted time on
+            predicted, measured, error = cols[-tail : -tail + 3]
+            rows.append(
+                PlanRow(
+                    cluster,
+                    cols[0],
+                    predicted,
+                    measured,
+                    float((cols[-1] if planned else error).rstrip("%")),
+                    float(cols[-tail + 4]) if has_cores else None,
+                )
+            )
     return rows
 
 
@@ -41,9 +66,10 @@ def main() -> None:
     args = ap.parse_args()
     groups: dict[bool, list[float]] = {False: [], True: []}
     for path in args.reports:
-        for cluster, plan, cores, error in plan_rows(path.read_text()):
-            print(f"{path.name:40s} {cluster:6s} {plan:8s} cores {cores:4.2f} error {error:+6.1f}%")
-            groups[cores >= args.split].append(error)
+        for r in plan_rows(path.read_text()):
+            if r.plan in COUNTED and r.cores is not None:
+                print(f"{path.name:40s} {r.cluster:6s} {r.plan:8s} cores {r.cores:4.2f} error {r.error:+6.1f}%")
+                groups[r.cores >= args.split].append(r.error)
     for crowded, errors in groups.items():
         if errors:
             print(

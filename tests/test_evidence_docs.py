@@ -51,26 +51,32 @@ def test_evidence_figures_are_the_generated_ones(doc, figures):
         assert value in text, f"{doc}: {name} is {value} in the generated files; update the prose"
 
 
+def _bench_dp_rows():
+    """benchmarks/dp_errors_by_cores.py's parser of bench_dp reports (plan_rows)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dp_errors_by_cores", ROOT / "benchmarks" / "dp_errors_by_cores.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
 def test_the_readme_dp_table_is_the_committed_benchmark():
     """README's CPU-emulation table quotes data/results/dp.txt (bench_dp): each cluster's plans,
     predicted / measured, and the per-operator line's slope, so a rerun fails here until the prose follows."""
     text = (ROOT / "data" / "results" / "dp.txt").read_text()
     readme = (ROOT / "README.md").read_text()
     table = {line.split(" |")[0].lstrip("| "): line for line in readme.splitlines() if line.startswith("| cpu-")}
-    for block in text.split("\n== ")[1:]:
-        cluster = block.split("\n", 1)[0].strip()
+    rows = _bench_dp_rows().plan_rows(text)
+    for cluster in (block.split("\n", 1)[0].strip() for block in text.split("\n== ")[1:]):
+        got = {r.plan: r for r in rows if r.cluster == cluster}
         for system in ("joint", "dp-baseline", "dp-even", "dp1"):
-            row = next((x for x in block.splitlines() if x.startswith(system + " ")), None)
-            if row is None and system == "dp-even":
+            if system not in got and system == "dp-even":
                 continue  # no even-share DP plan fits (or a benchmark from before that row)
-            assert row is not None, (cluster, system)
-            # the columns after the measured time: error, overrun, then cores (files since it was added),
-            # then with an in-window calibration planned s and its error
-            header = next(x for x in block.splitlines() if x.startswith("plan "))
-            tail = 4 + ("cores" in header) + 2 * ("planned s" in header)
-            predicted, measured = row.split()[-tail : -tail + 2]
-            quoted = (f"{predicted} / {measured}", f"{predicted} / **{measured}**")  # the fastest is bold
-            assert any(q in table[cluster] for q in quoted), (cluster, system, predicted, measured)
+            assert system in got, (cluster, system)
+            r = got[system]
+            quoted = (f"{r.predicted} / {r.measured}", f"{r.predicted} / **{r.measured}**")  # the fastest is bold
+            assert any(q in table[cluster] for q in quoted), (cluster, system, r.predicted, r.measured)
     fit = next(x for x in text.splitlines() if x.startswith("misses (measured - predicted)"))
     slope = fit.split(": ")[1].split(" us")[0]
     assert f"{slope} us per operator" in readme
@@ -79,19 +85,15 @@ def test_the_readme_dp_table_is_the_committed_benchmark():
 def test_the_readme_crowding_figures_are_the_kept_runs():
     """README's split of bench_dp's errors by the cores a plan's ranks used is what
     benchmarks/dp_errors_by_cores.py computes from the reports kept in data/results/dp-runs/."""
-    import importlib.util
-
-    path = ROOT / "benchmarks" / "dp_errors_by_cores.py"
-    spec = importlib.util.spec_from_file_location("dp_errors_by_cores", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = _bench_dp_rows()
     rows = [
         r
         for f in sorted((ROOT / "data" / "results" / "dp-runs").glob("2026-12-07T*.txt"))
         for r in script.plan_rows(f.read_text())
+        if r.plan in script.COUNTED
     ]
-    crowded = [e for _, _, cores, e in rows if cores >= 1.0]
-    calm = [e for _, _, cores, e in rows if cores < 1.0]
+    crowded = [r.error for r in rows if r.cores >= 1.0]
+    calm = [r.error for r in rows if r.cores < 1.0]
     readme = (ROOT / "README.md").read_text()
     assert len(rows) == 30 and all(e < 0 for e in crowded)
     assert f"the {len(crowded)} plans whose ranks used at least one of the 2 cores" in readme
