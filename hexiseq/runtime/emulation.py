@@ -213,16 +213,19 @@ class Pacer(TorchDispatchMode):
 
     # ------------------------------------------------------------------ compute
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        # every aten operator of a paced rank passes here, so the path is kept lean: its Python is host
+        # CPU beside the ranks' own, on a machine whose cores the ranks share (module doc)
         kwargs = kwargs or {}
         if func.namespace in _COMM_NAMESPACES:
             self.settle()  # a message leaves at the emulated time
             out = func(*args, **kwargs)
             self.mark = time.monotonic()  # the wait inside a communication is not host time
             return out
-        if types and any(issubclass(t, DTensor) for t in types):
-            # DTensor's own dispatch (its sharding rules) is host time: DTensor handles the call, and
-            # the operators it runs on the local tensors come back here (module doc)
-            return NotImplemented
+        for t in types:
+            if issubclass(t, DTensor):
+                # DTensor's own dispatch (its sharding rules) is host time: DTensor handles the call, and
+                # the operators it runs on the local tensors come back here (module doc)
+                return NotImplemented
         if self.factor == 1.0 or self.bookkeeping or _propagating_shapes():
             return func(*args, **kwargs)  # the emulation's own work and shape propagation: host time
         w0 = self.host()
@@ -236,26 +239,27 @@ class Pacer(TorchDispatchMode):
         st.ops += 1
         st.cpu_s += dc
         st.wall_s += dw
-        self.mark = time.monotonic()
+        self.mark = mark = time.monotonic()
         # the time of the bookkeeping above is the emulation's, neither the host's nor the device's (module doc)
-        st.bookkeeping_s += self.mark - w1
-        self.debt = max(-CREDIT_S, self.debt + self.factor * dc - dw - (self.mark - w1))
-        if self.debt > QUANTUM_S:
+        st.bookkeeping_s += mark - w1
+        debt = self.debt + self.factor * dc - dw - (mark - w1)
+        self.debt = debt if debt > -CREDIT_S else -CREDIT_S
+        if debt > QUANTUM_S:
             self.settle()
         return out
 
     def reference_cpu(self, func: Any, args: tuple, sample: float) -> float:
         """The CPU time the device is charged for `func` on `args`, given this call's `sample` (module
         doc): the least sample of its signature so far, fixed after REFERENCE_SAMPLES of them."""
-        key = (func, *(_signature(a) for a in args))
+        key = (func, *map(_signature, args))
         ref = self.references.get(key)
+        if ref.__class__ is float:
+            return ref  # type: ignore[return-value]
         if ref is None:
             ref = self.references[key] = []
-        if isinstance(ref, float):
-            return ref
-        ref.append(sample)
-        mid = min(ref)
-        if len(ref) >= REFERENCE_SAMPLES:
+        ref.append(sample)  # type: ignore[union-attr]
+        mid = min(ref)  # type: ignore[type-var]
+        if len(ref) >= REFERENCE_SAMPLES:  # type: ignore[arg-type]
             self.references[key] = mid
         return mid
 
@@ -268,12 +272,16 @@ class Pacer(TorchDispatchMode):
         """The wall time since `mark`: what the device still owes runs meanwhile (`host_s`), the rest
         goes to the `exposed` statistic. Returns now, the new mark."""
         now = time.monotonic()
-        if self.mark is not None and now > self.mark:
-            gap = now - self.mark
-            hidden = min(gap, max(self.debt, 0.0))
-            self.debt -= hidden
-            self.stats.host_s += hidden
-            setattr(self.stats, exposed, getattr(self.stats, exposed) + gap - hidden)
+        mark = self.mark
+        if mark is not None and now > mark:
+            gap = now - mark
+            debt = self.debt
+            hidden = gap if gap < debt else debt if debt > 0.0 else 0.0
+            self.debt = debt - hidden
+            st = self.stats
+            st.host_s += hidden
+            if gap > hidden:
+                setattr(st, exposed, getattr(st, exposed) + gap - hidden)
         self.mark = now
         return now
 
@@ -567,7 +575,7 @@ def _signature(a: Any) -> Any:
     """What tells one call of an operator from another of different cost: a tensor's shape, strides
     and dtype; a sequence's items; a plain value itself; any other object its type."""
     if isinstance(a, torch.Tensor):
-        return (tuple(a.shape), tuple(a.stride()), a.dtype)
+        return (a.shape, a.stride(), a.dtype)  # torch.Size is a tuple: hashable and compared as one
     if isinstance(a, (list, tuple)):
-        return tuple(_signature(x) for x in a)
+        return tuple(map(_signature, a))
     return a if isinstance(a, (int, float, bool, str, type(None))) else type(a)
