@@ -29,11 +29,14 @@ arrays and optimization-model expressions alike):
   "replicated" (DDP) all-reduces a layer's gradients (AR, one bucket per layer) and the root's.
 - Joint plans (data-parallel replicas, `Plan.sharding`; costmodel/step.py): each strategy's
   per-micro-step collectives among one shard group (`sharding_collectives`: zero2 reduce-scatters
-  in every backward, no gathers; zero1 reduce-scatters once, in the last backward, as DDP's buckets)
-  and the once-per-step terms (`step_collectives`): the hybrid scopes' all-reduce of each layer's
+  in every backward, no gathers; zero1 all-reduces whole gradients once, in the last backward, as
+  DDP's buckets, over every rank of the plan: the executor's ZeRO-1 sums the gradients as the
+  replicated strategy does and shards only the optimizer step, runtime/sharding.py) and the
+  once-per-step terms (`step_collectives`): zero2/zero3's hybrid scopes' all-reduce of each layer's
   gradient shard among the c copies (2·P_layer/n bytes, n the smallest shard group, over the slowest
   link between copies; in the last micro-step's backward, simulate.pass_schedule) and zero1/zero2's
-  all-gather of the updated bf16 weights (2·P) inside each shard group (exposed).
+  all-gather of the updated bf16 weights (2·P) inside each shard group (exposed; zero1's owners
+  broadcast them, runtime/zero1.py).
 """
 
 from __future__ import annotations
@@ -107,8 +110,8 @@ def sharding_collectives(stage: ShardingStage, bw: np.ndarray, lat: np.ndarray, 
     """Per-call times of a strategy's per-micro-step collectives among one shard group ([n, n] `bw`,
     `lat`), in the pass shape the replay runs them (`ParamComm.sharding`: "zero3" = per-layer calls in
     every micro-step, "replicated" = buckets in the last backward). zero3 and replicated are exactly
-    `param_collectives`; zero2 is the zero3 shape without the gathers; zero1 the DDP shape with
-    reduce-scatters instead of all-reduces."""
+    `param_collectives`; zero2 is the zero3 shape without the gathers; zero1 is the DDP shape itself
+    (its gradients are all-reduced whole: the caller passes every rank of the plan, module doc)."""
     n = len(bw)
     link_bw, link_lat = collective_link(bw, lat)
     layer = BF16 * model.params_per_layer
@@ -118,8 +121,6 @@ def sharding_collectives(stage: ShardingStage, bw: np.ndarray, lat: np.ndarray, 
         return ParamComm("zero3", ag_layer=rs, rs_layer=rs, ag_root=rs_root, rs_root=rs_root)
     if stage == ShardingStage.ZERO2:
         return ParamComm("zero3", rs_layer=rs, rs_root=rs_root)
-    if stage == ShardingStage.ZERO1:
-        return ParamComm("replicated", ar_layer=rs, ar_root=rs_root)
     return ParamComm(
         "replicated",
         ar_layer=ring_allreduce_s(layer, n, link_bw, link_lat),
@@ -154,7 +155,7 @@ def step_collectives(
         return StepCollectives()
     copies = len(shard_groups)
     xr_layer = xr_root = 0.0
-    if copies > 1:
+    if copies > 1 and stage != ShardingStage.ZERO1:  # zero1's all-reduce spans the copies already
         n = min(len(g) for g in shard_groups)
         label = np.empty(len(bw), dtype=np.int64)
         for i, g in enumerate(shard_groups):

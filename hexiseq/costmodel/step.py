@@ -24,7 +24,9 @@ sequence, the recompute policy and the global batch). The step:
   slowest shard group it has ranks in.
 - hybrid scopes: each layer's gradient shard all-reduced across the copies in the last micro-step's
   backward (comm.step_collectives, simulate.pass_schedule: the last layer's and the root's exposed);
-  zero1/zero2's re-gather of the updated weights after the optimizer: exposed.
+  zero1/zero2's re-gather of the updated weights after the optimizer: exposed. zero1 all-reduces
+  whole gradients over every rank of the plan, as replicated does, whatever its scope (the executor's
+  ZeRO-1, runtime/sharding.py): its shard groups split the optimizer step and the re-gather only.
 - optimizer_r: the rank's optimizer step over its shard (params / its group's size under zero1-3).
 A one-replica plan under zero3 or replicated over all devices is exactly `simulate`'s iteration
 (the paper's setting): `estimate_step(plan).step_time_s == simulate(plan).iteration_time_s`.
@@ -252,6 +254,9 @@ def _build_strategy(
         sync = memo[key]
     per_group = []
     for s in sets:
+        # zero1 reduces whole gradients over every rank of the plan (comm.py's module doc); its shard
+        # groups only split the optimizer step and the re-gather
+        s = tuple(sorted(int(d) for d in dev)) if stage == ShardingStage.ZERO1 else s
         key = ("shard collectives", stage, s)
         if key not in memo:
             idx = np.array(s, dtype=np.int64)
