@@ -29,7 +29,7 @@ with measured, per plan.
    node). "After" = the fitted cluster's prediction; the held-out plans show whether the fit
    generalises. On long sequences the per-operator time is a small part of every plan and trades
    off against the memory-bound rate (the penalty then keeps the profile's measurement); the
-   comparisons of data-parallel plans (compare_dp.py, S = 2K) are where it decides.
+   comparisons of data-parallel plans (compare_dp.py; bench_dp at S = 4K) are where it decides.
 """
 
 from __future__ import annotations
