@@ -3,7 +3,9 @@ resume across plans with different replica counts and strategies continuing the 
 
 A float64 run of a joint plan (two unequal replicas, shares 3:1, ZeRO-3 inside each replica) on a
 packed token stream; resumed at step 2 under a one-replica plan (DP = 1, replicated), then at step 4
-under two equal replicas (HSDP, ZeRO-2, shares 2:2); and resumed at step 2 under ZeRO-1 (Zero1AdamW),
+under two equal replicas (HSDP, ZeRO-2, shares 2:2), and from step 4 under the same replicas with
+shares 3:1 (on gloo: the copies' all-reduce after the backward), whose step-5 checkpoint resumes under
+DP = 1; and resumed at step 2 under ZeRO-1 (Zero1AdamW),
 whose checkpoints resume under ZeRO-3 and replicated: every session continues the first run's losses
 (the step's samples do not depend on the plan; the update is the one of one process).
 """
@@ -56,6 +58,9 @@ EQUAL = Plan.joint(
     Sharding("zero2", "replica"),
     name="equal",
 )
+# the same equal replicas with shares 3:1: on gloo FSDP on each set and the copies' all-reduce after the
+# backward (runtime/sharding.py), whose checkpoints only the first set writes
+EQUAL_3_1 = Plan.joint([EQUAL.replica(i) for i in range(2)], [3, 1], EQUAL.sharding, name="equal-3-1")
 DP1 = random_plan(3, 256, 8, 4, seed=5, block_size=8)
 # ZeRO-1 inside each of the unequal replicas (shard sets of 2 and 1 ranks), and a one-replica version-2
 # plan under its own sharding (ZeRO-3 over all devices; no --fsdp given)
@@ -69,6 +74,7 @@ def work(tmp_path_factory):
     for name, plan in (
         ("unequal", UNEQUAL),
         ("equal", EQUAL),
+        ("equal-3-1", EQUAL_3_1),
         ("dp1", DP1),
         ("zero1", ZERO1),
         ("one-zero3", ONE_ZERO3),
@@ -124,6 +130,17 @@ def test_resume_joint_to_dp1_and_back(work, joint_run, within):
     got = losses(back)
     assert len(got) == 6
     within(max(abs(a - b) / abs(b) for a, b in zip(got[4:], ref[4:])), FP64, "DP = 1 -> HSDP: losses of steps 5-6")
+    # HSDP with shares 3:1 (the copies' all-reduce after the backward), checkpointing its step 5; back to DP = 1
+    uneven = work / "hsdp-3-1"
+    shutil.copytree(dp1, uneven)
+    assert main(["run", "--resume", str(uneven), "--checkpoint", "step-00000004", "--plan",
+                 str(work / "equal-3-1.json"), "--checkpoint-every", "1"]) == 0  # fmt: skip
+    got = losses(uneven)
+    within(max(abs(a - b) / abs(b) for a, b in zip(got[4:], ref[4:])), FP64, "DP = 1 -> HSDP 3:1: losses of steps 5-6")
+    last = work / "from-hsdp-3-1"
+    shutil.copytree(uneven, last)
+    assert main(["run", "--resume", str(last), "--checkpoint", "step-00000005", "--plan", str(work / "dp1.json")]) == 0
+    within(abs(losses(last)[5] - ref[5]) / abs(ref[5]), FP64, "HSDP 3:1 -> DP = 1: loss of step 6")
 
 
 @pytest.mark.numerics

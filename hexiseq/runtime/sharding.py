@@ -14,7 +14,17 @@ Strategies (`ReplicaLayout.stage` over `ReplicaLayout.shard_sets()`):
   True; zero2 also keeps the parameters gathered through the step's micro-steps
   (`set_reshard_after_backward(False)` until the last one), so it gathers once per step.
   One shard set: FSDP over the world. Equal sets: HSDP on a 2-D DeviceMesh (replicate x shard) —
-  FSDP reduce-scatters inside a set and all-reduces across sets, shard position by shard position.
+  FSDP reduce-scatters inside a set and all-reduces across sets, shard position by shard position,
+  layer by layer in the last micro-step's backward, as the step model charges it (costmodel/step.py).
+  Except on gloo when the sets run different numbers of micro-steps: gloo's collectives block the
+  host (NCCL's wait on a stream), so a set with fewer micro-steps would stop in its first backward at
+  its first layer's all-reduce until the busiest set's last backward reaches that layer, then run
+  each remaining layer at its own speed while the busiest set waits for it at the next all-reduce —
+  a coupling a GPU run does not have (measured on the CPU emulation, 2026-12-07: cpu-4's 5:1 shares
+  under ZeRO-2 inside each replica, 0.55 s a step of the busy ranks' waits after those all-reduces,
+  7.3 s steps predicted 6.0 s). There FSDP runs on the shard dimension alone and each shard is
+  all-reduced over the replicate dimension once, after the backward: not overlapped, which the model
+  does not charge (one all-reduce of a shard of the model: 0.016 s of a 6 s step on cpu-4).
   Unequal sets: FSDP inside each set (a 1-D mesh from the set's group), then a flat all-reduce
   over the world, each rank placing its shard at its offset (shard positions do not line up).
   FSDP's collectives run on every micro-step over the set, so every rank of a set runs as many
@@ -93,19 +103,24 @@ class Strategy:
         timeout = timedelta(seconds=timeout_s)
         mine = next(s for s in self.sets if joint.rank in s)
         equal = len({len(s) for s in self.sets}) == 1
+        self.copies_group: Any = None  # HSDP after the backward: the ranks holding this rank's shard position
         if self.fsdp and len(self.sets) > 1 and equal:
             from torch.distributed.device_mesh import DeviceMesh
 
             device = "cuda" if dist.get_backend() == "nccl" else "cpu"
-            self.mesh = DeviceMesh(device, torch.tensor(self.sets), mesh_dim_names=("replicate", "shard"))
-            self.loss_scale = float(self.layout.world_size)
-            return
-        if len(self.sets) > 1:  # every rank creates every set's group, in the same order
+            hsdp = DeviceMesh(device, torch.tensor(self.sets), mesh_dim_names=("replicate", "shard"))
+            if dist.get_backend() == "gloo" and len({self._set_micro_steps(s) for s in self.sets}) > 1:
+                # FSDP on the shard dimension, the copies' all-reduce once after the backward (module doc)
+                self.mesh, self.copies_group = hsdp["shard"], hsdp.get_group("replicate")
+                self.loss_scale = float(len(mine))
+            else:
+                self.mesh, self.loss_scale = hsdp, float(self.layout.world_size)
+        elif len(self.sets) > 1:  # every rank creates every set's group, in the same order
             for s in self.sets:
                 pg = dist.new_group(list(s), timeout=timeout)
                 if s is mine:
                     self.set_group = pg
-        if self.fsdp:
+        if self.fsdp and self.mesh is None:
             from torch.distributed.device_mesh import DeviceMesh
 
             device = "cuda" if dist.get_backend() == "nccl" else "cpu"
@@ -119,7 +134,7 @@ class Strategy:
     def writes_checkpoint(self) -> bool:
         """Does this rank write its states into a checkpoint? Not in a later set of unequal shard sets:
         the first set holds the same values, cut differently (DCP refuses overlapping chunks)."""
-        return not self.flat_after_fsdp or self.joint.rank in self.sets[0]
+        return (not self.flat_after_fsdp and self.copies_group is None) or self.joint.rank in self.sets[0]
 
     # ------------------------------------------------------------------ set-up
     def wrap(self, model: torch.nn.Module) -> None:
@@ -144,9 +159,11 @@ class Strategy:
         replica sharing its shard set (the others run empty ones)."""
         if not self.fsdp:
             return self.joint.sequences
-        mine = next(s for s in self.sets if self.joint.rank in s)
-        replicas = {self.layout.replica_of(r) for r in mine}
-        return max(self.layout.sequences[i] for i in replicas)
+        return self._set_micro_steps(next(s for s in self.sets if self.joint.rank in s))
+
+    def _set_micro_steps(self, ranks: Sequence[int]) -> int:
+        """Under FSDP, the micro-steps of a shard set: the most sequences of a replica in it."""
+        return max(self.layout.sequences[i] for i in {self.layout.replica_of(r) for r in ranks})
 
     # ------------------------------------------------------------------ per step
     def before_micro(self, model: torch.nn.Module, i: int, n: int) -> None:
@@ -166,6 +183,8 @@ class Strategy:
                 p.grad = torch.zeros_like(p)
         if not self.fsdp:
             flat_all_reduce([p.grad for p in params])
+        elif self.copies_group is not None:  # shard positions line up: each shard summed over its copies
+            flat_all_reduce([p.grad.to_local() for p in params], group=self.copies_group)
         elif self.flat_after_fsdp:
             self._sum_shards_across_sets(params)
 
