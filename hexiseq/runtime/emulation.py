@@ -53,8 +53,14 @@ The method (every figure it produces is labelled "emulated", with its factors):
   real one (2-4 ms a message between paced ranks in this VM's profiles of 2026-12-07, where it is
   the latency inside a node) plus the emulated link's: on cpu-4's DP = 1 plan, whose head-parallel
   groups span the two nodes, 0.25 s a step of real waits beside the 0.18 s the link held, where the
-  cost model charges the link's 0.18 s. The gradient all-reduce (once a step) returns its α–β time
-  after the real one. Links inside a node are the real ones.
+  cost model charges the link's 0.18 s. The gradient all-reduce (once a step: the flat reductions of
+  runtime/sharding.py, HSDP's across copies included where it runs after the backward) returns its
+  α–β time after the real one. FSDP2's own collectives (its gathers and reduce-scatters, HSDP's
+  per-layer all-reduce of copies in lockstep) are not held: over an emulated link they take the real
+  link's time, so a plan whose FSDP groups span emulated nodes is measured without that link time
+  (bench_dp's plans keep FSDP groups inside a node; cpu-4's one-replica plan under ZeRO-2 inside each
+  node all-reduces its copies that way, 0.016 s a step in the step model). Links inside a node are
+  the real ones.
 
 - **The machine's idle state.** A rank's emulated time is f times its operators' CPU time, and an
   idle virtual CPU runs them slower: measured on this project's 2-core VM (cpu-4, four one-rank
