@@ -132,8 +132,9 @@ class Strategy:
 
     @property
     def writes_checkpoint(self) -> bool:
-        """Does this rank write its states into a checkpoint? Not in a later set of unequal shard sets:
-        the first set holds the same values, cut differently (DCP refuses overlapping chunks)."""
+        """Does this rank write its states into a checkpoint? Not in a later shard set where each set
+        has its own 1-D mesh (unequal sets, or equal ones reduced after the backward): the first set
+        holds the same values, and DCP refuses overlapping chunks from meshes it cannot relate."""
         return (not self.flat_after_fsdp and self.copies_group is None) or self.joint.rank in self.sets[0]
 
     # ------------------------------------------------------------------ set-up
