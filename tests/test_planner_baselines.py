@@ -4,16 +4,27 @@ every policy, each at its very best (pruning only by a proven lower bound)."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from _hand_built import best_symmetric
 
 from hexiseq.costmodel import CostOptions, estimate, simulate
-from hexiseq.plan import random_plan
-from hexiseq.planner.baselines import FAMILIES, baselines, evaluate_family, plan_lower_bound, proportional_plan
+from hexiseq.costmodel.step import replica_lines, step_time
+from hexiseq.errors import PlanError
+from hexiseq.plan import Plan, random_plan
+from hexiseq.planner.baselines import (
+    FAMILIES,
+    MicroStepFloors,
+    baselines,
+    evaluate_family,
+    plan_lower_bound,
+    proportional_plan,
+)
 from hexiseq.planner.candidates import device_subsets
 from hexiseq.planner.scheduler import plan_cluster
+from hexiseq.planner.shares import STRATEGIES, lower_shares_bound
 from hexiseq.specs import Workload, get_model, load_cluster
 
 
@@ -80,6 +91,39 @@ def test_plan_lower_bound_is_a_bound(testbed, seed):
                 assert plan_lower_bound(plan, testbed, m, wl, opts) <= simulate(
                     plan, testbed, m, wl, opts
                 ).iteration_time_s * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_micro_step_floors_bound_every_strategy(testbed, seed):
+    """MicroStepFloors (the DP baselines' and the joint planner's pruning): under every sharding
+    strategy and policy, each replica's B micro-steps take at least B floors and the step at least
+    the floors' exact shares — for uneven layouts with HP groups (their all-to-alls counted), one
+    replica on all devices or two of four."""
+    m = get_model(["llama2-7b", "llama3-8b"][seed % 2])
+    S = 128 * 2 * 8 * 12
+    one = random_plan(8, S, m.heads, m.kv_heads, seed=seed, block_size=128, whole_kv_heads=True)
+    a = random_plan(4, S, m.heads, m.kv_heads, seed=10 + seed, block_size=128, whole_kv_heads=True)
+    b = random_plan(4, S, m.heads, m.kv_heads, seed=20 + seed, block_size=128, whole_kv_heads=True)
+    b = replace(b, groups=tuple(replace(g, devices=tuple(d + 4 for d in g.devices)) for g in b.groups))
+    floors = MicroStepFloors(testbed, m)
+    ratios = []
+    for reps, shares in (([one], [1]), ([one], [3]), ([a, b], [1, 1]), ([a, b], [3, 2])):
+        G = sum(shares)
+        for policy in ("none", "selective", "full"):
+            wl = Workload(seq_len=S, activation_checkpointing=policy, global_batch=G)
+            per_seq = [floors(r, wl) for r in reps]
+            assert all(f > 0 for f in per_seq)
+            for sharding in STRATEGIES:
+                joint = Plan.joint(reps, shares, sharding, name="floors")
+                try:
+                    lines = replica_lines(joint, testbed, m, wl)
+                except PlanError:
+                    continue  # a scope this partition has no shard groups for
+                for ln, f, n in zip(lines, per_seq, shares):
+                    assert ln.time_s(n) >= n * f * (1 - 1e-12), (policy, sharding)
+                    ratios.append(n * f / ln.time_s(n))
+                assert step_time(joint, testbed, m, lines) >= lower_shares_bound(per_seq, G) * (1 - 1e-12)
+    assert max(ratios) > 0.5  # the floors are not vacuous: some come within 2x of the replay
 
 
 def test_baselines_report_subset_and_policy(testbed):

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..costmodel.arrays import PlanArrays, plan_arrays
 from ..costmodel.bound import subset_time_bound
-from ..costmodel.comm import ParamComm, kv_bytes, param_collectives
+from ..costmodel.comm import ParamComm, alltoall_times, kv_bytes, param_collectives
 from ..costmodel.durations import coefficients, evaluate
 from ..costmodel.kernels import CostOptions, attention_rows, attention_waste
 from ..costmodel.memory import memory_bytes
@@ -175,10 +175,12 @@ def plan_lower_bound(
 ) -> float:
     """A proven lower bound of the plan's replayed step time that needs no exchange schedule: the
     exposed collectives, the optimizer and every rank's own work (durations.py's forms summed over the
-    passes), where a pass's exchange takes at least max(its attention, its transfers, one after the
-    other: from each other group its least latency and the bytes it needs of it over all of that
-    group's links at once) — waits, the all-to-alls and the overlap slowdown only add; every pass
-    takes at least its slowest rank's own work and its prefetched collective (simulate.pass_schedule)."""
+    passes): its linear work, its two all-to-alls (each α + max(send, recv), on the rank's chain
+    before and after the exchange) and its exchange, at least max(its attention, its transfers, one
+    after the other: from each other group its least latency and the bytes it needs of it over all
+    of that group's links at once) — waits, operator charges and the overlap slowdown only add;
+    every pass takes at least its slowest rank's own work and its prefetched collective
+    (simulate.pass_schedule)."""
     a = plan_arrays(plan, cluster, model, workload, options)
     return _lower_bound(a, _floors(a, model, workload, options), model, workload, options)
 
@@ -191,6 +193,7 @@ class _Floors:
     xf: np.ndarray  # the least time of the forward transfers, one after the other
     xb: np.ndarray  # ... of the backward transfers
     pc: ParamComm
+    a2a: np.ndarray  # the two all-to-alls of a layer pass (forward or backward: the same two, reversed)
 
 
 def _floors(a: PlanArrays, model: ModelSpec, workload: Workload, options: CostOptions) -> _Floors:
@@ -221,19 +224,31 @@ def _floors(a: PlanArrays, model: ModelSpec, workload: Workload, options: CostOp
         if not options.ignore_comm
         else ParamComm(workload.param_sharding)
     )
-    return _Floors(att=att, xf=xf, xb=xb, pc=pc)
+    a2a = np.zeros(a.R)
+    if not options.ignore_comm:  # each all-to-all takes α + max(send, recv) (durations.py), its operators left out
+        t = alltoall_times(a, model)
+        a2a = 2.0 * t["lat"] + np.maximum(t["in_send"], t["in_recv"]) + np.maximum(t["out_send"], t["out_recv"])
+    return _Floors(att=att, xf=xf, xb=xb, pc=pc, a2a=a2a)
+
+
+def _own_work(work, eta: np.ndarray, shards: np.ndarray, fl: _Floors, workload: Workload) -> dict[str, np.ndarray]:
+    """Every rank's least own work per layer pass ("f", "b") and LM-head pass ("h") under the
+    workload's recompute policy, from its work times, heads and shard: its linear work, its two
+    all-to-alls and its exchange, at least max(attention, transfers) (plan_lower_bound's doc)."""
+    again = rule_of(workload).backward_factors()
+    w = work
+    active = eta > 0
+    ex_f = np.where(active, np.maximum(fl.att, fl.xf), 0.0)
+    ex_b = np.where(active, np.maximum(w.attn_bwd_factor * fl.att, fl.xb), 0.0)
+    fwd = shards * (w.pre_fwd + w.post_fwd) + fl.a2a + ex_f
+    rerun = again.rerun_linear * (w.pre_fwd + w.post_fwd)
+    bwd = shards * (w.pre_bwd + w.post_bwd + rerun) + fl.a2a + ex_b + again.replay_layer * fwd
+    return {"f": fwd, "b": bwd, "h": shards * w.head}
 
 
 def _lower_bound(a: PlanArrays, fl: _Floors, model: ModelSpec, workload: Workload, options: CostOptions) -> float:
-    again = rule_of(workload).backward_factors()
     w = a.work
-    active = a.eta > 0
-    ex_f = np.where(active, np.maximum(fl.att, fl.xf), 0.0)
-    ex_b = np.where(active, np.maximum(w.attn_bwd_factor * fl.att, fl.xb), 0.0)
-    fwd = a.s * (w.pre_fwd + w.post_fwd) + ex_f
-    rerun = again.rerun_linear * (w.pre_fwd + w.post_fwd)
-    bwd = a.s * (w.pre_bwd + w.post_bwd + rerun) + ex_b + again.replay_layer * fwd
-    own = {"f": fwd, "b": bwd, "h": a.s * w.head}
+    own = _own_work(a.work, a.eta, a.s, fl, workload)
     local_params = model.param_count / (options.shards(a.R) if workload.param_sharding == "zero3" else 1)
     shape = StepShape(params=fl.pc, layers=model.layers, batch=workload.global_batch, comm=not options.ignore_comm)
     total = float(local_params * w.optimizer.max())
@@ -246,6 +261,30 @@ def _lower_bound(a: PlanArrays, fl: _Floors, model: ModelSpec, workload: Workloa
         else:
             total += step.count * step.seconds
     return total
+
+
+class MicroStepFloors:
+    """Proven lower bounds of the seconds each micro-step (one sequence) of a layout takes as a
+    replica under any parameter-sharding strategy, the collectives and the optimizer left out: every
+    layer pass and the LM-head pass take at least their slowest rank's own work (plan_lower_bound's
+    floors), whatever collective a strategy prefetches beside them, and a replica's B micro-steps
+    replay B times each pass. Kept per layout (its devices and groups): the recompute policy only
+    weighs the same floors."""
+
+    def __init__(self, cluster: ClusterSpec, model: ModelSpec, options: CostOptions = CostOptions()) -> None:
+        self.cluster, self.model, self.options = cluster, model, options
+        self._parts: dict[tuple, tuple] = {}
+
+    def __call__(self, plan: Plan, workload: Workload) -> float:
+        """Seconds per micro-step no strategy makes the plan's layout beat under the workload's policy."""
+        key = (plan.rank_devices, tuple((g.size, g.chunk_len, g.shards, g.heads) for g in plan.groups))
+        if key not in self._parts:
+            # the layout on these devices (a replica moved from its shape's plan carries the shape's identity)
+            a = plan_arrays(replace(plan, meta={}), self.cluster, self.model, None, self.options)
+            # only what the floors read: a layout's arrays hold its [R, R] links
+            self._parts[key] = (a.work, a.eta, a.s, _floors(a, self.model, workload, self.options))
+        own = _own_work(*self._parts[key], workload)
+        return self.model.layers * float(own["f"].max() + own["b"].max()) + float(own["h"].max())
 
 
 # ---------------------------------------------------------------------------- evaluation

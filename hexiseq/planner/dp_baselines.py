@@ -12,9 +12,11 @@ block's balanced compute per sequence, costmodel.bound, with the exact shares) i
 family's best; a recompute policy of a grid, when the same bound under that policy (each block's
 compute with the policy's recompute, each device's share held to what its memory can hold of a
 sequence with the model states sharded over the whole cluster, the most any strategy shards them:
-costmodel.bound.memory_capped_work_time) is above it; and a layout is not tried under more
-recompute once it fits under every strategy (more recompute is then only slower). So each
-family's best is exact.
+costmodel.bound.memory_capped_work_time) is above it; a layout under a policy, when its replicas'
+own work alone is (each micro-step at least its passes' slowest rank's linear work and exchange,
+baselines.MicroStepFloors, with the exact shares: no strategy's collectives make it shorter); and a
+layout is not tried under more recompute once it fits under every strategy (more recompute is then
+only slower). So each family's best is exact.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ..costmodel.bound import kernel_rates, memory_capped_work_time, min_compute
 from ..costmodel.kernels import CostOptions
 from ..plan import Plan, Sharding
 from ..specs import RECOMPUTE_POLICIES, ClusterSpec, ModelSpec, NodeSpec, Workload
-from .baselines import FAMILIES, divisors, policies_of, symmetric_sizes
+from .baselines import FAMILIES, MicroStepFloors, divisors, policies_of, symmetric_sizes
 from .candidates import device_subsets
 from .shares import STRATEGIES, best_over_strategies, lower_shares_bound
 
@@ -99,6 +101,7 @@ def dp_baselines(
     # less recompute is faster for the same layout and strategy: once every strategy fits, stop
     policies = [p for p in RECOMPUTE_POLICIES if str(p) in policies_of(workload)]
     floor = _PolicyFloor(cluster, model, workload, options)
+    micro = MicroStepFloors(cluster, model, options)
     for lb, label, blocks in grids:
         n = len(blocks[0])
         for name, family in FAMILIES.items():
@@ -121,6 +124,11 @@ def dp_baselines(
                     if floor.step(blocks, str(policy), even) >= best.step_time_s:
                         best.skipped += 1
                         continue  # no layout of these blocks under this policy beats the family's best
+                    per_seq = [micro(r, wl) for r in reps]
+                    layout_lb = max(per_seq) * (G // len(reps)) if even else lower_shares_bound(per_seq, G)
+                    if layout_lb >= best.step_time_s:
+                        best.skipped += 1
+                        continue  # this layout's own work alone, under this policy, is no faster than the best
                     best.tried += 1
                     t, plan, all_fit = best_over_strategies(
                         reps, cluster, model, wl, strategies, options, name, cache, even

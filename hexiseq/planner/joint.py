@@ -53,7 +53,7 @@ from ..errors import HexiSeqError, InfeasibleError
 from ..plan import Group, Plan, Sharding, ShardingScope
 from ..specs import ClusterSpec, ModelSpec, Workload
 from ..specs.identity import cluster_fingerprint, model_record
-from .baselines import policies_of
+from .baselines import MicroStepFloors, policies_of
 from .candidates import EXHAUSTIVE_DEVICES, device_subsets
 from .collector import fewer_collections
 from .dp_baselines import DPBaseline, dp_baselines
@@ -441,6 +441,7 @@ def _plan_joint(
     t_base = time.perf_counter() - t_base
     visited = 0
     searched_lb = math.inf
+    micro = MicroStepFloors(cluster, model, options)
 
     def visit(part: Partition) -> None:
         nonlocal best_s, best_plan, best_label, best_policy
@@ -456,6 +457,8 @@ def _plan_joint(
         for pol in sorted({pol for _, pol in planned}):
             wl = workload.with_recompute(pol)
             reps = [p for p, _ in planned]
+            if lower_shares_bound([micro(r, wl) for r in reps], G) >= best_s:
+                continue  # the replicas' own work alone is no faster than the best plan (no strategy helps)
             t, plan, _ = best_over_strategies(reps, cluster, model, wl, strategies, options, "hexiseq", cache)
             if plan is not None and isinstance(dp, int) and plan.num_replicas != dp:
                 continue
