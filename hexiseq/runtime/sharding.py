@@ -104,10 +104,11 @@ class Strategy:
         mine = next(s for s in self.sets if joint.rank in s)
         equal = len({len(s) for s in self.sets}) == 1
         self.copies_group: Any = None  # HSDP after the backward: the ranks holding this rank's shard position
-        if self.fsdp and len(self.sets) > 1 and equal:
+        if self.fsdp:  # FSDP's meshes, on the backend's device
             from torch.distributed.device_mesh import DeviceMesh
 
             device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+        if self.fsdp and len(self.sets) > 1 and equal:
             hsdp = DeviceMesh(device, torch.tensor(self.sets), mesh_dim_names=("replicate", "shard"))
             if dist.get_backend() == "gloo" and len({self._set_micro_steps(s) for s in self.sets}) > 1:
                 # FSDP on the shard dimension, the copies' all-reduce once after the backward (module doc)
@@ -121,9 +122,6 @@ class Strategy:
                 if s is mine:
                     self.set_group = pg
         if self.fsdp and self.mesh is None:
-            from torch.distributed.device_mesh import DeviceMesh
-
-            device = "cuda" if dist.get_backend() == "nccl" else "cpu"
             self.mesh = DeviceMesh.from_group(self.set_group or dist.group.WORLD, device)
             self.loss_scale = float(len(mine))
             self.flat_after_fsdp = len(self.sets) > 1
