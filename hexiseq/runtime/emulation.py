@@ -55,7 +55,8 @@ The method (every figure it produces is labelled "emulated", with its factors):
   groups span the two nodes, 0.25 s a step of real waits beside the 0.18 s the link held, where the
   cost model charges the link's 0.18 s. The gradient all-reduce (once a step: the flat reductions of
   runtime/sharding.py, HSDP's across copies included where it runs after the backward) returns its
-  α–β time after the real one. FSDP2's own collectives (its gathers and reduce-scatters, HSDP's
+  α–β time after the real one; unequal shard sets' swap of shard rows is a ragged all-to-all, held
+  by the rule above. FSDP2's own collectives (its gathers and reduce-scatters, HSDP's
   per-layer all-reduce of copies in lockstep) are not held: over an emulated link they take the real
   link's time, so a plan whose FSDP groups span emulated nodes is measured without that link time
   (bench_dp's plans keep FSDP groups inside a node; cpu-4's one-replica plan under ZeRO-2 inside each
