@@ -30,8 +30,8 @@ Strategies (`ReplicaLayout.stage` over `ReplicaLayout.shard_sets()`):
   their shards share, in one ragged all-to-all over the world, and each rank adds what it received
   to its shard: a rank moves its shard once per other set, about what the step model charges for
   the copies' all-reduce (a full-size world all-reduce of each shard at its offset moved the whole
-  model: 0.38-0.50 s -> 0.23-0.33 s of the busy replica's step after its compute, 3 + 2 ranks,
-  17M parameters in float32, gloo, 2026-12-07).
+  model: benchmarks/bench_unequal_sets.py, 3 + 2 ranks, 17M float32 parameters, the busy replica's
+  time after its compute 0.44-0.47 s with it, 0.23-0.25 s with the swap, gloo, 2026-12-07).
   FSDP's collectives run on every micro-step over the set, so every rank of a set runs as many
   micro-steps as the set's busiest replica: a replica with fewer sequences runs empty ones (no
   tokens, no attention traffic, zero gradient) — the waiting of an uneven share under ZeRO-2/3.
