@@ -25,7 +25,7 @@ from hexiseq.planner.replicas import (
     shape_key,
     sub_cluster,
 )
-from hexiseq.planner.shares import batch_shares, lower_shares_bound
+from hexiseq.planner.shares import batch_shares, best_over_strategies, lower_shares_bound
 from hexiseq.specs import ClusterSpec, NodeSpec, get_gpu
 
 
@@ -328,9 +328,10 @@ def test_even_share_baselines_split_the_batch_equally(G):
 def test_dp_baselines_policy_floor_bounds_every_evaluation_and_changes_no_best(
     monkeypatch, cluster, model, seq_len, G, even
 ):
-    """The per-policy floor that lets dp_baselines skip an evaluation is below the step of every
-    (blocks, policy) evaluation it could skip, and skipping changes no family's best (the same plan,
-    step and configuration as with nothing skipped); it does skip some."""
+    """The per-policy floor and the layouts' micro-step floors that let dp_baselines skip an
+    evaluation are below the step of every (blocks, policy) evaluation they could skip, and skipping
+    changes no family's best (the same plan, step and configuration as with nothing skipped); they
+    do skip some."""
     import importlib
 
     D = importlib.import_module("hexiseq.planner.dp_baselines")
@@ -341,21 +342,60 @@ def test_dp_baselines_policy_floor_bounds_every_evaluation_and_changes_no_best(
 
     def recorded(reps, cluster, model, wl, strategies, options, name, cache, even):
         out = evaluate(reps, cluster, model, wl, strategies, options, name, cache, even)
-        seen.append(([list(r.rank_devices) for r in reps], str(wl.activation_checkpointing), out[0]))
+        seen.append((reps, wl, out[0]))
         return out
 
     pruned = D.dp_baselines(c, m, w, even=even)
     monkeypatch.setattr(D, "best_over_strategies", recorded)
     monkeypatch.setattr(D._PolicyFloor, "step", lambda self, blocks, policy, even: 0.0)
+    monkeypatch.setattr(D.MicroStepFloors, "__call__", lambda self, plan, workload: 0.0)
     full = D.dp_baselines(c, m, w, even=even)
     monkeypatch.undo()
-    floor = D._PolicyFloor(c, m, w, CostOptions())
-    assert seen and all(floor.step(blocks, pol, even) <= t * (1 + 1e-9) for blocks, pol, t in seen)
+    floor, micro = D._PolicyFloor(c, m, w, CostOptions()), D.MicroStepFloors(c, m)
+    assert seen
+    for reps, wl, t in seen:
+        blocks = [list(r.rank_devices) for r in reps]
+        assert floor.step(blocks, str(wl.activation_checkpointing), even) <= t * (1 + 1e-9)
+        per_seq = [micro(r, wl) for r in reps]
+        layout = max(per_seq) * (G // len(reps)) if even else lower_shares_bound(per_seq, G)
+        assert layout <= t * (1 + 1e-9), (blocks, wl.activation_checkpointing)
     for name, b in full.items():
         p = pruned[name]
         assert (p.step_time_s, p.config, p.recompute) == (b.step_time_s, b.config, b.recompute), name
         assert p.plan == b.plan, name
     assert sum(p.tried for p in pruned.values()) < sum(b.tried for b in full.values())
+
+
+@pytest.mark.parametrize(
+    "cluster, model, seq_len, G", [("testbed-8", "gpt-13b", 65536, 4), ("testbed-16", "gpt-7b", 131072, 8)]
+)
+def test_micro_step_floors_change_no_joint_plan(monkeypatch, cluster, model, seq_len, G):
+    """The joint planner's pruning by the layouts' micro-step floors (DP x family configurations and
+    partitions' strategy scoring) changes nothing it returns: the same plan, step and partition as
+    with the floors at zero."""
+    import importlib
+
+    B, D, J = (importlib.import_module(f"hexiseq.planner.{n}") for n in ("baselines", "dp_baselines", "joint"))
+    c, m = load_cluster(cluster), get_model(model)
+    w = Workload(seq_len=seq_len, global_batch=G, activation_checkpointing="auto")
+    calls = {"pruned": 0, "full": 0}
+
+    def counted(key):
+        def scored(*args, **kwargs):
+            calls[key] += 1
+            return best_over_strategies(*args, **kwargs)
+
+        return scored
+
+    for key in ("pruned", "full"):
+        if key == "full":
+            monkeypatch.setattr(B.MicroStepFloors, "__call__", lambda self, plan, workload: 0.0)
+        monkeypatch.setattr(D, "best_over_strategies", counted(key))
+        monkeypatch.setattr(J, "best_over_strategies", counted(key))
+        calls[key + " plan"] = plan_joint(c, m, w)
+    pruned, full = calls["pruned plan"], calls["full plan"]
+    assert (pruned.step_time_s, pruned.partition, pruned.plan) == (full.step_time_s, full.partition, full.plan)
+    assert calls["pruned"] < calls["full"]  # the floors did skip some scoring
 
 
 def test_even_share_baselines_fit_in_memory():
