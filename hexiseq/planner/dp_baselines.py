@@ -13,7 +13,7 @@ family's best; a recompute policy of a grid, when the same bound under that poli
 compute with the policy's recompute, each device's share held to what its memory can hold of a
 sequence with the model states sharded over the whole cluster, the most any strategy shards them:
 costmodel.bound.memory_capped_work_time) is above it; a layout under a policy, when its replicas'
-own work alone is (each micro-step at least its passes' slowest rank's linear work and exchange,
+own work alone is (each micro-step at least its passes' slowest rank's linear work, all-to-alls and exchange,
 baselines.MicroStepFloors, with the exact shares: no strategy's collectives make it shorter); and a
 layout is not tried under more recompute once it fits under every strategy (more recompute is then
 only slower). So each family's best is exact.
