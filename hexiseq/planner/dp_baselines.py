@@ -21,6 +21,7 @@ only slower). So each family's best is exact.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -97,55 +98,64 @@ def dp_baselines(
             bound = max(per_seq) * (G // dp) if even else lower_shares_bound(per_seq, G)
             grids.append((bound, label, blocks))
     grids.sort(key=lambda x: x[0])
-    seen: set = set()
     # less recompute is faster for the same layout and strategy: once every strategy fits, stop
     policies = [p for p in RECOMPUTE_POLICIES if str(p) in policies_of(workload)]
     floor = _PolicyFloor(cluster, model, workload, options)
     micro = MicroStepFloors(cluster, model, options)
-    for lb, label, blocks in grids:
-        n = len(blocks[0])
-        for name, family in FAMILIES.items():
+    for name, family in FAMILIES.items():
+        # best first: each (configuration, policy) in the order of its proven bound, the grids expanded
+        # when their own bound comes up; a tie of steps goes to the configuration the grids' order
+        # lists first (`order`), so the family's best is the one a scan in that order keeps
+        heap: list[tuple] = [(lb, (g,), "grid", g) for g, (lb, _, _) in enumerate(grids)]
+        heapq.heapify(heap)
+        scored: dict[tuple, tuple] = {}  # (replicas' groups, policy) -> (step, plan, all fit)
+        best_at: tuple = (math.inf, ())  # (step, order) of the family's best
+        while heap:
+            bound, order, kind, what = heapq.heappop(heap)
             best = out[f"dp x {name}"]
-            if lb >= best.step_time_s:
+            if bound > best_at[0] or (bound == best_at[0] and order > best_at[1]):
                 best.skipped += 1
-                continue  # no configuration of these blocks can beat the family's best
-            if n == 1 and name != "ring":
-                continue  # one device: every family is the same plan (pure data parallelism)
-            per_block = [family(b, S, model, workload.block_size) for b in blocks]
-            for j, (config, _) in enumerate(per_block[0]):
-                key = (name, tuple(tuple(pb[j][1].rank_devices) for pb in per_block))
-                if key in seen:
+                continue  # nothing of it can beat the family's best (nor tie it earlier in the order)
+            if kind == "grid":
+                lb, label, blocks = grids[what]
+                if len(blocks[0]) == 1 and name != "ring":
+                    continue  # one device: every family is the same plan (pure data parallelism)
+                per_block = [family(b, S, model, workload.block_size) for b in blocks]
+                for j, (config, _) in enumerate(per_block[0]):
+                    reps = [pb[j][1] for pb in per_block]
+                    for k, policy in enumerate(policies):
+                        cheap = max(lb, floor.step(blocks, str(policy), even))
+                        item = (label, blocks, config, reps, policy, False)
+                        heapq.heappush(heap, (cheap, (what, j, k), "item", item))
+                continue
+            label, blocks, config, reps, policy, floored = what
+            wl = workload.with_recompute(policy)
+            if not floored:  # this layout's own work alone (MicroStepFloors), with the exact shares
+                per_seq = [micro(r, wl) for r in reps]
+                layout_lb = max(per_seq) * (G // len(reps)) if even else lower_shares_bound(per_seq, G)
+                if layout_lb > bound:
+                    heapq.heappush(heap, (layout_lb, order, "item", (*what[:5], True)))
                     continue
-                seen.add(key)
-                reps = [pb[j][1] for pb in per_block]
-                for policy in policies:
-                    wl = workload.with_recompute(policy)
-                    best = out[f"dp x {name}"]
-                    if floor.step(blocks, str(policy), even) >= best.step_time_s:
-                        best.skipped += 1
-                        continue  # no layout of these blocks under this policy beats the family's best
-                    per_seq = [micro(r, wl) for r in reps]
-                    layout_lb = max(per_seq) * (G // len(reps)) if even else lower_shares_bound(per_seq, G)
-                    if layout_lb >= best.step_time_s:
-                        best.skipped += 1
-                        continue  # this layout's own work alone, under this policy, is no faster than the best
-                    best.tried += 1
-                    t, plan, all_fit = best_over_strategies(
-                        reps, cluster, model, wl, strategies, options, name, cache, even
-                    )
-                    if plan is not None and t < best.step_time_s:
-                        out[f"dp x {name}"] = DPBaseline(
-                            best.name,
-                            plan,
-                            t,
-                            f"dp={plan.num_replicas} x {config} on {label}, {plan.sharding.describe()}, "
-                            f"recompute {policy}",
-                            str(policy),
-                            best.tried,
-                            best.skipped,
-                        )
-                    if all_fit:
-                        break
+            key = tuple(r.groups for r in reps)  # the layouts themselves: factorizations can share rank orders
+            if any(scored.get((key, str(p)), (0, 0, False))[2] for p in policies[: policies.index(policy)]):
+                continue  # it fits under every strategy with less recompute: more is only slower
+            if (key, str(policy)) not in scored:
+                best.tried += 1
+                scored[key, str(policy)] = best_over_strategies(
+                    reps, cluster, model, wl, strategies, options, name, cache, even
+                )
+            t, plan, _ = scored[key, str(policy)]
+            if plan is not None and (t, order) < best_at:
+                best_at = (t, order)
+                out[f"dp x {name}"] = DPBaseline(
+                    best.name,
+                    plan,
+                    t,
+                    f"dp={plan.num_replicas} x {config} on {label}, {plan.sharding.describe()}, recompute {policy}",
+                    str(policy),
+                    best.tried,
+                    best.skipped,
+                )
     return out
 
 
