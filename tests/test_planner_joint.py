@@ -177,17 +177,22 @@ def test_balanced_unions_stop_at_sixteen_replicas():
         assert sum(_shares(p)) == 64
 
 
+def _h1a5() -> ClusterSpec:
+    """One H100 node and five A100 nodes of 4 GPUs (50 / 25 GB/s NICs)."""
+    return ClusterSpec.from_nodes(
+        "h1a5",
+        [NodeSpec(get_gpu("H100-SXM"), 4, 50.0, None)] + [NodeSpec(get_gpu("A100-80GB"), 4, 25.0, None)] * 5,
+        5.0,
+    )
+
+
 def test_rate_balanced_unions_beat_the_family_partitions_where_shares_do_not_divide(monkeypatch):
     """One H100 node and five A100 nodes, 3 sequences: the families give no three replicas of equal
     speed (H100 alone is ~1.8 A100 nodes; five A100 nodes split only into 1 or 5); the unions
     H100+A100, A100+A100, A100+A100 do, and beat every family partition and baseline."""
     import hexiseq.planner.joint as joint
 
-    c = ClusterSpec.from_nodes(
-        "h1a5",
-        [NodeSpec(get_gpu("H100-SXM"), 4, 50.0, None)] + [NodeSpec(get_gpu("A100-80GB"), 4, 25.0, None)] * 5,
-        5.0,
-    )
+    c = _h1a5()
     m, w = get_model("gpt-7b"), Workload(seq_len=32 * 1024, global_batch=3, activation_checkpointing="auto")
     res = plan_joint(c, m, w)
     assert res.partition.startswith("3 rate-balanced unions of nodes (shares 1:1:1)"), res.partition
@@ -420,11 +425,7 @@ def test_dp_baselines_try_every_factorization_that_shares_a_rank_order():
     each is its own layout. On one H100 node and five A100 nodes at 3 sequences the second is the
     strongest DP x family plan (dp=3 blocks of 8): dp_baselines finds it, as a by-hand search of
     every factorization on the same subsets does."""
-    c = ClusterSpec.from_nodes(
-        "h1a5",
-        [NodeSpec(get_gpu("H100-SXM"), 4, 50.0, None)] + [NodeSpec(get_gpu("A100-80GB"), 4, 25.0, None)] * 5,
-        5.0,
-    )
+    c = _h1a5()
     m, w = get_model("gpt-7b"), Workload(seq_len=32 * 1024, global_batch=3, activation_checkpointing="none")
     got = dp_baselines(c, m, w)
     by_hand = best_dp_symmetric(c, m, w, [tuple(range(c.size))], policies=("none",))
