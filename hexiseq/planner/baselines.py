@@ -30,7 +30,7 @@ from ..costmodel.arrays import PlanArrays, plan_arrays
 from ..costmodel.bound import subset_time_bound
 from ..costmodel.comm import ParamComm, alltoall_times, kv_bytes, param_collectives
 from ..costmodel.durations import coefficients, evaluate
-from ..costmodel.kernels import CostOptions, attention_rows, attention_waste
+from ..costmodel.kernels import CostOptions, WorkTimes, attention_rows, attention_waste
 from ..costmodel.memory import memory_bytes
 from ..costmodel.paths import Pass, StepShape
 from ..costmodel.policy import rule_of
@@ -231,7 +231,9 @@ def _floors(a: PlanArrays, model: ModelSpec, workload: Workload, options: CostOp
     return _Floors(att=att, xf=xf, xb=xb, pc=pc, a2a=a2a)
 
 
-def _own_work(work, eta: np.ndarray, shards: np.ndarray, fl: _Floors, workload: Workload) -> dict[str, np.ndarray]:
+def _own_work(
+    work: WorkTimes, eta: np.ndarray, shards: np.ndarray, fl: _Floors, workload: Workload
+) -> dict[str, np.ndarray]:
     """Every rank's least own work per layer pass ("f", "b") and LM-head pass ("h") under the
     workload's recompute policy, from its work times, heads and shard: its linear work, its two
     all-to-alls and its exchange, at least max(attention, transfers) (plan_lower_bound's doc)."""
@@ -277,7 +279,7 @@ class MicroStepFloors:
 
     def __call__(self, plan: Plan, workload: Workload) -> float:
         """Seconds per micro-step no strategy makes the plan's layout beat under the workload's policy."""
-        key = (plan.rank_devices, tuple((g.size, g.chunk_len, g.shards, g.heads) for g in plan.groups))
+        key = plan.groups  # devices, chunks, shards and heads: the layout
         if key not in self._parts:
             # the layout on these devices (a replica moved from its shape's plan carries the shape's identity)
             a = plan_arrays(replace(plan, meta={}), self.cluster, self.model, None, self.options)

@@ -125,16 +125,15 @@ def dp_baselines(
                     reps = [pb[j][1] for pb in per_block]
                     for k, policy in enumerate(policies):
                         cheap = max(lb, floor.step(blocks, str(policy), even))
-                        item = (label, blocks, config, reps, policy, False)
-                        heapq.heappush(heap, (cheap, (what, j, k), "item", item))
+                        heapq.heappush(heap, (cheap, (what, j, k), "item", (label, config, reps, policy)))
                 continue
-            label, blocks, config, reps, policy, floored = what
+            label, config, reps, policy = what
             wl = workload.with_recompute(policy)
-            if not floored:  # this layout's own work alone (MicroStepFloors), with the exact shares
+            if kind == "item":  # first up: its layout's own work alone (MicroStepFloors), with the exact shares
                 per_seq = [micro(r, wl) for r in reps]
                 layout_lb = max(per_seq) * (G // len(reps)) if even else lower_shares_bound(per_seq, G)
                 if layout_lb > bound:
-                    heapq.heappush(heap, (layout_lb, order, "item", (*what[:5], True)))
+                    heapq.heappush(heap, (layout_lb, order, "floored", what))
                     continue
             key = tuple(r.groups for r in reps)  # the layouts themselves: factorizations can share rank orders
             if any(scored.get((key, str(p)), (0, 0, False))[2] for p in policies[: policies.index(policy)]):
