@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterator
 
 from hexiseq.costmodel import estimate
+from hexiseq.costmodel.kernels import CostOptions
 from hexiseq.errors import HexiSeqError
 from hexiseq.plan import Group, Plan
 from hexiseq.planner.layout import Layout
@@ -109,20 +110,25 @@ def best_plan(
 _LP_PLANS: dict[tuple[str, ...], tuple[float, Plan | None]] = {}
 
 
-def lp_plan(cluster: ClusterSpec, model: ModelSpec, wl: Workload, groups, heads) -> tuple[float, Plan | None]:
+def lp_plan(
+    cluster: ClusterSpec, model: ModelSpec, wl: Workload, groups, heads, options: CostOptions = CostOptions()
+) -> tuple[float, Plan | None]:
     """The fastest plan that fits found for one layout through its relaxation: the layout model's
     optimum (planner/layout_model.py) rounded to whole blocks and tokens (a few roundings, the shards chosen
     again under memory when a rounding does not fit), each judged by the step replay. (inf, None)
-    when none fits. The planner's code finds the plans; only the replay judges them."""
-    key = (repr(cluster), repr(model), repr(wl), repr(groups), repr(heads))
+    when none fits. The planner's code finds the plans; only the replay judges them. `options`:
+    e.g. the model states sharded over more devices than the layout's (`CostOptions.state_shards`)."""
+    key = (repr(cluster), repr(model), repr(wl), repr(groups), repr(heads), repr(options))
     if key not in _LP_PLANS:
-        _LP_PLANS[key] = _lp_plan(cluster, model, wl, groups, heads)
+        _LP_PLANS[key] = _lp_plan(cluster, model, wl, groups, heads, options)
     return _LP_PLANS[key]
 
 
-def _lp_plan(cluster: ClusterSpec, model: ModelSpec, wl: Workload, groups, heads) -> tuple[float, Plan | None]:
+def _lp_plan(
+    cluster: ClusterSpec, model: ModelSpec, wl: Workload, groups, heads, options: CostOptions
+) -> tuple[float, Plan | None]:
     try:
-        lm = LayoutModel(cluster, model, wl, Layout(tuple(groups), tuple(heads)))
+        lm = LayoutModel(cluster, model, wl, Layout(tuple(groups), tuple(heads)), options)
     except HexiSeqError:
         return math.inf, None
     sol = lm.solve(max_rounds=200)
@@ -131,12 +137,12 @@ def _lp_plan(cluster: ClusterSpec, model: ModelSpec, wl: Workload, groups, heads
     best, best_p = math.inf, None
     for blocks in roundings(sol.blocks, lm.nb, 5):
         plan = lm.to_plan(blocks, sol.shards)
-        est = estimate(plan, cluster, model, wl)
+        est = estimate(plan, cluster, model, wl, options)
         if not est.fits:
             plan, _ = lm.best_plan(blocks)
             if plan is None:
                 continue
-            est = estimate(plan, cluster, model, wl)
+            est = estimate(plan, cluster, model, wl, options)
         if est.fits and est.iteration_time_s < best:
             best, best_p = est.iteration_time_s, plan
     return best, best_p

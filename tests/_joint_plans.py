@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from _groupings import _kinds, layouts, lp_plan, set_partitions
 
+from hexiseq.costmodel.kernels import CostOptions
 from hexiseq.costmodel.step import replica_lines, step_time
 from hexiseq.errors import PlanError
 from hexiseq.plan import Group, Plan, Sharding
@@ -62,8 +63,10 @@ def _moved(plan: Plan, mapping: dict[int, int]) -> Plan:
 
 class ReplicaLayouts:
     """The best plan of every layout of a replica's devices (one sequence, ZeRO-3 over its devices:
-    tests/_groupings.lp_plan), computed once per replica up to identical devices and moved onto
-    each replica's own devices."""
+    tests/_groupings.lp_plan), and where it differs the best plan with the model states sharded over
+    every device of the cluster (a replica whose states are sharded with other replicas' has more
+    memory for its sequence: only such a strategy runs it), computed once per replica up to
+    identical devices and moved onto each replica's own devices."""
 
     def __init__(self, cluster: ClusterSpec, model: ModelSpec, workload: Workload):
         self.cluster, self.model = cluster, model
@@ -75,10 +78,12 @@ class ReplicaLayouts:
         key = tuple(sorted(self.kind[d] for d in block))
         if key not in self.done:
             found = []
+            wide = CostOptions(state_shards=self.cluster.size)
             for groups, heads in layouts(self.cluster, self.model, devices=tuple(block)):
-                _, p = lp_plan(self.cluster, self.model, self.wl1, groups, heads)
-                if p is not None:
-                    found.append(p)
+                for options in (CostOptions(), wide) if len(block) < self.cluster.size else (CostOptions(),):
+                    _, p = lp_plan(self.cluster, self.model, self.wl1, groups, heads, options)
+                    if p is not None and p not in found:
+                        found.append(p)
             self.done[key] = (tuple(sorted(block)), found)
         canon, found = self.done[key]
         mapping: dict[int, int] = {}

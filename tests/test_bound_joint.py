@@ -17,19 +17,37 @@ from hypothesis import strategies as st
 
 from hexiseq.costmodel import bound as bound_module
 from hexiseq.costmodel import estimate
-from hexiseq.costmodel.bound import compute_bound, sequence_can_fit
+from hexiseq.costmodel.bound import (
+    compute_bound,
+    one_replica_bound,
+    outer_group_collectives_floor,
+    sequence_can_fit,
+    subset_time_bound,
+)
 from hexiseq.costmodel.kernels import CostOptions, work_times
 from hexiseq.costmodel.step import estimate_step, replica_lines, step_time
 from hexiseq.errors import InfeasibleError
-from hexiseq.plan import random_plan, ulysses_plan
+from hexiseq.plan import (
+    Plan,
+    Sharding,
+    ShardingScope,
+    ShardingStage,
+    random_plan,
+    ring_plan,
+    symmetric_plan,
+    ulysses_plan,
+)
 from hexiseq.planner.joint import _Shapes, every_joint_plan_bound, plan_joint
 from hexiseq.planner.replicas import Partition, Piece
-from hexiseq.planner.shares import STRATEGIES
+from hexiseq.planner.shares import STRATEGIES, lower_shares_bound
 from hexiseq.specs import ClusterSpec, ModelSpec, Workload
 
 TINY = ModelSpec("tiny-gqa", layers=4, hidden=1024, heads=8, kv_heads=2, ffn=2816, vocab=32000)
 # deep enough that at 64K one sequence without recompute fits on no small cluster (memory.py's model)
 DEEP = ModelSpec("deep-gqa", layers=32, hidden=2048, heads=16, kv_heads=2, ffn=5504, vocab=32000)
+# 3.5B parameters: its model states (56 GB) fit on no single L40S; one GPU runs it only with its
+# states sharded with other replicas' (ZeRO over all devices, in lockstep, over the NICs)
+WIDE = ModelSpec("wide-gqa", layers=8, hidden=6144, heads=48, kv_heads=8, ffn=16384, vocab=32000)
 REL = 1e-9  # rounding of the same float64 sums in another order
 
 CASES = [
@@ -180,10 +198,116 @@ def test_the_joint_bound_holds_when_memory_rules_out_a_policy(G):
     # against every plan): above its balanced compute without recompute
     shapes = _Shapes(cluster, DEEP, wl, CostOptions())
     both = (Piece(0, 0, 2),)
-    assert shapes.per_sequence_bound(both) > 1.05 * shapes.compute_per_sequence(both)
+    least = min(shapes.sequence_floors(both, p).inside for p in ("none", "selective", "full"))
+    assert least > 1.05 * shapes.compute_per_sequence(both)
     assert "with selective recompute (the least of the policies one sequence can fit under: selective, full)" in (
         res.bound_covers
     )
+
+
+@pytest.mark.parametrize("G", [2, 3])
+def test_the_joint_bound_holds_when_replicas_need_states_sharded_beyond_their_nodes(G):
+    """Nodes of one GPU (L40S, L40S, A100) and WIDE: a one-GPU L40S replica holds its model states
+    only sharded with other replicas' over the NICs. The enumeration then holds plans whose replicas'
+    layouts fit only that way (tests/_joint_plans.py), and the search's floor of every partition is
+    below them. With an L40S and the A100 as replicas, G = 3, the floor counts that the L40S runs in
+    lockstep with the A100 (one shard group: each shared micro-step at the L40S's pace) where it
+    gets sequences at all: above the shares of each replica's least floor taken on its own."""
+    cluster = ClusterSpec.from_nodes("l40s-l40s-a100", [("L40S", 1, 12.5), ("L40S", 1, 12.5), ("A100-80GB", 1, 25)])
+    wl = Workload(seq_len=16 * 1024, activation_checkpointing="auto", global_batch=G)
+    if "wide" not in _ENUMERATED:
+        _ENUMERATED["wide"] = (cluster, wl, {}, {})
+    _, _, layouts, cache = _ENUMERATED["wide"]
+    found, res = check_certificate(cluster, wl, layouts, cache, "nodes of one L40S, L40S, A100; WIDE 16K", WIDE)
+    singles = tuple((d,) for d in range(G))
+    assert singles in found.by_partition  # G one-GPU replicas run (ZeRO over all devices)
+    if G == 3:
+        shapes = _Shapes(cluster, WIDE, wl, CostOptions())
+        part = Partition("", tuple(_pieces(cluster, block) for block in ((0,), (2,))))
+
+        def least(rep):  # the replica's least floor of any policy and shard group, taken on its own
+            floors = [shapes.sequence_floors(rep, p) for p in ("none", "selective", "full")]
+            return min(min([f.inside, *(c for c, _ in f.outer.values())]) for f in floors)
+
+        assert shapes.partition_floor(part, G) > 1.15 * lower_shares_bound([least(r) for r in part.replicas], G)
+
+
+def test_outer_group_collectives_floor_is_below_every_replayed_micro_step():
+    """costmodel.bound.outer_group_collectives_floor against the step model: two replicas on
+    different nodes under zero2 / zero3 over all devices (one shard group across the NIC), several
+    layouts of each, two policies: each replica's replayed seconds per sequence are at least its floor,
+    and the floor comes within 15% of one of them (it is not vacuous)."""
+    cluster = ClusterSpec.from_nodes("l40s-1-2-a100", [("L40S", 1, 12.5), ("L40S", 2, 12.5), ("A100-80GB", 1, 25)])
+    closest = 0.0
+    for policy in ("none", "full"):
+        wl = Workload(seq_len=16 * 1024, activation_checkpointing=policy, global_batch=2)
+        layouts = ReplicaLayouts(cluster, WIDE, wl)
+        for a, b in [((0,), (1, 2)), ((1, 2), (3,))]:
+            for pa in layouts.plans(a)[:2]:
+                for pb in layouts.plans(b)[:2]:
+                    for stage in (ShardingStage.ZERO2, ShardingStage.ZERO3):
+                        plan = Plan.joint([pa, pb], [1, 1], Sharding(stage, ShardingScope.ALL), name="two")
+                        for rep, line in zip((a, b), replica_lines(plan, cluster, WIDE, wl)):
+                            floor = outer_group_collectives_floor(cluster, rep, WIDE, stage)
+                            assert floor <= line.per_sequence_s * (1 + REL), (rep, stage, floor, line)
+                            closest = max(closest, floor / line.per_sequence_s)
+    assert closest > 0.85
+    # a replica over every node has no group beyond its nodes; zero1 runs no per-micro-step collective
+    assert outer_group_collectives_floor(cluster, (0, 1, 2, 3), WIDE, ShardingStage.ZERO3) is None
+    assert outer_group_collectives_floor(cluster, (0,), WIDE, ShardingStage.ZERO1) == 0.0
+
+
+# 6.9B parameters in 4 layers: on nodes of one L40S its model states fit only sharded over four of them
+HUGE = ModelSpec("huge-gqa", layers=4, hidden=12288, heads=96, kv_heads=8, ffn=32768, vocab=32000)
+ONE_REPLICA_CASES = [
+    ("wide", WIDE, [("L40S", 1, 12.5), ("L40S", 1, 12.5), ("A100-80GB", 1, 25)], 16 * 1024),
+    ("deep", DEEP, [("L40S", 2, 12.5), ("A100-80GB", 1, 25)], 16 * 1024),
+    ("huge", HUGE, [("L40S", 1, 12.5)] * 4, 8 * 1024),
+]
+
+
+@pytest.mark.parametrize("name,model,nodes,S", ONE_REPLICA_CASES, ids=[c[0] for c in ONE_REPLICA_CASES])
+def test_one_replica_bound_is_below_every_one_replica_plan_under_every_strategy(name, model, nodes, S):
+    """costmodel.bound.one_replica_bound (the joint planner's reason to skip the DP = 1 planner)
+    against the step model: on every device set, every layout of one replica (tests/_joint_plans.py),
+    every strategy and two policies, the step of G = 2 sequences is at least the bound, and the bound
+    is inf where no plan fits. With HUGE on four one-GPU nodes only ZeRO-3 over all four holds a
+    sequence: the bound counts its collectives over the NICs, several times the one without (its
+    plans there: the symmetric ones and random uneven ones, as every layout of 96 heads takes long)."""
+    import itertools
+
+    cluster = ClusterSpec.from_nodes(name, nodes)
+    raised = 0.0
+    for policy in ("none", "full"):
+        wl = Workload(seq_len=S, activation_checkpointing=policy, global_batch=2)
+        layouts = ReplicaLayouts(cluster, model, wl)
+        blocks = [b for r in range(1, cluster.size + 1) for b in itertools.combinations(range(cluster.size), r)]
+        for block in blocks if name != "huge" else [tuple(range(cluster.size))]:
+            if name == "huge":
+                heads = (S, model.heads, model.kv_heads)
+                plans = [
+                    ulysses_plan(block, *heads),
+                    ring_plan(block, *heads),
+                    symmetric_plan(block, *heads, cp=2, hp=2),
+                ]
+                plans += [random_plan(len(block), *heads, seed=k, block_size=128) for k in range(12)]
+            else:
+                plans = layouts.plans(block)
+            bound = one_replica_bound(cluster, block, model, wl)
+            best = math.inf
+            for plan in plans:
+                for sharding in STRATEGIES:
+                    step = estimate_step(Plan.joint([plan], [2], sharding, name="one"), cluster, model, wl)
+                    if step.fits:
+                        best = min(best, step.step_time_s)
+                        assert bound <= step.step_time_s * (1 + REL), (block, sharding, bound, step.step_time_s)
+            assert math.isfinite(bound) or not math.isfinite(best), (block, policy)
+            free = subset_time_bound(
+                cluster, block, model, replace(wl, param_sharding="zero3"), CostOptions(ignore_comm=True)
+            )
+            raised = max(raised, bound / free if math.isfinite(bound) else 0.0)
+    if name == "huge":
+        assert raised > 3.0 and math.isfinite(best)
 
 
 @pytest.mark.parametrize(

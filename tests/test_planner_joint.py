@@ -25,7 +25,7 @@ from hexiseq.planner.replicas import (
     shape_key,
     sub_cluster,
 )
-from hexiseq.planner.shares import batch_shares, best_over_strategies, lower_shares_bound
+from hexiseq.planner.shares import batch_shares, best_over_strategies, lower_lockstep_bound, lower_shares_bound
 from hexiseq.specs import ClusterSpec, NodeSpec, get_gpu
 
 
@@ -68,6 +68,30 @@ def test_lower_shares_bound_is_the_exact_min_max(seed):
     got = lower_shares_bound(bounds, G)
     assert got == max(ln.time_s(s) for ln, s in zip(lines, batch_shares(lines, G)))
     assert got == pytest.approx(_brute(lines, G)) or got == _brute(lines, G)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_lower_lockstep_bound_is_the_least_lockstep_time_of_two_or_more_replicas(seed):
+    """lower_lockstep_bound: the least lockstep time (step.lockstep_time, no fixed parts) over every
+    share vector that gives two replicas or more a sequence (a brute force); inf with fewer than two
+    replicas that fit."""
+    import itertools
+    import random
+
+    rng = random.Random(seed)
+    bounds = [rng.choice([rng.uniform(0.1, 3), rng.uniform(0.1, 3), math.inf]) for _ in range(rng.randint(1, 4))]
+    G = rng.randint(1, 6)
+    lines = [ReplicaLine(0.0, b, 0.0, True, 0.0) for b in bounds]
+    brute = min(
+        (
+            lockstep_time(lines, list(shares))
+            for shares in itertools.product(range(G + 1), repeat=len(bounds))
+            if sum(shares) == G and sum(b > 0 for b in shares) >= 2
+        ),
+        default=math.inf,
+    )
+    got = lower_lockstep_bound(bounds, G)
+    assert got == pytest.approx(brute) or got == brute
 
 
 @pytest.mark.parametrize("seed", range(40))

@@ -28,13 +28,14 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..plan import ShardingStage
 from ..specs import ClusterSpec, ModelSpec, Workload
 from .arrays import link_matrices
-from .comm import ParamComm, param_collectives
+from .comm import ParamComm, collective_link, param_collectives, sharding_collectives
 from .kernels import CostOptions, WorkTimes, work_times
 from .memory import memory_terms, sharded_state_bytes
 from .paths import Pass, StepShape
@@ -103,6 +104,7 @@ def subset_time_bound(
     model: ModelSpec,
     workload: Workload,
     options: CostOptions = CostOptions(),
+    stage: ShardingStage | None = None,
 ) -> float:
     """Seconds no plan on exactly these devices can beat under the workload's (concrete) recompute
     policy, whatever its grouping, ring order or split: the larger of two bounds. (1) The balanced,
@@ -111,16 +113,102 @@ def subset_time_bound(
     optimizer step. (2) The step replay's pass structure (simulate.pass_schedule): every pass of a
     kind takes at least the balanced compute of one such pass and its prefetched parameter
     collective with the slowdown it causes; the exposed collectives add; the collectives are those
-    of these devices (comm.param_collectives: they depend on the set of devices only). The planner
-    prunes a candidate whose subset cannot beat the best plan found."""
+    of these devices (comm.param_collectives: they depend on the set of devices only; `stage`: those
+    of that sharding stage over these devices, comm.sharding_collectives). The planner prunes a
+    candidate whose subset cannot beat the best plan found."""
     w = work_times([cluster.devices[d].gpu for d in devices], model, options)
     if options.ignore_comm:
         pc = ParamComm(workload.param_sharding)
     else:
         bw, lat = link_matrices(cluster)
         idx = np.asarray(list(devices), dtype=np.int64)
-        pc = param_collectives(bw[np.ix_(idx, idx)], lat[np.ix_(idx, idx)], model, workload)
+        sub_bw, sub_lat = bw[np.ix_(idx, idx)], lat[np.ix_(idx, idx)]
+        if stage is None:
+            pc = param_collectives(sub_bw, sub_lat, model, workload)
+        else:
+            pc = sharding_collectives(stage, sub_bw, sub_lat, model)
     return _pass_bound(w, len(devices), pc, model, workload, options, min_compute_time)
+
+
+def one_replica_bound(
+    cluster: ClusterSpec,
+    devices: Sequence[int],
+    model: ModelSpec,
+    workload: Workload,
+    options: CostOptions = CostOptions(),
+) -> float:
+    """Seconds no one-replica plan on exactly these devices beats under the workload's (concrete)
+    recompute policy and any sharding strategy (costmodel/step.py: its shard group is every device
+    of the plan or each node's): `subset_time_bound` without communication where a strategy with no
+    per-micro-step collective beyond a node can hold a sequence (zero1 over the devices, or zero2 /
+    zero3 inside each node: `SequenceRoom` with the states they hold), else with the per-micro-step
+    collectives of zero2 or zero3 over the devices, whichever can hold one; inf where none can. The
+    optimizer step is the least (its states sharded over the devices)."""
+    n = len(devices)
+    per_node: dict[int, int] = {}
+    for d in devices:
+        per_node[cluster.devices[d].node] = per_node.get(cluster.devices[d].node, 0) + 1
+    wl = replace(workload, param_sharding="zero3")
+    local = (
+        HeldStates((ShardingStage.ZERO1,), n),
+        HeldStates((ShardingStage.ZERO2, ShardingStage.ZERO3), max(per_node.values())),
+    )
+    classes: list[tuple[tuple[HeldStates, ...], ShardingStage | None]] = [
+        (local, None),
+        ((HeldStates((ShardingStage.ZERO2,), n),), ShardingStage.ZERO2),
+        ((HeldStates((ShardingStage.ZERO3,), n),), ShardingStage.ZERO3),
+    ]
+    best = math.inf
+    for helds, stage in classes:
+        if any(SequenceRoom(cluster, model, wl, options, held).can_hold(devices) for held in helds):
+            free = stage is None or options.ignore_comm
+            opts = replace(options, ignore_comm=True) if free else options
+            best = min(best, subset_time_bound(cluster, devices, model, wl, opts, None if free else stage))
+    return best
+
+
+def outer_group_collectives_floor(
+    cluster: ClusterSpec,
+    devices: Sequence[int],
+    model: ModelSpec,
+    stage: ShardingStage,
+    options: CostOptions = CostOptions(),
+) -> float | None:
+    """Seconds each micro-step (one more sequence) of a replica on `devices` spends at least in its
+    strategy's per-micro-step parameter collectives when its shard group holds a device outside the
+    replica's nodes (None: the replica spans every node, so no group does; 0 under zero1 and
+    replicated, whose reductions run once per step). The replay (simulate.pass_schedule) runs a pass
+    with a prefetched collective of c seconds in at least c·(1 + overlap slowdown) and an exposed one
+    in full; its collectives (comm.sharding_collectives) take longer over more ranks, a slower link and
+    a longer latency. Such a group has at least one rank more than the replica; its slowest link is
+    no faster than the replica's own slowest nor than the best one outside device has to every device
+    of the replica, and its largest latency no shorter."""
+    nodes = {cluster.devices[d].node for d in devices}
+    outside = np.array([d.index for d in cluster.devices if d.node not in nodes], dtype=np.int64)
+    if not len(outside):
+        return None
+    if stage not in (ShardingStage.ZERO2, ShardingStage.ZERO3):
+        return 0.0
+    bw, lat = link_matrices(cluster)
+    idx = np.asarray(list(devices), dtype=np.int64)
+    inner_bw, inner_lat = collective_link(bw[np.ix_(idx, idx)], lat[np.ix_(idx, idx)])
+    link_bw = min(inner_bw, float(bw[np.ix_(idx, outside)].min(axis=0).max()))
+    link_lat = max(inner_lat, float(lat[np.ix_(idx, outside)].max(axis=0).min()))
+    n = len(idx) + 1
+    group_bw = np.full((n, n), link_bw)
+    np.fill_diagonal(group_bw, np.inf)
+    group_lat = np.full((n, n), link_lat)
+    np.fill_diagonal(group_lat, 0.0)
+    pc = sharding_collectives(stage, group_bw, group_lat, model)
+    slow = float(work_times([cluster.devices[d].gpu for d in idx], model, options).overlap_slowdown.min())
+
+    def seconds(batch: int) -> float:
+        total = 0.0
+        for step in pass_schedule(StepShape(params=pc, layers=model.layers, batch=batch, comm=True)):
+            total += step.count * (step.collective_s * (1.0 + slow) if isinstance(step, Pass) else step.seconds)
+        return total
+
+    return seconds(2) - seconds(1)  # what one more micro-step adds (the replay is linear in the batch)
 
 
 def recompute_work_times(w: WorkTimes, model: ModelSpec, workload: Workload) -> tuple[np.ndarray, np.ndarray]:
@@ -157,17 +245,33 @@ def least_optimizer_time(cluster: ClusterSpec, model: ModelSpec, options: CostOp
     return float((model.param_count / options.shards(cluster.size) * w.optimizer).min())
 
 
+@dataclass(frozen=True)
+class HeldStates:
+    """The model states every rank of the plans a memory bound covers holds at least: the least over
+    `stages` of their states (memory.sharded_state_bytes) with the sharded ones split over `shards`
+    devices (0: every device of the cluster, or `CostOptions.state_shards` if more)."""
+
+    stages: tuple[ShardingStage, ...] = tuple(ShardingStage)
+    shards: int = 0
+
+
 def sequence_memory(
-    cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions
+    cluster: ClusterSpec,
+    model: ModelSpec,
+    workload: Workload,
+    options: CostOptions,
+    held: HeldStates = HeldStates(),
 ) -> tuple[np.ndarray, float, float]:
     """What memory.py's model leaves any plan of the workload's concrete recompute policy, per
     sequence: ([N] bytes each device has for one sequence's activations, c_s bytes per shard token,
     c_w bytes per unit of w = η·L_g). Each category but the model states is const + c_s·s + c_w·w +
     c_u·u with coefficients >= 0, and u >= w / group_size (a rank's η query heads touch at least
     η / group_size KV heads), so c_w takes c_u / group_size. A device's room: its capacity less the
-    reserved fraction, the least model states of any rank (the least over the sharding stages with
-    every device in the shard group) and the constant terms; 0 when that is negative."""
-    per_stage = [sharded_state_bytes(model, stage, options.shards(cluster.size)) for stage in ShardingStage]
+    reserved fraction, the least model states of any rank (`held`: by default the least over the
+    sharding stages with every device in the shard group) and the constant terms; 0 when that is
+    negative."""
+    shards = held.shards or options.shards(cluster.size)
+    per_stage = [sharded_state_bytes(model, stage, shards) for stage in held.stages]
     states = min(sum(x.values()) for x in per_stage)
     terms = [
         t for key, t in memory_terms(model, workload, cluster.size, options=options).items() if key not in per_stage[0]
@@ -185,8 +289,15 @@ class SequenceRoom:
     sharded over the whole cluster, the most any plan shards them). A plan on devices that cannot
     is no plan: it does not fit in memory, so no bound needs to cover it."""
 
-    def __init__(self, cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions) -> None:
-        self.room, c_s, c_w = sequence_memory(cluster, model, workload, options)
+    def __init__(
+        self,
+        cluster: ClusterSpec,
+        model: ModelSpec,
+        workload: Workload,
+        options: CostOptions,
+        held: HeldStates = HeldStates(),
+    ) -> None:
+        self.room, c_s, c_w = sequence_memory(cluster, model, workload, options, held)
         self.need = workload.seq_len * (c_s + c_w * model.heads / 2)
 
     def can_hold(self, devices: Sequence[int]) -> bool:
@@ -200,18 +311,26 @@ class SequenceRoom:
 
 
 def sequence_can_fit(
-    cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()
+    cluster: ClusterSpec,
+    model: ModelSpec,
+    workload: Workload,
+    options: CostOptions = CostOptions(),
+    held: HeldStates = HeldStates(),
 ) -> bool:
     """False when no plan of the workload's concrete recompute policy fits, whatever its replicas,
     layout or strategy: a necessary condition of memory.py's model. Every plan has a replica holding
     one whole sequence at a time; summed over that replica's ranks (`sequence_memory`), Σ s = S (its
     shards) and Σ w = H·S/2 (each group's heads over its n_g = 2·L_g tokens), so the sequence's
-    S·(c_s + c_w·H/2) must fit in the devices' room."""
-    return SequenceRoom(cluster, model, workload, options).can_hold(range(cluster.size))
+    S·(c_s + c_w·H/2) must fit in the devices' room (`held`: the states those plans hold at least)."""
+    return SequenceRoom(cluster, model, workload, options, held).can_hold(range(cluster.size))
 
 
 def memory_capped_work_time(
-    cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions = CostOptions()
+    cluster: ClusterSpec,
+    model: ModelSpec,
+    workload: Workload,
+    options: CostOptions = CostOptions(),
+    held: HeldStates = HeldStates(),
 ) -> float:
     """`balanced_work_time` with each device's work held to what its memory can hold (inf when no
     plan fits: `sequence_can_fit`). A rank of a replica keeps, for each of its replica's sequences
@@ -224,10 +343,11 @@ def memory_capped_work_time(
     by bisection on t, feasibility being exact: the sum of the devices' polygons {x, y >= 0,
     x·τ + y·ρ <= t, c_s·x + c_y·y <= room} (down-closed) holds the target iff it does along every
     edge normal of the summands, (1, 0), (0, 1), (τ, ρ) and (c_s, c_y). The infeasible end is
-    returned: never above the optimum."""
-    if not sequence_can_fit(cluster, model, workload, options):
+    returned: never above the optimum. `held`: a bound of the plans that hold at least these model
+    states (`sequence_memory`)."""
+    if not sequence_can_fit(cluster, model, workload, options, held):
         return math.inf
-    room, c_s, c_w = sequence_memory(cluster, model, workload, options)
+    room, c_s, c_w = sequence_memory(cluster, model, workload, options, held)
     w = work_times([d.gpu for d in cluster.devices], model, options)
     tau, rho = recompute_work_times(w, model, workload)
     S, G = workload.seq_len, workload.global_batch

@@ -17,10 +17,12 @@ step of `global_batch` sequences.
   left out.
 - Search: partitions in the order of a proven lower bound of their step (each shape's balanced
   compute per sequence, costmodel.bound, with the same exact shares); it stops when the next bound
-  is within `gap` of the best step found. A partition's floor is tighter: each shape's compute under
-  the least recompute with which it can hold a sequence, each device's share held to its memory
-  (the model states sharded over the whole cluster, the most any strategy shards them): the floors
-  of the partitions not planned are what the search's bound says of them.
+  is within `gap` of the best step found. A partition's floor is tighter (`_Shapes.partition_floor`):
+  under each recompute policy (a plan has one), each shape's compute with each device's share held to
+  its memory, its model states sharded as far as its strategy's shard group reaches — inside the
+  replica's nodes, or beyond them, where under zero2 / zero3 the replicas run in lockstep and each
+  micro-step pays its collectives over the links out of the nodes: the floors of the partitions not
+  planned are what the search's bound says of them.
 - Lower bound of every plan (any partition, any strategy, any layout; `every_joint_plan_bound`):
   the cluster's balanced compute for G sequences under the recompute policy, plus the least
   optimizer step. A plan's replicas together do the same token and attention work (and its policy's
@@ -40,20 +42,22 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..costmodel.bound import (
+    HeldStates,
     balanced_work_time,
     compute_bound,
     least_optimizer_time,
     memory_capped_work_time,
+    one_replica_bound,
+    outer_group_collectives_floor,
     sequence_can_fit,
-    subset_time_bound,
 )
 from ..costmodel.kernels import CostOptions
 from ..costmodel.step import StepEstimate, estimate_step
 from ..errors import HexiSeqError, InfeasibleError
-from ..plan import Group, Plan, Sharding, ShardingScope
+from ..plan import Group, Plan, Sharding, ShardingScope, ShardingStage
 from ..specs import ClusterSpec, ModelSpec, Workload
 from ..specs.identity import cluster_fingerprint, model_record
-from .baselines import MicroStepFloors, policies_of
+from .baselines import MicroStepFloors, policies_of, symmetric_sizes
 from .candidates import EXHAUSTIVE_DEVICES, device_subsets
 from .collector import fewer_collections
 from .dp_baselines import DPBaseline, dp_baselines
@@ -72,11 +76,22 @@ from .replicas import (
 from .result import PlanResult
 from .scheduler import plan_cluster
 from .search import DEFAULT_GAP
-from .shares import STRATEGIES, best_over_strategies, lower_shares_bound
+from .shares import STRATEGIES, best_over_strategies, lower_lockstep_bound, lower_shares_bound
 from .workers import Jobs, resolve_workers
 
 SHAPE_WORK, SHAPE_GAP = 300, 0.005  # the DP = 1 search of each replica shape (one plan of many: less work)
 MAX_PARTITIONS_VISITED = 24  # partitions planned in full at most (the bound covers the rest)
+# the stages whose shard group may reach beyond a replica's nodes (replicated never shards)
+OUTER_STAGES = (ShardingStage.ZERO1, ShardingStage.ZERO2, ShardingStage.ZERO3)
+
+
+@dataclass(frozen=True)
+class SequenceFloors:
+    """A replica's seconds per sequence at least, by where its shard group lies (`_Shapes.sequence_floors`):
+    inside its nodes; beyond them, per stage, (compute with the states it holds, collectives per micro-step)."""
+
+    inside: float
+    outer: dict[ShardingStage, tuple[float, float]]
 
 
 @dataclass
@@ -179,7 +194,8 @@ class _Shapes:
         self.plans: dict[tuple, tuple[Plan, str] | None] = {}
         self._started: dict[tuple, Any] = {}  # shapes started by `prefetch`, not taken yet
         self.seconds = 0.0  # spent planning shapes (or waiting for their workers)
-        self.bounds: dict[tuple, float] = {}
+        self.capped: dict[tuple, float] = {}  # memory-capped compute per (shape, policy, state shards, stages)
+        self._floors: dict[tuple, SequenceFloors] = {}  # (replica, policy) -> its floors
         self.compute: dict[tuple, float] = {}  # the balanced compute part of each bound (node_rates)
         # per planned shape of whole nodes: its nodes and its plan's seconds per sequence (node_rates)
         self.times: dict[tuple, tuple[tuple[int, ...], float]] = {}
@@ -212,22 +228,40 @@ class _Shapes:
         self._per_seq[rep] = self.compute[key]
         return self.compute[key]
 
-    def per_sequence_bound(self, rep: Replica) -> float:
-        """A tighter lower bound of the shape's seconds per sequence: its balanced compute, and its
-        compute under the least recompute that lets it hold a sequence, each device's share held to
-        its memory (costmodel.bound.memory_capped_work_time) with the model states sharded over the
-        whole cluster, the most any strategy shards them (inf: no policy fits)."""
-        key = self.key(rep)
-        if key not in self.bounds:
+    def sequence_floors(self, rep: Replica, policy: str) -> SequenceFloors:
+        """Lower bounds of the replica's seconds per sequence under one recompute policy (a plan has
+        one), by where its shard group lies (costmodel/step.py: a strategy's group is its replica,
+        its node's devices of the plan, or every device of the plan): inside the replica's nodes,
+        under any stage, with the model states sharded over every device of those nodes at most; or
+        reaching beyond them, per stage, the states sharded over the whole cluster at most and, under
+        zero2 / zero3, each micro-step taking at least its collectives over such a group
+        (costmodel.bound.outer_group_collectives_floor). Each is the shape's compute with each
+        device's share held to its memory (costmodel.bound.memory_capped_work_time; inf: the policy
+        cannot hold a sequence that way), and at least its balanced compute."""
+        got = self._floors.get((rep, policy))
+        if got is not None:
+            return got
+        wl = replace(self.workload, global_batch=1, param_sharding="zero3").with_recompute(policy)
+        nodes = {p.node for p in rep}
+        inside = sum(self.cluster.nodes[n].count for n in nodes)
+        floor = self.compute_per_sequence(rep)
+        devices = replica_devices(self.cluster, rep)
+        outer = {}
+        for stage in OUTER_STAGES:
+            comm = outer_group_collectives_floor(self.cluster, devices, self.model, stage, self.options)
+            if comm is None:  # the replica spans every node: no group reaches beyond them
+                break
+            outer[stage] = (max(floor, self._capped(rep, wl, HeldStates((stage,), self.cluster.size))), comm)
+        inner = max(floor, self._capped(rep, wl, HeldStates(shards=inside)))
+        got = self._floors[(rep, policy)] = SequenceFloors(inner, outer)
+        return got
+
+    def _capped(self, rep: Replica, wl: Workload, held: HeldStates) -> float:
+        key = (self.key(rep), str(wl.recompute), held)
+        if key not in self.capped:
             sub = sub_cluster(self.cluster, rep, "replica")
-            wl = replace(self.workload, global_batch=1, param_sharding="zero3")
-            widest = replace(self.options, state_shards=self.cluster.size)
-            capped = min(
-                memory_capped_work_time(sub, self.model, wl.with_recompute(p), widest)
-                for p in policies_of(self.workload)
-            )
-            self.bounds[key] = max(self.compute_per_sequence(rep), capped)
-        return self.bounds[key]
+            self.capped[key] = memory_capped_work_time(sub, self.model, wl, self.options, held)
+        return self.capped[key]
 
     def partition_bound(self, part: Partition, global_batch: int) -> float:
         """The partition's balanced compute with exact shares: the order the search visits
@@ -235,9 +269,34 @@ class _Shapes:
         return lower_shares_bound([self.compute_per_sequence(r) for r in part.replicas], global_batch)
 
     def partition_floor(self, part: Partition, global_batch: int) -> float:
-        """A lower bound of the partition's step: its shapes' `per_sequence_bound`, with exact shares
-        (a shape that cannot hold a sequence takes none)."""
-        return lower_shares_bound([self.per_sequence_bound(r) for r in part.replicas], global_batch)
+        """A lower bound of the partition's step under any strategy, layouts and shares: the least over
+        the recompute policies and the places of the shard groups (`sequence_floors`) of the exact
+        shares of its replicas' floors, independent replicas where the groups stay inside each
+        replica's nodes or under zero1 (each replica's micro-steps its own), in lockstep under zero2 /
+        zero3 beyond them (every used replica in one group: `lower_lockstep_bound`, two or more used;
+        one alone keeps its group inside its nodes). A replica that shares a node with another
+        counts no collectives there (its group may reach only that node's devices)."""
+        G = global_batch
+        node_owners: dict[int, int] = {}
+        for rep in part.replicas:
+            for p in rep:
+                node_owners[p.node] = node_owners.get(p.node, 0) + 1
+        alone = [all(node_owners[p.node] == 1 for p in rep) for rep in part.replicas]
+        best = math.inf
+        for policy in policies_of(self.workload):
+            floors = [self.sequence_floors(r, policy) for r in part.replicas]
+            best = min(best, lower_shares_bound([f.inside for f in floors], G))
+            for stage in OUTER_STAGES:
+                per = [f.outer[stage][0] if stage in f.outer else math.inf for f in floors]
+                if stage == ShardingStage.ZERO1:
+                    best = min(best, lower_shares_bound(per, G))
+                    continue
+                per = [
+                    max(c, f.outer[stage][1] if solo else 0.0) if stage in f.outer else c
+                    for c, f, solo in zip(per, floors, alone)
+                ]
+                best = min(best, lower_lockstep_bound(per, G))
+        return best
 
     def node_rates(self) -> list[float]:
         """Per node, the sequences per second it adds to a replica: the best per-node rate of the
@@ -324,18 +383,17 @@ def _dp1_plan(cluster: ClusterSpec, model: ModelSpec, workload: Workload, option
 
 def _dp1_bound(cluster: ClusterSpec, model: ModelSpec, workload: Workload, options: CostOptions) -> float:
     """A proven lower bound of every one-replica plan the DP = 1 planner's layouts give under any
-    strategy: the least bound of its candidate device subsets (costmodel.bound.subset_time_bound)
-    without communication (the strategies differ in their collectives; ZeRO-3's optimizer step,
-    the bound's, is the least) over the policies it may choose; 0 on the small clusters where it
-    searches every subset."""
+    strategy: the least bound of its candidate device subsets (those of its baselines included) over
+    the policies it may choose, each under the strategies that can hold a sequence there
+    (costmodel.bound.one_replica_bound: no communication where the model states fit sharded inside
+    each node or under zero1, else the per-micro-step collectives of zero2 / zero3 over the subset);
+    0 on the small clusters where it searches every subset."""
     if cluster.size <= EXHAUSTIVE_DEVICES:
         return 0.0
-    free = replace(options, ignore_comm=True)
+    sizes = symmetric_sizes(model, workload.seq_len, cluster.size)
     return min(
-        subset_time_bound(
-            cluster, sorted(devs), model, replace(workload.with_recompute(p), param_sharding="zero3"), free
-        )
-        for _, devs in device_subsets(cluster)
+        one_replica_bound(cluster, sorted(devs), model, workload.with_recompute(p), options)
+        for _, devs in device_subsets(cluster, sizes)
         for p in policies_of(workload)
     )
 

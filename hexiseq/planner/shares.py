@@ -122,6 +122,21 @@ def lower_shares_bound(bounds: list[float], global_batch: int) -> float:
     return worst
 
 
+def lower_lockstep_bound(bounds: list[float], global_batch: int) -> float:
+    """min over integer shares of the lockstep time of replicas whose per-sequence times are at least
+    `bounds` and no fixed time (step.lockstep_time), with two replicas or more given sequences: a
+    micro-step run by w replicas takes at least the w-th smallest bound, so the least total is an
+    unbounded knapsack over the widths summing to the global batch, one of them >= 2 (inf: fewer
+    than two finite bounds)."""
+    costs = sorted(b for b in bounds if math.isfinite(b))
+    G = global_batch
+    least = [0.0] + [math.inf] * G  # least cost of micro-steps of widths 1..len(costs) summing to n
+    for n in range(1, G + 1):
+        for w in range(1, min(len(costs), n) + 1):
+            least[n] = min(least[n], least[n - w] + costs[w - 1])
+    return min((costs[u - 1] + least[G - u] for u in range(2, min(len(costs), G) + 1)), default=math.inf)
+
+
 def best_over_strategies(
     replicas: list[Plan],
     cluster: ClusterSpec,
