@@ -471,3 +471,20 @@ def test_dp_baselines_cover_replicas_of_every_symmetric_size():
     assert any(math.isfinite(t) for t, _ in by_hand.values())
     for name, (t, where) in by_hand.items():
         assert got[f"dp x {name}"].step_time_s <= t * (1 + 1e-12), (name, where, t)
+
+
+def test_the_closing_pass_plans_every_partition_whose_floor_is_below_the_best(monkeypatch):
+    """With the ordered search cut after one partition, the closing pass plans the partitions whose
+    floors are below the best plan (lowest first): the same plan as the full search, and no partition
+    left unplanned has a floor below it (the search's own bound is above the plan)."""
+    from hexiseq.planner import joint
+    from hexiseq.planner.search import DEFAULT_GAP
+
+    cluster, model = load_cluster("sim-32"), get_model("gpt-13b")
+    wl = Workload(seq_len=64 * 1024, global_batch=4)
+    full = plan_joint(cluster, model, wl)
+    monkeypatch.setattr(joint, "MAX_PARTITIONS_VISITED", 1)
+    cut = plan_joint(cluster, model, wl)
+    assert cut.visited < full.visited
+    assert cut.step_time_s == full.step_time_s and cut.plan == full.plan
+    assert cut.searched_bound_s >= cut.step_time_s * (1 - DEFAULT_GAP)

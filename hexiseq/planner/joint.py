@@ -17,12 +17,13 @@ step of `global_batch` sequences.
   left out.
 - Search: partitions in the order of a proven lower bound of their step (each shape's balanced
   compute per sequence, costmodel.bound, with the same exact shares); it stops when the next bound
-  is within `gap` of the best step found. A partition's floor is tighter (`_Shapes.partition_floor`):
-  under each recompute policy (a plan has one), each shape's compute with each device's share held to
-  its memory, its model states sharded as far as its strategy's shard group reaches — inside the
-  replica's nodes, or beyond them, where under zero2 / zero3 the replicas run in lockstep and each
-  micro-step pays its collectives over the links out of the nodes: the floors of the partitions not
-  planned are what the search's bound says of them.
+  is within `gap` of the best step found or after MAX_PARTITIONS_VISITED; then a closing pass plans
+  the partitions left whose floors are below the best plan, lowest floor first. A partition's floor
+  is tighter (`_Shapes.partition_floor`): under each recompute policy (a plan has one), each shape's
+  compute with each device's share held to its memory, its model states sharded as far as its
+  strategy's shard group reaches — inside the replica's nodes, or beyond them, where under zero2 /
+  zero3 the replicas run in lockstep and each micro-step pays its collectives over the links out of
+  the nodes: the floors of the partitions not planned are what the search's bound says of them.
 - Lower bound of every plan (any partition, any strategy, any layout; `every_joint_plan_bound`):
   the cluster's balanced compute for G sequences under the recompute policy, plus the least
   optimizer step. A plan's replicas together do the same token and attention work (and its policy's
@@ -80,7 +81,8 @@ from .shares import STRATEGIES, best_over_strategies, lower_lockstep_bound, lowe
 from .workers import Jobs, resolve_workers
 
 SHAPE_WORK, SHAPE_GAP = 300, 0.005  # the DP = 1 search of each replica shape (one plan of many: less work)
-MAX_PARTITIONS_VISITED = 24  # partitions planned in full at most (the bound covers the rest)
+MAX_PARTITIONS_VISITED = 24  # partitions planned in full at most in the order of their balanced compute
+MAX_PARTITIONS_CLOSED = 32  # ... then at most these whose floors are below the best plan (the bound covers the rest)
 # the stages whose shard group may reach beyond a replica's nodes (replicated never shards)
 OUTER_STAGES = (ShardingStage.ZERO1, ShardingStage.ZERO2, ShardingStage.ZERO3)
 
@@ -523,19 +525,18 @@ def _plan_joint(
             if plan is not None and t < best_s * (1 - 1e-12):
                 best_s, best_plan, best_label, best_policy = t, plan, part.label, pol
 
+    unvisited: list[tuple[float, int, Partition]] = []
+
     def search(entries: list[tuple[float, int, Partition]], limit: int | None) -> None:
         """Visit the partitions in the order of their balanced compute until it proves the rest
-        slower (or `limit` are planned); what is not planned is covered by its floor. (Every
-        partition in the order is planned, even one whose floor is above the best plan: the shapes
-        planned set the rates of the rate-balanced unions that follow.)"""
-        nonlocal visited, searched_lb
+        slower (or `limit` are planned); what is not planned is left to the closing pass and its
+        floor. (Every partition in the order is planned, even one whose floor is above the best
+        plan: the shapes planned set the rates of the rate-balanced unions that follow.)"""
+        nonlocal visited
         for k, (lb, _, part) in enumerate(entries):
             stop = lb >= best_s * (1 - gap)
             if stop or (limit is not None and visited >= limit):
-                for rest_lb, _, rest in entries[k:]:  # in the order of the balanced compute, below every floor
-                    if rest_lb >= searched_lb:
-                        break
-                    searched_lb = min(searched_lb, shapes.partition_floor(rest, G))
+                unvisited.extend(entries[k:])
                 if not stop:
                     notes.append(
                         f"the search stopped after {visited} partitions planned in full: the bound covers the rest"
@@ -559,6 +560,24 @@ def _plan_joint(
             shapes.prefetch(r for lb, _, part in more if lb < best_s * (1 - gap) for r in part.replicas)
         search(more, None)
         parts += more
+    # the closing pass: the partitions left whose floor is below the best plan, lowest floor first
+    # (at most MAX_PARTITIONS_CLOSED), each planned in full; the floors of the others are the bound
+    floors = {i: shapes.partition_floor(part, G) for lb, i, part in unvisited if lb < best_s * (1 - gap)}
+    closing = sorted((floors[i], i, part) for _, i, part in unvisited if i in floors and floors[i] < best_s * (1 - gap))
+    if jobs.workers > 1:
+        shapes.prefetch(r for _, _, part in closing[:MAX_PARTITIONS_CLOSED] for r in part.replicas)
+    closed: set[int] = set()
+    for floor, i, part in closing[:MAX_PARTITIONS_CLOSED]:
+        if floor >= best_s * (1 - gap):
+            break
+        closed.add(i)
+        visited += 1
+        visit(part)
+    for lb, i, part in sorted(unvisited, key=lambda x: (x[0], x[1])):  # by balanced compute, below every floor
+        if lb >= searched_lb:
+            break
+        if i not in closed:
+            searched_lb = min(searched_lb, floors[i] if i in floors else shapes.partition_floor(part, G))
     # the DP = 1 planner (today's problem at this batch), unless a proven bound of its whole search
     # space is above the best plan found: it can then be neither faster nor the answer
     t_dp1 = time.perf_counter()
@@ -623,8 +642,9 @@ def _plan_joint(
             f"one type, GPUs inside a node, fast+slow node pairs, rate-balanced unions of nodes) {visited} were "
             "planned in full"
             + (
-                f" and no plan of the others beats {searched_lb:.4g} s (their shapes' compute under the least "
-                "recompute that fits a sequence)"
+                f" and no plan of the others beats {searched_lb:.4g} s (their replicas' compute with the memory "
+                "their shard groups leave them, in lockstep and with their collectives where those groups reach "
+                "beyond their nodes)"
                 if math.isfinite(searched_lb)
                 else ""
             )
