@@ -485,6 +485,6 @@ def test_the_closing_pass_plans_every_partition_whose_floor_is_below_the_best(mo
     full = plan_joint(cluster, model, wl)
     monkeypatch.setattr(joint, "MAX_PARTITIONS_VISITED", 1)
     cut = plan_joint(cluster, model, wl)
-    assert cut.visited < full.visited
+    assert any("stopped after 1 partitions" in note for note in cut.notes)  # the ordered search was cut
     assert cut.step_time_s == full.step_time_s and cut.plan == full.plan
     assert cut.searched_bound_s >= cut.step_time_s * (1 - DEFAULT_GAP)

@@ -529,9 +529,9 @@ def _plan_joint(
 
     def search(entries: list[tuple[float, int, Partition]], limit: int | None) -> None:
         """Visit the partitions in the order of their balanced compute until it proves the rest
-        slower (or `limit` are planned); what is not planned is left to the closing pass and its
-        floor. (Every partition in the order is planned, even one whose floor is above the best
-        plan: the shapes planned set the rates of the rate-balanced unions that follow.)"""
+        slower (or `limit` are planned), passing over those whose floors are not below the best
+        plan; what is not planned is left to the closing pass and its floor. (The shapes planned
+        set the rates of the rate-balanced unions that follow.)"""
         nonlocal visited
         for k, (lb, _, part) in enumerate(entries):
             stop = lb >= best_s * (1 - gap)
@@ -542,6 +542,8 @@ def _plan_joint(
                         f"the search stopped after {visited} partitions planned in full: the bound covers the rest"
                     )
                 return
+            if shapes.partition_floor(part, G) >= best_s * (1 - gap):
+                continue  # no plan of it beats the best found (within the gap): its shapes are not planned
             visited += 1
             visit(part)
 
