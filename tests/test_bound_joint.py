@@ -248,13 +248,13 @@ def test_outer_group_collectives_floor_is_below_every_replayed_micro_step():
                     for stage in (ShardingStage.ZERO2, ShardingStage.ZERO3):
                         plan = Plan.joint([pa, pb], [1, 1], Sharding(stage, ShardingScope.ALL), name="two")
                         for rep, line in zip((a, b), replica_lines(plan, cluster, WIDE, wl)):
-                            floor = outer_group_collectives_floor(cluster, rep, WIDE, stage)
+                            floor = outer_group_collectives_floor(cluster, rep, WIDE)[stage]
                             assert floor <= line.per_sequence_s * (1 + REL), (rep, stage, floor, line)
                             closest = max(closest, floor / line.per_sequence_s)
     assert closest > 0.85
     # a replica over every node has no group beyond its nodes; zero1 runs no per-micro-step collective
-    assert outer_group_collectives_floor(cluster, (0, 1, 2, 3), WIDE, ShardingStage.ZERO3) is None
-    assert outer_group_collectives_floor(cluster, (0,), WIDE, ShardingStage.ZERO1) == 0.0
+    assert outer_group_collectives_floor(cluster, (0, 1, 2, 3), WIDE) is None
+    assert outer_group_collectives_floor(cluster, (0,), WIDE)[ShardingStage.ZERO1] == 0.0
 
 
 # 6.9B parameters in 4 layers: on nodes of one L40S its model states fit only sharded over four of them

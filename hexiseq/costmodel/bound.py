@@ -171,24 +171,21 @@ def outer_group_collectives_floor(
     cluster: ClusterSpec,
     devices: Sequence[int],
     model: ModelSpec,
-    stage: ShardingStage,
     options: CostOptions = CostOptions(),
-) -> float | None:
-    """Seconds each micro-step (one more sequence) of a replica on `devices` spends at least in its
-    strategy's per-micro-step parameter collectives when its shard group holds a device outside the
-    replica's nodes (None: the replica spans every node, so no group does; 0 under zero1 and
-    replicated, whose reductions run once per step). The replay (simulate.pass_schedule) runs a pass
-    with a prefetched collective of c seconds in at least c·(1 + overlap slowdown) and an exposed one
-    in full; its collectives (comm.sharding_collectives) take longer over more ranks, a slower link and
-    a longer latency. Such a group has at least one rank more than the replica; its slowest link is
-    no faster than the replica's own slowest nor than the best one outside device has to every device
-    of the replica, and its largest latency no shorter."""
+) -> dict[ShardingStage, float] | None:
+    """Per sharding stage, the seconds each micro-step (one more sequence) of a replica on `devices`
+    spends at least in the stage's per-micro-step parameter collectives when its shard group holds a
+    device outside the replica's nodes (None: the replica spans every node, so no group does; 0 under
+    zero1 and replicated, whose reductions run once per step). The replay (simulate.pass_schedule)
+    runs a pass with a prefetched collective of c seconds in at least c·(1 + overlap slowdown) and an
+    exposed one in full; its collectives (comm.sharding_collectives) take longer over more ranks, a
+    slower link and a longer latency. Such a group has at least one rank more than the replica; its
+    slowest link is no faster than the replica's own slowest nor than the best one outside device has
+    to every device of the replica, and its largest latency no shorter."""
     nodes = {cluster.devices[d].node for d in devices}
     outside = np.array([d.index for d in cluster.devices if d.node not in nodes], dtype=np.int64)
     if not len(outside):
         return None
-    if stage not in (ShardingStage.ZERO2, ShardingStage.ZERO3):
-        return 0.0
     bw, lat = link_matrices(cluster)
     idx = np.asarray(list(devices), dtype=np.int64)
     inner_bw, inner_lat = collective_link(bw[np.ix_(idx, idx)], lat[np.ix_(idx, idx)])
@@ -199,16 +196,19 @@ def outer_group_collectives_floor(
     np.fill_diagonal(group_bw, np.inf)
     group_lat = np.full((n, n), link_lat)
     np.fill_diagonal(group_lat, 0.0)
-    pc = sharding_collectives(stage, group_bw, group_lat, model)
     slow = float(work_times([cluster.devices[d].gpu for d in idx], model, options).overlap_slowdown.min())
 
-    def seconds(batch: int) -> float:
+    def seconds(pc: ParamComm, batch: int) -> float:
         total = 0.0
         for step in pass_schedule(StepShape(params=pc, layers=model.layers, batch=batch, comm=True)):
             total += step.count * (step.collective_s * (1.0 + slow) if isinstance(step, Pass) else step.seconds)
         return total
 
-    return seconds(2) - seconds(1)  # what one more micro-step adds (the replay is linear in the batch)
+    out = {stage: 0.0 for stage in ShardingStage}
+    for stage in (ShardingStage.ZERO2, ShardingStage.ZERO3):
+        pc = sharding_collectives(stage, group_bw, group_lat, model)
+        out[stage] = seconds(pc, 2) - seconds(pc, 1)  # what one more micro-step adds (linear in the batch)
+    return out
 
 
 def recompute_work_times(w: WorkTimes, model: ModelSpec, workload: Workload) -> tuple[np.ndarray, np.ndarray]:

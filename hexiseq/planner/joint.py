@@ -198,6 +198,7 @@ class _Shapes:
         self.seconds = 0.0  # spent planning shapes (or waiting for their workers)
         self.capped: dict[tuple, float] = {}  # memory-capped compute per (shape, policy, state shards, stages)
         self._floors: dict[tuple, SequenceFloors] = {}  # (replica, policy) -> its floors
+        self._collectives: dict[Replica, dict | None] = {}  # replica -> outer_group_collectives_floor
         self.compute: dict[tuple, float] = {}  # the balanced compute part of each bound (node_rates)
         # per planned shape of whole nodes: its nodes and its plan's seconds per sequence (node_rates)
         self.times: dict[tuple, tuple[tuple[int, ...], float]] = {}
@@ -247,13 +248,14 @@ class _Shapes:
         nodes = {p.node for p in rep}
         inside = sum(self.cluster.nodes[n].count for n in nodes)
         floor = self.compute_per_sequence(rep)
-        devices = replica_devices(self.cluster, rep)
-        outer = {}
-        for stage in OUTER_STAGES:
-            comm = outer_group_collectives_floor(self.cluster, devices, self.model, stage, self.options)
-            if comm is None:  # the replica spans every node: no group reaches beyond them
-                break
-            outer[stage] = (max(floor, self._capped(rep, wl, HeldStates((stage,), self.cluster.size))), comm)
+        if rep not in self._collectives:
+            devices = replica_devices(self.cluster, rep)
+            self._collectives[rep] = outer_group_collectives_floor(self.cluster, devices, self.model, self.options)
+        comm = self._collectives[rep]  # None: the replica spans every node, no group reaches beyond them
+        outer = {
+            stage: (max(floor, self._capped(rep, wl, HeldStates((stage,), self.cluster.size))), comm[stage])
+            for stage in (OUTER_STAGES if comm is not None else ())
+        }
         inner = max(floor, self._capped(rep, wl, HeldStates(shards=inside)))
         got = self._floors[(rep, policy)] = SequenceFloors(inner, outer)
         return got
