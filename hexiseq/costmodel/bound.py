@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -145,9 +146,7 @@ def one_replica_bound(
     collectives of zero2 or zero3 over the devices, whichever can hold one; inf where none can. The
     optimizer step is the least (its states sharded over the devices)."""
     n = len(devices)
-    per_node: dict[int, int] = {}
-    for d in devices:
-        per_node[cluster.devices[d].node] = per_node.get(cluster.devices[d].node, 0) + 1
+    per_node = Counter(cluster.devices[d].node for d in devices)
     wl = replace(workload, param_sharding="zero3")
     local = (
         HeldStates((ShardingStage.ZERO1,), n),
@@ -161,9 +160,8 @@ def one_replica_bound(
     best = math.inf
     for helds, stage in classes:
         if any(SequenceRoom(cluster, model, wl, options, held).can_hold(devices) for held in helds):
-            free = stage is None or options.ignore_comm
-            opts = replace(options, ignore_comm=True) if free else options
-            best = min(best, subset_time_bound(cluster, devices, model, wl, opts, None if free else stage))
+            opts = options if stage is not None else replace(options, ignore_comm=True)
+            best = min(best, subset_time_bound(cluster, devices, model, wl, opts, stage))
     return best
 
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -196,7 +197,7 @@ class _Shapes:
         self.plans: dict[tuple, tuple[Plan, str] | None] = {}
         self._started: dict[tuple, Any] = {}  # shapes started by `prefetch`, not taken yet
         self.seconds = 0.0  # spent planning shapes (or waiting for their workers)
-        self.capped: dict[tuple, float] = {}  # memory-capped compute per (shape, policy, state shards, stages)
+        self._caps: dict[tuple, float] = {}  # memory-capped compute per (shape, policy, states held)
         self._floors: dict[tuple, SequenceFloors] = {}  # (replica, policy) -> its floors
         self._collectives: dict[Replica, dict | None] = {}  # replica -> outer_group_collectives_floor
         self.compute: dict[tuple, float] = {}  # the balanced compute part of each bound (node_rates)
@@ -262,10 +263,10 @@ class _Shapes:
 
     def _capped(self, rep: Replica, wl: Workload, held: HeldStates) -> float:
         key = (self.key(rep), str(wl.recompute), held)
-        if key not in self.capped:
+        if key not in self._caps:
             sub = sub_cluster(self.cluster, rep, "replica")
-            self.capped[key] = memory_capped_work_time(sub, self.model, wl, self.options, held)
-        return self.capped[key]
+            self._caps[key] = memory_capped_work_time(sub, self.model, wl, self.options, held)
+        return self._caps[key]
 
     def partition_bound(self, part: Partition, global_batch: int) -> float:
         """The partition's balanced compute with exact shares: the order the search visits
@@ -281,25 +282,19 @@ class _Shapes:
         one alone keeps its group inside its nodes). A replica that shares a node with another
         counts no collectives there (its group may reach only that node's devices)."""
         G = global_batch
-        node_owners: dict[int, int] = {}
-        for rep in part.replicas:
-            for p in rep:
-                node_owners[p.node] = node_owners.get(p.node, 0) + 1
-        alone = [all(node_owners[p.node] == 1 for p in rep) for rep in part.replicas]
+        owners = Counter(p.node for rep in part.replicas for p in rep)
+        alone = [all(owners[p.node] == 1 for p in rep) for rep in part.replicas]
         best = math.inf
         for policy in policies_of(self.workload):
             floors = [self.sequence_floors(r, policy) for r in part.replicas]
             best = min(best, lower_shares_bound([f.inside for f in floors], G))
-            for stage in OUTER_STAGES:
-                per = [f.outer[stage][0] if stage in f.outer else math.inf for f in floors]
-                if stage == ShardingStage.ZERO1:
-                    best = min(best, lower_shares_bound(per, G))
-                    continue
+            for stage in OUTER_STAGES:  # zero1's collectives floor is 0: its replicas run on their own
                 per = [
-                    max(c, f.outer[stage][1] if solo else 0.0) if stage in f.outer else c
-                    for c, f, solo in zip(per, floors, alone)
+                    max(f.outer[stage][0], f.outer[stage][1] if solo else 0.0) if f.outer else math.inf
+                    for f, solo in zip(floors, alone)
                 ]
-                best = min(best, lower_lockstep_bound(per, G))
+                shares = lower_shares_bound if stage == ShardingStage.ZERO1 else lower_lockstep_bound
+                best = min(best, shares(per, G))
         return best
 
     def node_rates(self) -> list[float]:
